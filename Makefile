@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh clone: `make papermill-check` and `make test`.
+# Both bootstrap .venv through `setup`, which re-runs only when the requirement files change.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval
+
+.PHONY: setup test papermill-check lint sync bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q
+
+papermill-check: setup
+	$(PY) -m nbutils.harness check
+
+lint: setup
+	$(PY) -m ruff check nbutils tests bench $(addsuffix .py,$(NOTEBOOKS))
+
+sync: setup
+	$(PY) -m jupytext --to ipynb $(addsuffix .py,$(NOTEBOOKS))
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf runs build

@@ -1,0 +1,84 @@
+"""Loading the base model in 4-bit and attaching LoRA, the QLoRA way, right for a T4.
+
+- nf4 with double quantization; compute dtype from the precision rule (fp16 on a T4).
+- Trainable parameters (LoRA) stay fp32 even when compute is fp16: the fp16 grad scaler refuses
+  to unscale fp16 gradients ("Attempting to unscale FP16 gradients").
+- Gradient checkpointing with use_reentrant=False: the reentrant variant silently drops
+  gradients when the inputs do not require grad, which is the case with frozen 4-bit weights.
+"""
+
+from __future__ import annotations
+
+from nbutils import embedded
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def load_tokenizer(base_model: str):
+    """Tokenizer with a pad token distinct from EOS (else EOS gets masked and never learnt)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(embedded.resolve_model(base_model))
+    if tok.pad_token is None or tok.pad_token_id == tok.eos_token_id:
+        # Reuse an existing non-EOS special token rather than growing the vocabulary.
+        candidate = tok.unk_token if tok.unk_token and tok.unk_token != tok.eos_token else None
+        if candidate is None:
+            tok.add_special_tokens({"pad_token": "<|pad|>"})
+        else:
+            tok.pad_token = candidate
+    return tok
+
+
+def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = True,
+              attn_implementation: str = "sdpa", device_map=None):
+    """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule."""
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    dtype = getattr(torch, DTYPES[precision])
+    quant = None
+    if load_in_4bit:
+        quant = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
+        )
+    if device_map is None:
+        device_map = {"": 0} if torch.cuda.is_available() else None
+    return AutoModelForCausalLM.from_pretrained(
+        embedded.resolve_model(base_model), quantization_config=quant, dtype=dtype,
+        attn_implementation=attn_implementation, device_map=device_map,
+    )
+
+
+def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0.0, use_rslora: bool = False,
+                gradient_checkpointing: bool = True):
+    """k-bit preparation, then LoRA on all linear layers (alpha = r by default); trainables in fp32."""
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if getattr(model, "is_loaded_in_4bit", False):
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    elif gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    config = LoraConfig(
+        r=r, lora_alpha=alpha or r, lora_dropout=dropout, use_rslora=use_rslora,
+        target_modules="all-linear", task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, config)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.float32)
+    return model
+
+
+def trainable_summary(model) -> dict:
+    """Counts and dtypes of trainable parameters (to show fp32 LoRA weights under fp16 compute)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    total = sum(p.numel() for p in model.parameters())
+    n = sum(p.numel() for p in trainable)
+    return {"trainable": n, "total": total, "share": round(n / total, 4),
+            "trainable_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in trainable})}
