@@ -1,0 +1,35 @@
+"""The embedded default: offline, deterministic, shaped for bitsandbytes' CPU 4-bit path."""
+
+import json
+
+import pytest
+
+from nbutils import embedded
+
+
+@pytest.fixture(scope="module")
+def built():
+    return embedded.ensure()
+
+
+def test_shapes_are_multiples_of_64():
+    for key in ("vocab_size", "hidden_size", "intermediate_size"):
+        assert embedded.MODEL_SHAPE[key] % 64 == 0, key
+
+
+def test_built_default_has_chat_template_and_distinct_pad(built):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(built / "model")
+    assert tok.pad_token_id != tok.eos_token_id
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+                                   tokenize=False)
+    assert text.endswith(tok.eos_token)
+    info = json.loads((built / "info.json").read_text())
+    assert info["pretrain_loss_last"] < info["pretrain_loss_first"] / 3  # it did learn something
+
+
+def test_task_data_is_deterministic_and_not_in_pretraining():
+    assert embedded.task_records(50, seed=1) == embedded.task_records(50, seed=1)
+    corpus = " ".join(embedded.pretraining_corpus(200))
+    assert "kind of word" not in corpus  # the question form is new to the base model
