@@ -51,10 +51,13 @@ def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = Tru
 
 
 def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0.0, use_rslora: bool = False,
-                gradient_checkpointing: bool = True):
+                gradient_checkpointing: bool = True, seed: int = 0):
     """k-bit preparation, then LoRA on all linear layers (alpha = r by default); trainables in fp32."""
     import torch
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import set_seed
+
+    set_seed(seed)  # LoRA's A matrices are drawn from the global RNG: same seed, same run
 
     if getattr(model, "is_loaded_in_4bit", False):
         model = prepare_model_for_kbit_training(

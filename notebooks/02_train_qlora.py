@@ -65,7 +65,7 @@ out = environment.stage_dir("train_qlora", output_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
-model = modeling.attach_lora(model, r=lora_r)
+model = modeling.attach_lora(model, r=lora_r, seed=seed)
 modeling.trainable_summary(model)
 
 # %% [markdown]

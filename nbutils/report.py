@@ -1,0 +1,51 @@
+"""What 03_eval shows a person: a per-sample table and a chart of degeneration reasons."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+STYLE = (
+    "<style>.nbr td,.nbr th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left;"
+    "font-family:monospace;white-space:pre-wrap;max-width:28em}.nbr .bad{background:#fde2e2}"
+    ".nbr .ok{background:#e3f6e3}</style>"
+)
+
+
+def _cell(text: str, limit: int = 400) -> str:
+    text = text if len(text) <= limit else text[:limit] + " …"
+    return html.escape(text)
+
+
+def samples_table_html(rows: list[dict], columns: list[str], verdict_key: str = "verdict") -> str:
+    """An HTML table of samples; rows whose verdict says degenerate are tinted red, correct ones green."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        verdict = str(row.get(verdict_key, ""))
+        css = "bad" if verdict.startswith("degenerate") else "ok" if row.get("correct") else ""
+        cells = "".join(f"<td>{_cell(str(row.get(c, '')))}</td>" for c in columns)
+        body.append(f'<tr class="{css}">{cells}</tr>')
+    return f'{STYLE}<table class="nbr"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def reasons_chart(counts: dict[str, dict[str, int]], path: str | Path, title: str = "Degenerate generations by reason"):
+    """Grouped bar chart {model: {reason: count}} saved as PNG; returns the figure for display."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    reasons = sorted({r for per_model in counts.values() for r in per_model}) or ["none"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(reasons) + 2), 3.2))
+    width = 0.8 / max(1, len(counts))
+    for i, (model, per_model) in enumerate(counts.items()):
+        xs = [j + i * width for j in range(len(reasons))]
+        ax.bar(xs, [per_model.get(r, 0) for r in reasons], width=width, label=model)
+    ax.set_xticks([j + width * (len(counts) - 1) / 2 for j in range(len(reasons))], reasons, rotation=20)
+    ax.set_ylabel("generations")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return fig
