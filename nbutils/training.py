@@ -56,7 +56,8 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path):
         lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps,
         eval_strategy="steps", eval_steps=cfg.eval_steps, save_strategy="no",
         fp16=cfg.precision == "fp16", bf16=cfg.precision == "bf16", seed=cfg.seed, data_seed=cfg.seed,
-        train_sampling_strategy="group_by_length", length_column_name="length", report_to=[], disable_tqdm=True, remove_unused_columns=False,
+        train_sampling_strategy="group_by_length", length_column_name="length",
+        report_to=[], disable_tqdm=True, remove_unused_columns=False,
         dataloader_num_workers=0,
     )
 

@@ -25,9 +25,21 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %%
-import os, subprocess, sys  # noqa: E401  (this cell must run before anything else is imported)
-if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or os.environ.get("COLAB_RELEASE_TAG"):
-    subprocess.run([sys.executable, "-m", "pip", "install", "nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"], check=True)
+# Bootstrap nbutils (from the attached Kaggle dataset's wheel, else from GitHub), then the pinned rest.
+import glob  # noqa: E401
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("nbutils") is None:
+    wheels = sorted(glob.glob(os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input") + "/*/nbutils-*.whl"))
+    src = [wheels[-1], "--no-index"] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    print("installing", src[0])
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *src], check=True)
+from nbutils.install import ensure_packages
+
+ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
 # ## Parameters
@@ -35,7 +47,7 @@ if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or os.environ.get("COLAB_RELEASE_TAG
 # `smoke=True` caps the work so a real model can go through the whole chain in minutes.
 
 # %% tags=["parameters"]
-base_model = "embedded"  # hub id or local path; "embedded" = the offline tiny model
+base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
 raw_data = "embedded"  # JSONL file(s) of instruction/input/output records, comma-separated
 output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
 seed = 0

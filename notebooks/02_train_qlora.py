@@ -22,20 +22,32 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %%
-import os, subprocess, sys  # noqa: E401  (this cell must run before anything else is imported)
-if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or os.environ.get("COLAB_RELEASE_TAG"):
-    subprocess.run([sys.executable, "-m", "pip", "install", "nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"], check=True)
+# Bootstrap nbutils (from the attached Kaggle dataset's wheel, else from GitHub), then the pinned rest.
+import glob  # noqa: E401
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("nbutils") is None:
+    wheels = sorted(glob.glob(os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input") + "/*/nbutils-*.whl"))
+    src = [wheels[-1], "--no-index"] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    print("installing", src[0])
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *src], check=True)
+from nbutils.install import ensure_packages
+
+ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
 # ## Parameters
 
 # %% tags=["parameters"]
-base_model = "embedded"  # hub id or local path; "embedded" = the offline tiny model
+base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
 data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
 output_dir = ""  # empty: <working dir>/train_qlora
 seed = 0
 smoke = False
-precision = "auto"  # auto: bf16 only at compute capability >= 8.0, fp16 on a T4, fp32 on CPU
+precision = "auto"  # auto: bf16 from compute capability 8.0 up, fp16 on a T4, fp32 on CPU
 load_in_4bit = True
 max_steps = 150
 num_epochs = 1.0

@@ -1,0 +1,320 @@
+"""papermill-check: run notebooks the way a Kaggle background run does, and stricter.
+
+    python -m nbutils.harness check                      # what `make papermill-check` runs
+    python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
+    python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
+
+One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
+`report.json` and `junit.xml` go to --out (default runs/papermill-check/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from nbutils import sandbox
+from nbutils.nbchecks import SECRET_SHAPES, Problem, apply_allowances, check_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "notebooks/03_eval.ipynb"]
+# What each of our notebooks must leave for the next one (stage folder, marker file).
+ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
+             "03_eval": ("eval", "eval_report.json")}
+UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir"}
+FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
+                              r"Segmentation fault|core dumped|Killed\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_FILES = 20 * 2**30, 500  # Kaggle's /kaggle/working limits
+
+
+@dataclass
+class Result:
+    notebook: str
+    status: str = "passed"
+    seconds: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+    executed: str = ""
+
+    @property
+    def failing(self) -> list[Problem]:
+        return [p for p in self.problems if not p.allowed]
+
+
+def kernel_metadata(root: Path = ROOT) -> dict[str, dict]:
+    """kernel-metadata.json of our notebooks keyed by notebook stem (empty when none are shipped)."""
+    out = {}
+    for path in sorted((root / "kaggle-metadata").glob("*/kernel-metadata.json")):
+        meta = json.loads(path.read_text())
+        out[Path(meta.get("code_file", "")).stem] = meta
+    return out
+
+
+def _source_index(cells, source: str) -> int | None:
+    for i, c in enumerate(cells):
+        if c.get("cell_type") == "code" and c.get("source", "").strip() == source.strip():
+            return i
+    return None
+
+
+def _failing_line(source: str, traceback: list[str]) -> str:
+    text = ANSI.sub("", "\n".join(traceback))
+    m = re.search(r"Cell In\[\d+\], line (\d+)", text)
+    lines = source.splitlines()
+    if m and 0 < int(m.group(1)) <= len(lines):
+        return lines[int(m.group(1)) - 1].strip()
+    arrows = re.findall(r"^-+> ?\d*\s*(.*)$", text, re.M)
+    return arrows[0].strip() if arrows else (lines[-1].strip() if lines else "")
+
+
+def _output_text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            parts.append(str(out.get("data", {}).get("text/plain", "")))
+        elif out.get("output_type") == "error":
+            parts.append("\n".join(out.get("traceback", [])))
+    return ANSI.sub("", "".join(parts))
+
+
+def _secret_values() -> list[str]:
+    return [v for k, v in os.environ.items()
+            if re.search(r"TOKEN|SECRET|PASSWORD|API_KEY|_KEY$", k) and len(v) >= 8]
+
+
+def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed_source: str | None) -> list[Problem]:
+    """Problems visible only after a run: outputs, sandbox events, the working dir."""
+    problems = []
+    by_count = {c.get("execution_count"): c for c in executed.cells if c.get("cell_type") == "code"}
+
+    def index_of(count):
+        cell = by_count.get(count)
+        return _source_index(original.cells, cell.source) if cell is not None else None
+
+    for ev in box.read_events():
+        kind = ev["type"]
+        if kind == "network-access":
+            problems.append(Problem(kind, name, None, f"tried to connect to {ev['address']} with the internet off",
+                                    "ship the file as an input (dataset/model) or enable internet in kernel-metadata"))
+        elif kind == "shell-error":
+            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
+                                    f"a shell command exited {ev['exit_code']} but the cell carried on",
+                                    "check the command's output; use subprocess.run(..., check=True)"))
+        elif kind == "stale-module":
+            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
+                                    f"{ev['module']} {ev['loaded']} is loaded but {ev['installed']} is installed",
+                                    "install before any import (first cell) or restart the kernel after installing"))
+        elif kind == "package-conflict":
+            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
+                                    f"pip check: {ev['detail'].splitlines()[0]}",
+                                    "pin compatible versions in the install cell"))
+    secrets = _secret_values()
+    for cell in executed.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        text = _output_text(cell)
+        orig = _source_index(original.cells, cell.source)
+        if failed_source is None or cell.source.strip() != failed_source.strip():
+            m = FATAL_SIGNATURES.search("\n".join(o.get("text", "") for o in cell.get("outputs", [])
+                                                  if o.get("output_type") == "stream"))
+            if m:
+                problems.append(Problem("stderr-traceback", name, orig, f"printed {m.group(0)!r} yet the cell went on",
+                                        "let the error raise (no bare except), or fix its cause"))
+        if any(s in text for s in secrets) or any(rx.search(text) for rx in SECRET_SHAPES.values()):
+            problems.append(Problem("secret-in-output", name, orig, "a secret value appears in the cell output",
+                                    "never print tokens; nbutils.secrets.get_secret returns them without echo"))
+    size, files = sandbox.usage(box.working)
+    if size > OUTPUT_LIMIT_BYTES or files > OUTPUT_LIMIT_FILES:
+        problems.append(Problem("output-limit", name, None, f"working dir holds {size / 2**30:.1f} GB in {files} files",
+                                "Kaggle keeps 20 GB and 500 files: save only the final checkpoint, zip the rest"))
+    return apply_allowances(problems, original.cells)
+
+
+def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
+                 mounts: list[tuple[Path, str]]) -> tuple[Result, sandbox.Sandbox]:
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    name = path.name
+    original = nbformat.read(path, as_version=4)
+    box = sandbox.create(out, path.stem)
+    for src, slug in mounts:
+        sandbox.mount_readonly(src, box, slug)
+    before = sandbox.fingerprint(box.input)
+    executed_path = out / name
+    result = Result(name, executed=str(executed_path))
+    deadline = time.monotonic() + time_budget if time_budget else None
+    kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
+    saved_env = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(sandbox.environment(box, internet, saved_env))
+    failed_source = None
+    t0 = time.monotonic()
+    try:
+        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name="python3",
+                                   cwd=str(box.working), progress_bar=False, **kwargs)
+    except PapermillExecutionError as e:
+        failed_source = e.source
+        idx = _source_index(original.cells, e.source)
+        what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
+        result.problems.append(Problem("cell-error", name, idx, what, "fix the cell; the traceback is in the executed copy "
+                                       f"{executed_path}"))
+    except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
+        over = deadline is not None and time.monotonic() >= deadline - 1
+        check = "time-budget" if over else "cell-error"
+        fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
+               if over else "see the executed copy; a dead kernel is often out of memory")
+        result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+    result.seconds = round(time.monotonic() - t0, 1)
+    executed = nbformat.read(executed_path, as_version=4) if executed_path.exists() else original
+    result.problems += runtime_checks(name, original, executed, box, failed_source)
+    if sandbox.fingerprint(box.input) != before:
+        result.problems.append(Problem("read-only-input", name, None, "wrote into an input folder",
+                                       "inputs are read-only on Kaggle: write under the working dir"))
+    result.status = "failed" if result.failing else "passed"
+    return result, box
+
+
+def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None) -> list[Result]:
+    """Run notebooks in order; each gets the outputs of its kernel_sources mounted read-only as inputs."""
+    from nbutils import embedded
+
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("NBUTILS_CACHE", str(embedded.cache_dir().parent))
+    embedded.ensure()  # the embedded default is an input, built before the sandboxed runs
+    meta = kernel_metadata()
+    slug_of = {p.stem: meta[p.stem]["id"].split("/")[-1] if p.stem in meta else p.stem.replace("_", "-")
+               for p in notebooks}
+    done: dict[str, sandbox.Sandbox] = {}
+    results = []
+    for path in notebooks:
+        stem = path.stem
+        m = meta.get(stem, {})
+        # Without shipped metadata, every earlier notebook counts as a source (a plain chain).
+        sources = [s.split("/")[-1] for s in m["kernel_sources"]] if m else [slug_of[s] for s in done]
+        mounts, nb_params = [], dict(params)
+        for up_stem, box in done.items():
+            if slug_of.get(up_stem) in sources and up_stem in ARTIFACTS:
+                stage, _ = ARTIFACTS[up_stem]
+                if (box.working / stage).exists():
+                    mounts.append((box.working / stage, slug_of[up_stem]))
+        net = internet if internet is not None else bool(m.get("enable_internet", True))
+        accepted = _parameter_names(path)
+        # Upstream folders are passed explicitly as parameters, pointing into the read-only mounts.
+        for src, slug in mounts:
+            if UPSTREAM_PARAMS.get(src.name) in accepted:
+                nb_params[UPSTREAM_PARAMS[src.name]] = str(out / "sandbox" / stem / "input" / slug / src.name)
+        result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
+                                   time_budget, mounts)
+        if stem in ARTIFACTS and not result.failing:
+            stage, marker = ARTIFACTS[stem]
+            if not (box.working / stage / marker).exists():
+                result.problems.append(Problem("missing-artifact", path.name, None,
+                                               f"did not write {stage}/{marker}, which the next notebook needs",
+                                               "check the notebook's output_dir handling (nbutils.environment.stage_dir)"))
+                result.status = "failed"
+        done[stem] = box
+        results.append(result)
+        if result.failing:
+            break  # like a chain of Kaggle kernels: later ones would only fail for lack of inputs
+    return results
+
+
+def _parameter_names(path: Path) -> set[str]:
+    import papermill
+
+    return set(papermill.inspect_notebook(str(path)).keys())
+
+
+def lint(notebooks: list[Path]) -> list[Result]:
+    return [Result(p.name, problems=check_notebook(p)) for p in notebooks]
+
+
+def write_reports(out: Path, results: list[Result]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"ok": not any(r.failing for r in results),
+            "notebooks": [{**asdict(r), "problems": [asdict(p) for p in r.problems],
+                           "allowances": [str(p) for p in r.problems if p.allowed]} for r in results]}
+    (out / "report.json").write_text(json.dumps(data, indent=2))
+    cases = []
+    for r in results:
+        body = "".join(f'<failure type="{escape(p.check)}" message="{escape(str(p), {chr(34): "&quot;"})}"/>'
+                       for p in r.failing)
+        cases.append(f'<testcase classname="papermill-check" name="{escape(r.notebook)}" time="{r.seconds}">'
+                     f"{body}</testcase>")
+    failures = sum(1 for r in results if r.failing)
+    (out / "junit.xml").write_text(f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="papermill-check" '
+                                   f'tests="{len(results)}" failures="{failures}">{"".join(cases)}</testsuite>\n')
+
+
+def summary_table(results: list[Result]) -> str:
+    rows = [("notebook", "status", "seconds", "first problem")]
+    for r in results:
+        first = str(r.failing[0]) if r.failing else ("allowed: " + r.problems[0].check if r.problems else "-")
+        rows.append((r.notebook, r.status, f"{r.seconds:.1f}", first[:100]))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in rows)
+
+
+def _report(results: list[Result], out: Path | None) -> int:
+    for r in results:
+        for p in r.problems:
+            print(p)
+    if out is not None:
+        write_reports(out, results)
+    print(summary_table(results))
+    return 1 if any(r.failing for r in results) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nbutils.harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for cmd in ("run", "lint", "check"):
+        p = sub.add_parser(cmd)
+        if cmd != "check":
+            p.add_argument("notebooks", nargs="+", type=Path)
+        p.add_argument("--out", type=Path, default=ROOT / "runs" / "papermill-check")
+        if cmd != "lint":
+            p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+            p.add_argument("--no-internet", action="store_true")
+            p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
+    args = parser.parse_args(argv)
+    if args.command == "lint":
+        return _report(lint(args.notebooks), args.out)
+    params = {k: _literal(v) for k, v in args.parameter}
+    if args.command == "check":
+        notebooks = [ROOT / nb for nb in CHAIN]
+        linted = lint(notebooks)
+        if any(r.failing for r in linted):
+            return _report(linted, args.out)
+        # The default chain must work with the internet off: the embedded default needs none.
+        return _report(run(notebooks, args.out, params, False, args.time_budget), args.out)
+    return _report(run(args.notebooks, args.out, params, False if args.no_internet else None, args.time_budget),
+                   args.out)
+
+
+def _literal(value: str):
+    import ast
+
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
