@@ -74,6 +74,17 @@ def _failing_line(source: str, traceback: list[str]) -> str:
     return arrows[0].strip() if arrows else (lines[-1].strip() if lines else "")
 
 
+def _interrupted_source(executed_path: Path) -> str | None:
+    """Source of the cell papermill was running when execution stopped (timeout, dead kernel)."""
+    import nbformat
+
+    if not executed_path.exists():
+        return None
+    started = [c for c in nbformat.read(executed_path, as_version=4).cells
+               if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return started[-1].source if started else None
+
+
 def _output_text(cell) -> str:
     parts = []
     for out in cell.get("outputs", []):
@@ -103,7 +114,8 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed_s
     for ev in box.read_events():
         kind = ev["type"]
         if kind == "network-access":
-            problems.append(Problem(kind, name, None, f"tried to connect to {ev['address']} with the internet off",
+            problems.append(Problem(kind, name, index_of(ev.get("execution_count")),
+                                    f"tried to connect to {ev['address']} with the internet off",
                                     "ship the file as an input (dataset/model) or enable internet in kernel-metadata"))
         elif kind == "shell-error":
             problems.append(Problem(kind, name, index_of(ev["execution_count"]),
@@ -176,11 +188,15 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
         fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
                if over else "see the executed copy; a dead kernel is often out of memory")
         result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
+        failed_source = _interrupted_source(executed_path)
     finally:
         os.environ.clear()
         os.environ.update(saved_env)
     result.seconds = round(time.monotonic() - t0, 1)
     executed = nbformat.read(executed_path, as_version=4) if executed_path.exists() else original
+    for p in result.problems:
+        if p.cell is None and failed_source is not None:
+            p.cell = _source_index(original.cells, failed_source)
     result.problems += runtime_checks(name, original, executed, box, failed_source)
     if sandbox.fingerprint(box.input) != before:
         result.problems.append(Problem("read-only-input", name, None, "wrote into an input folder",
@@ -241,7 +257,10 @@ def _parameter_names(path: Path) -> set[str]:
 
 
 def lint(notebooks: list[Path]) -> list[Result]:
-    return [Result(p.name, problems=check_notebook(p)) for p in notebooks]
+    results = [Result(p.name, problems=check_notebook(p)) for p in notebooks]
+    for r in results:
+        r.status = "failed" if r.failing else "passed"
+    return results
 
 
 def write_reports(out: Path, results: list[Result]) -> None:

@@ -36,7 +36,7 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
     def _guard(sock, address):
         if sock.family in (socket.AF_INET, socket.AF_INET6) and not _local(address):
             _event(type="network-access", address=str(address[0] if isinstance(address, tuple) else address),
-                   pid=os.getpid())
+                   execution_count=int(os.environ.get("NBUTILS_CELL", "0")) or None)
             raise OSError(errno.ENETUNREACH, "internet is off in this run (nbutils harness): " + str(address))
     def connect(self, address):
         _guard(self, address)
@@ -54,9 +54,9 @@ def _event(**kw):
     with open(_LOG, "a") as f:
         f.write(json.dumps(kw) + "\n")
 _ip = get_ipython()
-_state = {"exit": None}
 def _pre(info):
-    _state["exit"] = _ip.user_ns.get("_exit_code")
+    # IPython has already counted this cell when pre_run_cell fires; child processes inherit the value.
+    os.environ["NBUTILS_CELL"] = str(_ip.execution_count - 1)
     _ip.user_ns["_exit_code"] = 0
 def _loaded_versions():
     out = {}
@@ -134,7 +134,9 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
         "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg", "HF_HUB_DISABLE_TELEMETRY": "1",
     })
     for var in CACHE_VARS:
-        env[var] = str(box.temp / var.lower())
+        path = box.temp / var.lower()
+        path.mkdir(exist_ok=True)  # tempfile falls back to /tmp when TMPDIR does not exist
+        env[var] = str(path)
     if not internet:
         env.update({"NBUTILS_NO_INTERNET": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     "HF_DATASETS_OFFLINE": "1", "PIP_NO_INDEX": "1"})
