@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SITECUSTOMIZE = r'''
-import errno, json, os, socket
+import errno, json, os, socket, sys
 _LOG = os.environ.get("NBUTILS_EVENTS")
+_argv = getattr(sys, "orig_argv", [])
+if _LOG and "pip" in " ".join(_argv[:3]) and "install" in _argv:
+    open(_LOG + ".pip", "a").close()  # tells the kernel's post-cell hook that pip installed something
 def _event(**kw):
     if _LOG:
         with open(_LOG, "a") as f:
@@ -48,7 +51,7 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
 '''
 
 STARTUP = r'''
-import importlib, importlib.metadata, json, os, re, subprocess, sys
+import importlib, importlib.metadata, json, os, subprocess, sys
 _LOG = os.environ.get("NBUTILS_EVENTS")
 def _event(**kw):
     with open(_LOG, "a") as f:
@@ -67,12 +70,12 @@ def _loaded_versions():
             out[name] = ver
     return out
 def _post(result):
-    src = result.info.raw_cell if result.info else ""
     count = result.execution_count
     code = _ip.user_ns.get("_exit_code", 0)
     if code and result.error_in_exec is None:
         _event(type="shell-error", execution_count=count, exit_code=code)
-    if re.search(r"\b(pip|conda|mamba)\b.*\binstall\b", src):
+    if os.path.exists(_LOG + ".pip"):  # a pip install ran during this cell (flag set by sitecustomize)
+        os.remove(_LOG + ".pip")
         dist = importlib.metadata.packages_distributions()
         for name, ver in _loaded_versions().items():
             for d in dist.get(name, [])[:1]:

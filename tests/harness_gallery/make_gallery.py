@@ -66,7 +66,8 @@ STALE = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedirs(
          "!pip install -q --no-index --no-deps --target site $w1",
          "import gallerypkg",
          "!pip install -q --no-index --no-deps --upgrade --target site $w2"]
-CONFLICT = [WHEEL + "\nimport os\nsite = os.path.abspath('site')\nos.environ['PYTHONPATH'] = site\n"
+CONFLICT = [WHEEL + "\nimport os\nsite = os.path.abspath('site')\n"
+            "os.environ['PYTHONPATH'] = site + os.pathsep + os.environ.get('PYTHONPATH', '')\n"
             "w = wheel('.', 'needsmissing', '1.0', ['nonexistent-gallery-dep'])",
             "!pip install -q --no-index --no-deps --target site $w"]
 RUNTIME["stale_module"] = (STALE, "stale-module", 5)
