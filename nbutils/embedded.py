@@ -12,6 +12,7 @@ Everything is deterministic for a seed and cached under `cache_dir()`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -19,7 +20,8 @@ import time
 from pathlib import Path
 
 EMBEDDED = "embedded"  # the sentinel every notebook parameter uses for "the embedded default"
-VERSION = "1"  # bump when anything below changes what gets built
+# The cache key is a hash of this file: any change to what gets built builds afresh.
+VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
 
 FIELDS = {
     "name": "anna bob carl dora emil fay gus hana ivan june kurt lena milo nora otto pia".split(),
@@ -29,7 +31,10 @@ FIELDS = {
     "job": "baker pilot nurse judge miner cook tailor farmer singer clerk".split(),
     "pet": "cat dog fox owl hen goat frog duck mule crab".split(),
 }
-QUESTIONS = ["what kind of word is {w} ?", "{w} is which kind of word ?", "classify the word {w} .", "is {w} a name , a city or what ?"]
+QUESTIONS = [
+    "what kind of word is {w} ?", "{w} is which kind of word ?", "classify the word {w} .", "is {w} a name , a city or what ?",
+    "tell me what {w} is .", "which field does {w} belong to ?", "what sort of word is {w} ?", "say the kind of {w} .",
+]
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% for m in messages %}"
@@ -82,15 +87,12 @@ def pretraining_corpus(n: int = 6000, seed: int = 0) -> list[str]:
     return docs
 
 
-def task_records(n: int = 600, seed: int = 1) -> list[dict[str, str]]:
-    """Alpaca-style records: say which kind of word (which record field) a word is."""
+def task_records(n: int = 480, seed: int = 1) -> list[dict[str, str]]:
+    """Alpaca-style records, all distinct: say which kind of word (which record field) a word is."""
+    combos = [(q, w, f) for f in sorted(FIELDS) for w in FIELDS[f] for q in QUESTIONS]
     rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        field = rng.choice(sorted(FIELDS))
-        word = rng.choice(FIELDS[field])
-        out.append({"instruction": rng.choice(QUESTIONS).format(w=word), "input": "", "output": field})
-    return out
+    picked = rng.sample(combos, k=min(n, len(combos)))
+    return [{"instruction": q.format(w=w), "input": "", "output": f} for q, w, f in picked]
 
 
 def build_tokenizer(corpus: list[str]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbutils.training import pad_collator
+from nbutils import batching
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -54,7 +54,7 @@ def eval_loss(model, eval_ds, pad_id: int, batch_size: int = 32) -> float:
     """Mean loss per target token over the whole eval split (prompt tokens masked)."""
     import torch
 
-    collate = pad_collator(pad_id)
+    collate = batching.make_collator({"strategy": "length_grouped"}, pad_id)
     total, count = 0.0, 0
     for i in range(0, len(eval_ds), batch_size):
         batch = collate([eval_ds[j] for j in range(i, min(i + batch_size, len(eval_ds)))])

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbutils.data import IGNORE_INDEX
+from nbutils import batching
 
 
 @dataclass
@@ -26,26 +26,7 @@ class TrainConfig:
     extra: dict = field(default_factory=dict)
 
 
-def pad_collator(pad_id: int):
-    """Right-pad input_ids/labels/attention_mask to the longest row in the batch."""
-    import torch
-
-    def collate(rows):
-        width = max(len(r["input_ids"]) for r in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # extra columns (length) are dropped here
-            n = len(r["input_ids"])
-            ids[i, :n] = torch.tensor(r["input_ids"])
-            labels[i, :n] = torch.tensor(r["labels"])
-            mask[i, :n] = 1
-        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
-
-    return collate
-
-
-def training_arguments(cfg: TrainConfig, output_dir: str | Path):
+def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True):
     """TrainingArguments from our config: fp16/bf16 from the precision rule, never both."""
     from transformers import TrainingArguments
 
@@ -56,21 +37,26 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path):
         lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps,
         eval_strategy="steps", eval_steps=cfg.eval_steps, save_strategy="no",
         fp16=cfg.precision == "fp16", bf16=cfg.precision == "bf16", seed=cfg.seed, data_seed=cfg.seed,
-        train_sampling_strategy="group_by_length", length_column_name="length",
+        train_sampling_strategy="group_by_length" if grouped else "random", length_column_name="length",
         report_to=[], disable_tqdm=True, remove_unused_columns=False,
         dataloader_num_workers=0,
     )
 
 
-def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path) -> dict:
-    """Run the Trainer; return the log history and timing."""
+def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None) -> dict:
+    """Run the Trainer with the data manifest's batching plan; return the log history and timing."""
+    from datasets import Dataset
     from transformers import Trainer
 
+    plan = plan or {"strategy": "length_grouped"}
     cols = ["input_ids", "labels", "length"]
+    train_rows = train_ds.select_columns(cols)
+    if plan["strategy"] == "packed":
+        train_rows = Dataset.from_list(batching.pack(list(train_rows), plan["block_size"]))
     trainer = Trainer(
-        model=model, args=training_arguments(cfg, Path(output_dir) / "trainer"),
-        train_dataset=train_ds.select_columns(cols), eval_dataset=eval_ds.select_columns(cols),
-        data_collator=pad_collator(tokenizer.pad_token_id),
+        model=model, args=training_arguments(cfg, Path(output_dir) / "trainer", grouped=plan["strategy"] != "packed"),
+        train_dataset=train_rows, eval_dataset=eval_ds.select_columns(cols),
+        data_collator=batching.make_collator(plan, tokenizer.pad_token_id),
     )
     t0 = time.time()
     result = trainer.train()

@@ -48,12 +48,17 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% tags=["parameters"]
 base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
-raw_data = "embedded"  # JSONL file(s) of instruction/input/output records, comma-separated
+raw_data = "embedded"  # input files (JSONL/JSON/CSV/TSV/Parquet/HTML/SQL/HF folder), comma-separated
 output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
 smoke = False
+format = "auto"  # auto sniffs each input and says what it chose
 max_seq_len = 256
 eval_fraction = 0.1
+train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
+strict = False  # True: stop at the first bad record instead of quarantining it
+truncate = False  # True: cut records longer than max_seq_len instead of keeping them out
+batch_size = 16  # the per-device batch size 02 will use; the batching plan is measured for it
 
 # %% [markdown]
 # ## Preflight
@@ -66,10 +71,11 @@ from nbutils.preflight import preflight
 env = preflight(load_in_4bit=False)
 
 # %% [markdown]
-# ## Prepare the data
-# The tokenizer's chat template decides how a conversation looks to the model; the EOS token
-# ends every answer so the fine-tuned model learns to stop. Padding uses a different token,
-# otherwise EOS would be masked out of the loss and the model would never stop generating.
+# ## Read, validate and tokenize
+# Every record read is kept, or quarantined with its file, line and reason, or counted as a
+# duplicate; the counts add up. The tokenizer's chat template decides what a conversation looks
+# like to the model, EOS ends every answer so the model learns to stop, and padding uses a token
+# other than EOS so the EOS is never masked out of the loss.
 
 # %%
 from nbutils import data, embedded, environment, modeling
@@ -77,18 +83,38 @@ from nbutils import data, embedded, environment, modeling
 tokenizer = modeling.load_tokenizer(base_model)
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
-manifest = data.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction,
-                        seed=seed, max_records=200 if smoke else None)
-print(f"wrote {out}")
-manifest["counts"], manifest["splits"], manifest["token_lengths"]
+manifest = data.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction, seed=seed,
+                        max_records=200 if smoke else None, train_on_prompt=train_on_prompt, fmt=format,
+                        strict=strict, truncate=truncate, batch_size=batch_size)
+
+# %% [markdown]
+# ## What was kept, and why the rest was not
+# `quarantine.jsonl` in the output folder lists every record kept out, with its reason.
+
+# %%
+import pandas as pd
+
+counts = pd.Series({**manifest["counts"], **{f"split {k}": v for k, v in manifest["splits"].items()}}, name="records")
+reasons = pd.Series(manifest["quarantine_reasons"], name="quarantined", dtype=int)
+display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record quarantined")  # noqa: F821
 
 # %% [markdown]
 # ## What the model will see
-# One training example exactly as tokenized; the part the loss ignores (the prompt) is shown
-# in brackets.
+# A few training examples exactly as tokenized; [bracketed] text is masked out of the loss.
 
 # %%
-row = data.load_split(out, "train")[0]
-shown = [tokenizer.decode([t]) if lab != data.IGNORE_INDEX else f"[{tokenizer.decode([t])}]"
-         for t, lab in zip(row["input_ids"], row["labels"])]
-print("".join(shown))
+train = data.load_split(out, "train")
+for row in train.select(range(min(3, len(train)))):
+    print(data.render_masked(row, tokenizer), end="\n---\n")
+
+# %% [markdown]
+# ## Lengths and batching
+# The histogram shows where `max_seq_len` cuts. The batching plan compares how many of the
+# tokens fed to the GPU are real (not padding) for random batches, length-grouped batches and
+# packing with a per-example mask; 02 uses the chosen plan.
+
+# %%
+from IPython.display import Image
+
+display(Image(str(out / "lengths.png")))  # noqa: F821
+manifest["token_lengths"], manifest["batching"]

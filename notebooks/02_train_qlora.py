@@ -87,7 +87,7 @@ modeling.trainable_summary(model)
 cfg = training.TrainConfig(max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate,
                            per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, lora_r=lora_r,
                            precision=env["precision"], seed=seed)
-result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out)
+result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=data.load_manifest(data_dir)["batching"])
 print(f"step {result['global_step']}: train loss {result['train_loss']:.3f}, eval loss {result['eval_loss']:.3f}")
 
 # %% [markdown]
