@@ -29,6 +29,13 @@ def load_tokenizer(base_model: str):
     return tok
 
 
+def load_config(base_model: str):
+    """The model's config only (no weights): for validation and the memory plan before loading."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(embedded.resolve_model(base_model))
+
+
 def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = True,
               attn_implementation: str = "sdpa", device_map=None):
     """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule."""
@@ -65,7 +72,7 @@ def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     elif gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     config = LoraConfig(
         r=r, lora_alpha=alpha or r, lora_dropout=dropout, use_rslora=use_rslora,

@@ -138,4 +138,6 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     if problems:
         raise PreflightError("Preflight found blockers:\n- " + "\n- ".join(problems))
     info["precision_obj"] = chosen
+    info["gpu_capability"] = min(a.capability for a in accels) if accels else None
+    info["gpu_memory_gb"] = min(a.memory_gb for a in accels) if accels else None
     return info

@@ -1,103 +1,149 @@
-"""Training with the HF Trainer and saving a complete checkpoint (adapter + tokenizer + run config)."""
+"""QLoRA training with the HF Trainer: resumable, time-boxed, NaN-guarded, and never losing the adapter.
+
+Output folder layout (what 03 and people read):
+  trainer/checkpoint-N/   Trainer checkpoints (adapter, optimizer, scheduler, RNG, trainer state,
+                          tokenizer, run config); only those with a COMPLETE marker count
+  checkpoint/             the final adapter + tokenizer + run_config.json (atomic, COMPLETE marker)
+  training_summary.json   global_step, stopped_reason, resumed_from_step, losses, checkpoint_dir, ...
+  learning_curves.png     train and eval loss, with the diagnosis in the title
+Under several processes (accelerate/torchrun) only the main process writes these files.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbutils import batching
+from transformers import TrainerCallback
+
+from nbutils import batching, checkpoints, curves
+from nbutils.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget
+from nbutils.checkpoints import unwrap  # noqa: F401  (re-exported: notebooks call training.unwrap)
+from nbutils.trainconfig import TrainConfig
+
+__all__ = ["TrainConfig", "train", "training_arguments", "write_summary", "save_checkpoint", "unwrap"]
 
 
-@dataclass
-class TrainConfig:
-    max_steps: int = 120
-    num_epochs: float = 1.0
-    learning_rate: float = 3e-3
-    per_device_batch_size: int = 16
-    grad_accum: int = 1
-    lora_r: int = 16
-    warmup_steps: int = 10
-    eval_steps: int = 40
-    logging_steps: int = 10
-    precision: str = "fp32"
-    seed: int = 0
-    extra: dict = field(default_factory=dict)
-
-
-def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True):
+def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log"):
     """TrainingArguments from our config: fp16/bf16 from the precision rule, never both."""
+    import torch
     from transformers import TrainingArguments
 
     return TrainingArguments(
         output_dir=str(output_dir), max_steps=cfg.max_steps, num_train_epochs=cfg.num_epochs,
         per_device_train_batch_size=cfg.per_device_batch_size, per_device_eval_batch_size=cfg.per_device_batch_size,
-        gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.learning_rate,
+        gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.learning_rate, optim=cfg.optim,
         lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps,
-        eval_strategy="steps", eval_steps=cfg.eval_steps, save_strategy="no",
+        eval_strategy=cfg.eval_strategy, eval_steps=cfg.eval_steps, save_strategy=cfg.save_strategy,
+        save_steps=cfg.save_steps, save_total_limit=2, load_best_model_at_end=cfg.load_best_model_at_end,
         fp16=cfg.precision == "fp16", bf16=cfg.precision == "bf16", seed=cfg.seed, data_seed=cfg.seed,
         train_sampling_strategy="group_by_length" if grouped else "random", length_column_name="length",
-        report_to=[], disable_tqdm=True, remove_unused_columns=False,
-        dataloader_num_workers=0,
+        report_to=[], disable_tqdm=progress != "widgets", remove_unused_columns=False, dataloader_num_workers=0,
+        include_num_input_tokens_seen="non_padding", use_cpu=not torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,
     )
 
 
-def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None) -> dict:
-    """Run the Trainer with the data manifest's batching plan; return the log history and timing."""
+def progress_mode(progress: str = "auto") -> str:
+    """'widgets' in an interactive session, 'log' (plain lines) in a batch run where widgets show nothing."""
+    if progress != "auto":
+        return progress
+    from nbutils.environment import detect_platform
+
+    return "log" if detect_platform().is_batch else "widgets"
+
+
+class MarkComplete(TrainerCallback):
+    """After the Trainer wrote checkpoint-N: add the run config and the COMPLETE marker (main process only)."""
+
+    def __init__(self, run_config: dict):
+        self.run_config = run_config
+
+    def on_save(self, args, state, control, **kw):
+        if not state.is_world_process_zero:
+            return
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        (path / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str))
+        if os.environ.get("NBUTILS_TEST_KILL_IN_SAVE") == str(state.global_step):
+            # Test hook: die half-way through a save (a file cut short, no marker), as a SIGKILL would.
+            (path / "adapter_model.safetensors").write_bytes(b"partial")
+            os.kill(os.getpid(), signal.SIGKILL)
+        checkpoints.mark_complete(path)
+
+
+def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None,
+          run_config: dict | None = None, probe=None, progress: str = "log", clock=time.time,
+          session_start: float | None = None) -> dict:
+    """Train (resuming from the latest complete checkpoint if any) and return what the summary needs."""
     from datasets import Dataset
     from transformers import Trainer
 
+    output_dir = Path(output_dir)
     plan = plan or {"strategy": "length_grouped"}
     cols = ["input_ids", "labels", "length"]
     train_rows = train_ds.select_columns(cols)
     if plan["strategy"] == "packed":
         train_rows = Dataset.from_list(batching.pack(list(train_rows), plan["block_size"]))
+    stop = StopReason()
+    callbacks = [MarkComplete(run_config or {}), TimeBudget(cfg.time_budget_min, stop, session_start, clock),
+                 NanGuard(stop), PeakMemory()]
+    if progress == "log":
+        callbacks.append(ProgressLog())
+    if probe is not None:
+        callbacks.append(Probe(probe, stop))
     trainer = Trainer(
-        model=model, args=training_arguments(cfg, Path(output_dir) / "trainer", grouped=plan["strategy"] != "packed"),
+        model=model, processing_class=tokenizer,
+        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress),
         train_dataset=train_rows, eval_dataset=eval_ds.select_columns(cols),
-        data_collator=batching.make_collator(plan, tokenizer.pad_token_id),
+        data_collator=batching.make_collator(plan, tokenizer.pad_token_id), callbacks=callbacks,
     )
+    resume = checkpoints.find_resumable(output_dir) if cfg.resume else None
+    if resume is not None:
+        print(f"[train] resuming from {resume}")
     t0 = time.time()
-    result = trainer.train()
-    metrics = trainer.evaluate()
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    reason = stop.reason
+    if reason is None:
+        reason = "max_steps" if cfg.max_steps > 0 and trainer.state.global_step >= cfg.max_steps else "completed"
+    metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
     return {
-        "global_step": trainer.state.global_step, "train_loss": result.training_loss,
-        "eval_loss": metrics["eval_loss"], "seconds": round(time.time() - t0, 1),
-        "log_history": trainer.state.log_history,
+        "trainer": trainer, "global_step": trainer.state.global_step, "stopped_reason": reason,
+        "stop_detail": stop.detail, "resumed_from_step": int(resume.name.split("-")[1]) if resume else None,
+        "train_loss": result.training_loss, "eval_loss": metrics["eval_loss"], "seconds": round(time.time() - t0, 1),
+        "log_history": trainer.state.log_history, "peak_memory_gb": callbacks[3].peak_gb,
+        "is_main": trainer.is_world_process_zero(),
     }
 
 
-def unwrap(model):
-    """Strip accelerate/DDP/compile wrappers so save_pretrained reaches the PEFT model."""
-    try:
-        from accelerate.utils import extract_model_from_parallel
-
-        model = extract_model_from_parallel(model)
-    except ImportError:
-        pass
-    while hasattr(model, "module"):
-        model = model.module
-    return model
+def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict, result: dict | None = None) -> Path:
+    """The final checkpoint in <output_dir>/checkpoint; after a NaN stop, the last good one is used instead."""
+    dest = Path(output_dir) / "checkpoint"
+    if result and result["stopped_reason"] == "nan":
+        good = checkpoints.trainer_checkpoints(Path(output_dir) / "trainer")
+        if good:
+            return checkpoints.copy_complete(good[-1], dest)
+    return checkpoints.save_final(model, tokenizer, dest, run_config)
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict) -> Path:
-    """Write adapter + tokenizer + run config into <output_dir>/checkpoint."""
-    ckpt = Path(output_dir) / "checkpoint"
-    unwrap(model).save_pretrained(ckpt)
-    tokenizer.save_pretrained(ckpt)
-    (ckpt / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str))
-    return ckpt
+def write_summary(output_dir: str | Path, result: dict, cfg: TrainConfig, checkpoint_dir: Path,
+                  memory_plan: dict | None = None) -> dict:
+    """training_summary.json and learning_curves.png: the facts 03 and people read about this run."""
+    from dataclasses import asdict
 
-
-def write_summary(output_dir: str | Path, result: dict, cfg: TrainConfig, checkpoint_dir: Path) -> dict:
-    """training_summary.json: the facts 03 and people read about this run."""
+    output_dir = Path(output_dir)
+    curves.plot(result["log_history"], output_dir / "learning_curves.png")
     summary = {
-        "global_step": result["global_step"], "stopped_reason": "max_steps" if cfg.max_steps > 0 else "completed",
-        "resumed_from_step": None, "train_loss": result["train_loss"], "eval_loss": result["eval_loss"],
-        "checkpoint_dir": str(checkpoint_dir), "checkpoint_complete": (checkpoint_dir / "adapter_config.json").exists(),
-        "seconds": result["seconds"], "config": asdict(cfg),
+        "global_step": result["global_step"], "stopped_reason": result["stopped_reason"],
+        "stop_detail": result.get("stop_detail", ""), "resumed_from_step": result["resumed_from_step"],
+        "train_loss": result["train_loss"], "eval_loss": result["eval_loss"],
+        "checkpoint_dir": os.path.relpath(checkpoint_dir, output_dir),
+        "checkpoint_complete": checkpoints.is_complete(checkpoint_dir) and not checkpoints.missing_files(checkpoint_dir),
+        "diagnosis": curves.diagnose(result["log_history"]), "seconds": result["seconds"],
+        "memory_plan": memory_plan, "measured_peak_gb": result.get("peak_memory_gb"), "config": asdict(cfg),
     }
-    (Path(output_dir) / "training_summary.json").write_text(json.dumps(summary, indent=2))
-    (Path(output_dir) / "log_history.json").write_text(json.dumps(result["log_history"], indent=2))
+    (output_dir / "training_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (output_dir / "log_history.json").write_text(json.dumps(result["log_history"], indent=2))
     return summary

@@ -49,12 +49,19 @@ seed = 0
 smoke = False
 precision = "auto"  # auto: bf16 from compute capability 8.0 up, fp16 on a T4, fp32 on CPU
 load_in_4bit = True
-max_steps = 150
+max_steps = 80  # -1 trains num_epochs instead
 num_epochs = 1.0
-learning_rate = 3e-3
-lora_r = 16
+learning_rate = 3e-3  # high because the embedded model is tiny; 1e-4 to 2e-4 for real 0.5B-8B models
+lora_r = 16  # LoRA rank; alpha is set equal to r
+lora_dropout = 0.0
+use_rslora = False
 per_device_batch_size = 16
 grad_accum = 1
+eval_steps = 20
+save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
+time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
+resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
+progress = "auto"  # auto: widgets in an interactive session, plain log lines in a batch run
 
 # %% [markdown]
 # ## Preflight
@@ -65,40 +72,78 @@ from nbutils.preflight import preflight
 env = preflight(precision=precision, load_in_4bit=load_in_4bit)
 
 # %% [markdown]
-# ## Load the data and the model
-# The model loads in 4-bit with the compute dtype of the precision rule. LoRA goes on every
-# linear layer (alpha = r); its weights stay fp32 so the fp16 gradient scaler works on a T4.
+# ## Check the configuration before loading anything
+# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a
+# T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
+# whether this batch size fits the GPU, and the largest one that does.
 
 # %%
-from nbutils import data, environment, modeling, training
+from nbutils import data, environment, memory, modeling, trainconfig, training
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
+manifest = data.load_manifest(data_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
+cfg = trainconfig.TrainConfig(
+    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate, lora_r=lora_r,
+    lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
+    grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
+    precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
+    resume=resume, seed=seed)
+model_config = modeling.load_config(base_model)
+trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
+                     model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
+plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"])
+print(memory.table(plan))
+
+# %% [markdown]
+# ## Load the model
+# The model loads in 4-bit (nf4, double quantization) with the compute dtype of the precision
+# rule. LoRA goes on every linear layer (alpha = r); its weights stay fp32 so the fp16 gradient
+# scaler works on a T4. Gradient checkpointing uses `use_reentrant=False`.
+
+# %%
 tokenizer = modeling.load_tokenizer(base_model)
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
-model = modeling.attach_lora(model, r=lora_r, seed=seed)
+model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
 modeling.trainable_summary(model)
 
 # %% [markdown]
 # ## Train
+# Batches follow the plan 01 measured (length-grouped, or packed with a per-example mask). A
+# complete checkpoint is saved every `save_steps`; the run stops and saves before the time
+# budget runs out, stops on a NaN loss keeping the last good checkpoint, and resumes from the
+# latest complete checkpoint when there is one.
 
 # %%
-cfg = training.TrainConfig(max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate,
-                           per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, lora_r=lora_r,
-                           precision=env["precision"], seed=seed)
-result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=data.load_manifest(data_dir)["batching"])
-print(f"step {result['global_step']}: train loss {result['train_loss']:.3f}, eval loss {result['eval_loss']:.3f}")
+run_config = {"parameters": {k: v for k, v in dict(
+    base_model=base_model, seed=seed, smoke=smoke, lora_r=lora_r, learning_rate=learning_rate, max_steps=cfg.max_steps,
+    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, precision=env["precision"]).items()},
+    "versions": {k: v for k, v in env.items() if k.startswith("version.")},
+    "data_manifest_hash": manifest["content_hash"]}
+result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"], run_config=run_config,
+                        progress=training.progress_mode(progress))
+print(f"step {result['global_step']} ({result['stopped_reason']}): train loss {result['train_loss']:.4f}, "
+      f"eval loss {result['eval_loss']:.4f}")
 
 # %% [markdown]
-# ## Save a complete checkpoint
-# Adapter, tokenizer and the run configuration (parameters, package versions, data hash)
-# together: a checkpoint without its tokenizer cannot be used.
+# ## Save, then verify the checkpoint
+# Adapter, tokenizer and run configuration together, written atomically; then the checkpoint is
+# checked file by file and reloaded to generate a few tokens, so a broken save shows now.
 
 # %%
-run_config = {"parameters": {"base_model": base_model, "seed": seed, "smoke": smoke, "lora_r": lora_r,
-                             "learning_rate": learning_rate, "max_steps": cfg.max_steps},
-              "versions": {k: v for k, v in env.items() if k.startswith("version.")},
-              "data_manifest_hash": data.load_manifest(data_dir)["content_hash"]}
-ckpt = training.save_checkpoint(model, tokenizer, out, run_config)
-training.write_summary(out, result, cfg, ckpt)
+if result["is_main"]:
+    ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
+    summary = training.write_summary(out, result, cfg, ckpt, plan)
+    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
+    print("checkpoint", ckpt, "verified" if check["ok"] else f"MISSING {check['missing']}", check)
+    assert check["ok"], f"checkpoint is missing {check['missing']}"
+
+# %% [markdown]
+# ## Learning curves
+
+# %%
+from IPython.display import Image
+
+display(Image(str(out / "learning_curves.png")))  # noqa: F821
+summary["diagnosis"]

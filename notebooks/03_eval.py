@@ -89,8 +89,9 @@ base
 # %%
 from peft import PeftModel
 
-ckpt = json.loads((Path(adapter_dir) / "training_summary.json").read_text())["checkpoint_dir"]
-ckpt = Path(adapter_dir) / Path(ckpt).name  # the summary's path may point at another machine
+summary = json.loads((Path(adapter_dir) / "training_summary.json").read_text())
+ckpt = Path(adapter_dir) / summary["checkpoint_dir"]  # relative, so it works where the folder is mounted
+assert summary["checkpoint_complete"], f"{ckpt} is not a complete checkpoint: re-run 02 (it resumes)"
 model = PeftModel.from_pretrained(model, ckpt)
 model.eval()
 tuned_out = evaluation.generate(model, tokenizer, prompts, max_new_tokens)

@@ -1,0 +1,128 @@
+"""Trainer callbacks for the ways runs lose GPU hours: the 12-hour wall, NaNs, silent progress, garbage.
+
+Each callback records why it stopped training in `state.stopped_reason` (a dict shared through
+the `StopReason` holder) so the summary can say it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+from transformers import TrainerCallback
+
+
+class StopReason:
+    """Shared, first-writer-wins reason for stopping ("time_budget", "nan", "degenerate")."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.detail: str = ""
+
+    def set(self, reason: str, detail: str) -> None:
+        if self.reason is None:
+            self.reason, self.detail = reason, detail
+            print(f"[train] stopping: {detail}", file=sys.stderr, flush=True)
+
+
+def session_start() -> float:
+    """When this session began: the kernel process start on Kaggle (its 12 hours count from there)."""
+    try:
+        import psutil
+
+        return psutil.Process(os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 -- psutil is optional; then the budget counts from now
+        return time.time()
+
+
+class TimeBudget(TrainerCallback):
+    """Stop and save before the budget runs out, leaving room for one more step and a save."""
+
+    def __init__(self, budget_min: float, stop: StopReason, start: float | None = None, clock=time.time):
+        self.budget_s, self.stop, self.clock = budget_min * 60, stop, clock
+        self.start = session_start() if start is None else start
+        self.last, self.step_s, self.save_s = None, 0.0, 0.0
+
+    def on_step_end(self, args, state, control, **kw):
+        now = self.clock()
+        if self.last is not None:
+            self.step_s = max(self.step_s, now - self.last)
+        self.last = now
+        remaining = self.budget_s - (now - self.start)
+        if remaining < 2 * self.step_s + self.save_s:
+            self.stop.set("time_budget", f"time budget of {self.budget_s / 60:.1f} min nearly used at step "
+                                         f"{state.global_step}; saving a complete checkpoint")
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_save(self, args, state, control, **kw):
+        if self.last is not None:
+            self.save_s = max(self.save_s, self.clock() - self.last)
+
+
+class NanGuard(TrainerCallback):
+    """NaN/inf loss or gradient norm: stop at once; the last good checkpoint stays the one to use."""
+
+    def __init__(self, stop: StopReason):
+        self.stop = stop
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        for key in ("loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                self.stop.set("nan", f"{key} is {value} at step {state.global_step}: in fp16 this is usually an "
+                                     "overflow; lower learning_rate, keep LoRA weights fp32, or use bf16 on capability >= 8.0")
+                control.should_training_stop = True
+                control.should_save = False
+
+
+class ProgressLog(TrainerCallback):
+    """Plain periodic lines (step, loss, tokens/s, ETA) for batch logs, where widgets show nothing."""
+
+    def __init__(self, stream=sys.stdout):
+        self.stream, self.t0, self.tokens0 = stream, None, 0
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.t0, self.tokens0, self.step0 = time.time(), state.num_input_tokens_seen or 0, state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not logs or "loss" not in logs or self.t0 is None:
+            return
+        elapsed = max(1e-6, time.time() - self.t0)
+        done = max(1, state.global_step - self.step0)
+        eta = (state.max_steps - state.global_step) * elapsed / done
+        tokens = (state.num_input_tokens_seen or 0) - self.tokens0
+        print(f"[train] step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.4f}  "
+              f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min", file=self.stream, flush=True)
+
+
+class Probe(TrainerCallback):
+    """At each evaluation call probe(model) -> True if generations are degenerate; two in a row stop training."""
+
+    def __init__(self, probe, stop: StopReason, patience: int = 2):
+        self.probe, self.stop, self.patience, self.streak = probe, stop, patience, 0
+
+    def on_evaluate(self, args, state, control, model=None, **kw):
+        if model is None:
+            return
+        self.streak = self.streak + 1 if self.probe(model) else 0
+        if self.streak >= self.patience:
+            self.stop.set("degenerate", f"probe generations degenerate at {self.streak} evaluations in a row "
+                                        f"(step {state.global_step}); keeping the last checkpoint")
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class PeakMemory(TrainerCallback):
+    """On a GPU, the measured peak after the first steps, to put next to the memory plan's estimate."""
+
+    def __init__(self, after_steps: int = 3):
+        self.after, self.peak_gb = after_steps, None
+
+    def on_step_end(self, args, state, control, **kw):
+        import torch
+
+        if torch.cuda.is_available() and state.global_step == self.after:
+            self.peak_gb = torch.cuda.max_memory_allocated() / 2**30

@@ -1,0 +1,47 @@
+"""Learning curves from the Trainer's log history: a plot and a one-line diagnosis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def series(log_history: list[dict]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    train = [(h["step"], float(h["loss"])) for h in log_history if "loss" in h and "step" in h]
+    evals = [(h["step"], float(h["eval_loss"])) for h in log_history if "eval_loss" in h and "step" in h]
+    return train, evals
+
+
+def diagnose(log_history: list[dict]) -> str:
+    """'underfit', 'overfit from step N' or 'well fit' (or 'not enough evaluations')."""
+    train, evals = series(log_history)
+    if len(evals) < 2 or not train:
+        return "not enough evaluations to tell"
+    first, last = evals[0][1], evals[-1][1]
+    best_step, best = min(evals, key=lambda e: e[1])
+    if last > best * 1.1 and best_step != evals[-1][0] and train[-1][1] < best:
+        return f"overfit from step {best_step}: eval loss rose from {best:.4f} to {last:.4f} while train loss kept falling"
+    if last > 0.8 * first:
+        return f"underfit: eval loss fell only from {first:.4f} to {last:.4f}; train longer or raise the learning rate"
+    return f"well fit: eval loss fell from {first:.4f} to {last:.4f} and did not rise"
+
+
+def plot(log_history: list[dict], path: str | Path, title: str = "Learning curves"):
+    """Train and eval loss against steps, saved as PNG; returns the figure."""
+    from nbutils.plots import _pyplot
+
+    plt = _pyplot()
+    train, evals = series(log_history)
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    if train:
+        ax.plot(*zip(*train), label="train loss")
+    if evals:
+        ax.plot(*zip(*evals), marker="o", label="eval loss")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"{title}: {diagnose(log_history).split(':')[0]}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
