@@ -52,7 +52,7 @@ def run(seed: int = 0) -> list[dict]:
     return rows
 
 
-def run_overhead(repeats: int = 7, batch: int = 8, new_tokens: int = 64) -> list[dict]:
+def run_overhead(repeats: int = 11, batch: int = 8, new_tokens: int = 64) -> list[dict]:
     """generate() wall time with the guard on vs off, interleaved; plus identical tokens on healthy rows."""
     import torch
     from transformers import StoppingCriteriaList

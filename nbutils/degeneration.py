@@ -24,7 +24,10 @@ TOKEN_RE = re.compile(r"[^\W\d_]+|\d+|[^\w\s]")
 SUBWORD_RE = re.compile(r"##[^\W\d_]|Ġ\w|▁\w|Ċ|ĉ")
 MOJIBAKE_RE = re.compile("Ã[\u0080-\u00bf]|â€[\u0080-\u00bf\u2122\u0153\u201c\u201d\u02dc\u0161]|Â[\u00a0-\u00bf]|ðŸ")
 ZERO_WIDTH = set("\u200b\u200c\u200d\u2060\ufeff\u00ad")
-SEPARATOR_CHARS = set("-=_*#~. \n\t|+`/\\")
+# Rulers and indentation (-, =, _, *, #, ~, ., spaces, |, +, `, /, \) repeat in healthy text.
+CHAR_RUN_RE = re.compile(r"([^-=_*#~. \n\t|+`/\\])\1{15,}")
+BLANK_RUN_RE = re.compile(r"(?:\n[ \t\r]*){8,}")
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 FUNCTION_WORDS = set("""
 the a an of to in on at for from by with and or but not no is are was were be been being it its this that these those
 as if then than so such there their they them he she his her we our you your i me my do does did have has had can could
@@ -58,23 +61,31 @@ def _script(ch: str) -> str:
 
 
 def _unicode_junk(text: str, m: dict) -> bool:
-    bad_ctrl = sum(1 for c in text if unicodedata.category(c) == "Cc" and c not in "\n\r\t")
+    if text.isascii():  # the common case, kept cheap: only control characters can be junk here
+        bad_ctrl = len(CONTROL_RE.findall(text))
+        m.update(control=bad_ctrl)
+        return bad_ctrl >= 3
+    bad_ctrl = len(CONTROL_RE.findall(text))
     zero_width = sum(1 for c in text if c in ZERO_WIDTH)
     replacement = text.count("\ufffd")
     mojibake = len(MOJIBAKE_RE.findall(text))
     mixed = 0
     words = re.findall(r"[^\W\d_]{2,}", text)
     for w in words:
+        if w.isascii():
+            continue
         scripts = {_script(c) for c in w} - {"other"}
         if len(scripts) > 1 and not scripts <= {"cjk", "kana", "hangul"}:  # CJK scripts mix in normal writing
             mixed += 1
-    letters = [c for c in text if c.isalpha()]
     script_counts: dict[str, int] = {}
-    for c in letters:
-        s = _script(c)
-        script_counts[s] = script_counts.get(s, 0) + 1
-    major = [s for s, n in script_counts.items() if n >= max(3, 0.05 * len(letters))]
-    privates = sum(1 for c in text if unicodedata.category(c) in ("Co", "Cn", "Cs"))
+    letters = 0
+    for c in text:
+        if c.isalpha():
+            letters += 1
+            s = _script(c)
+            script_counts[s] = script_counts.get(s, 0) + 1
+    major = [s for s, n in script_counts.items() if n >= max(3, 0.05 * letters)]
+    privates = sum(1 for c in text if not c.isascii() and unicodedata.category(c) in ("Co", "Cn", "Cs"))
     m.update(control=bad_ctrl, zero_width=zero_width, replacement=replacement, mojibake=mojibake,
              mixed_script_words=mixed, scripts=len(major))
     return (replacement >= 2 or bad_ctrl >= 3 or zero_width >= 3 or mojibake >= 2 or privates >= 3
@@ -82,16 +93,10 @@ def _unicode_junk(text: str, m: dict) -> bool:
 
 
 def _char_repeat(text: str, m: dict) -> bool:
-    run, best, prev = 0, 0, ""
-    for c in text:
-        if c == prev and c not in SEPARATOR_CHARS:
-            run += 1
-            best = max(best, run)
-        else:
-            run = 1 if c not in SEPARATOR_CHARS else 0
-        prev = c
-    m["char_run"] = best
-    return best >= 16
+    blank = max((b.count("\n") for b in BLANK_RUN_RE.findall(text)), default=0)
+    best = max((len(r.group(0)) for r in CHAR_RUN_RE.finditer(text)), default=0)
+    m.update(newline_run=blank, char_run=best)
+    return blank > 0 or best >= 16  # eight line breaks in a row: healthy text stops at three or four
 
 
 def _needed_repeats(p: int, unit: list[str]) -> float:
@@ -119,8 +124,8 @@ def _loop(tokens: list[str], m: dict) -> str | None:
         if repeats < _needed_repeats(p, unit):
             continue
         digits_vary = any(t.isdigit() for t in tokens[n - p:]) and tokens[n - p:] != tokens[n - 2 * p:n - p]
-        if digits_vary and repeats < 2.5:
-            continue  # changelogs repeat entries with new numbers; a counting loop goes on
+        if digits_vary and (repeats < 2.5 or "|" in unit or sum(len(t) >= 3 for t in unit if t.isalpha()) < 2):
+            continue  # changelogs and tables of figures repeat a shape with new numbers; a counting loop has words
         m.update(loop_period=p, loop_repeats=round(repeats, 2))
         if p <= 2 and all(t.isalpha() for t in unit):
             return "token-repeat"
@@ -160,10 +165,10 @@ def detect(text: str) -> Verdict:
     m: dict[str, float] = {"chars": len(text)}
     if not text.strip():
         return Verdict(True, ["empty"], m)
-    stripped = SPECIAL_RE.sub("", text)
-    if not stripped.strip():
+    if not SPECIAL_RE.sub("", text).strip():
         return Verdict(True, ["special-tokens-only"], m)
-    tail = stripped[-TAIL_CHARS:]
+    # Special tokens become a word, so a loop of role or end markers is a loop like any other.
+    tail = SPECIAL_RE.sub(" specialtoken ", text[-TAIL_CHARS:])
     reasons = []
     if _unicode_junk(tail, m):
         reasons.append("unicode-junk")
@@ -172,7 +177,8 @@ def detect(text: str) -> Verdict:
     if _char_repeat(tail, m):
         reasons.append("char-repeat")
     tokens = TOKEN_RE.findall(tail)
-    loop = _loop(tokens, m)
+    # While streaming, the last word may be cut in half ("will" seen as "wil"): leave it out.
+    loop = _loop(tokens[:-1] if tail[-1:].isalnum() else tokens, m)
     if loop:
         reasons.append(loop)
     soup = None if loop else _soup(tokens, m)

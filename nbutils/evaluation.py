@@ -1,11 +1,17 @@
-"""Evaluation: batched greedy generation on the eval prompts, task metric and eval loss."""
+"""Evaluation: guarded batched generation on a bounded sample, task metric, and loss on the whole eval split.
+
+Generation is the expensive part (peft#217: generate on a few dozen examples, perplexity for the
+rest), so `n_samples` prompts are generated and the eval loss covers every eval example.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from nbutils import batching
+from nbutils.degeneration import CircuitBreaker, detect, summarize
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -19,10 +25,19 @@ def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tupl
     return prompts, refs
 
 
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = 16) -> list[dict]:
-    """Greedy generation with left padding; returns text, token count and whether EOS was emitted."""
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = 16,
+             guard: str = "flag", breaker: CircuitBreaker | None = None, eos_token_id: int | None = None) -> list[dict]:
+    """Greedy generation with left padding. guard: 'off', 'flag' (stop degenerate rows, keep going) or
+    'abort' (also raise DegenerationError through the circuit breaker when most early outputs are garbage)."""
     import torch
+    from transformers import StoppingCriteriaList
 
+    from nbutils.guard import DegenerationGuard
+
+    if guard not in ("off", "flag", "abort"):
+        raise ValueError(f"guard={guard!r} is not one of off, flag, abort")
+    breaker = breaker if breaker is not None else (CircuitBreaker() if guard == "abort" else None)
+    eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
     out = []
@@ -30,15 +45,27 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
         for i in range(0, len(prompts), batch_size):
             batch = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             batch = batch.to(model.device)
+            width = batch["input_ids"].shape[1]
+            watch = DegenerationGuard(tokenizer, width, eos_token_id=eos) if guard != "off" else None
             with torch.no_grad():
                 seq = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-            for row in seq[:, batch["input_ids"].shape[1]:].tolist():
-                eos = tokenizer.eos_token_id in row
-                row = row[: row.index(tokenizer.eos_token_id)] if eos else row
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                                     stopping_criteria=StoppingCriteriaList([watch]) if watch else None)
+            states = watch.report() if watch else [{}] * len(seq)
+            texts = []
+            for row, state in zip(seq[:, width:].tolist(), states):
+                stopped = eos in row
+                row = row[: row.index(eos)] if stopped else row
                 row = [t for t in row if t != tokenizer.pad_token_id]
-                out.append({"text": tokenizer.decode(row, skip_special_tokens=True).strip(),
-                            "tokens": len(row), "eos": eos})
+                text = tokenizer.decode(row, skip_special_tokens=True).strip()
+                verdict = detect(tokenizer.decode(row, skip_special_tokens=False))  # marker loops count too
+                if state.get("stopped") and not verdict.degenerate:
+                    verdict.degenerate, verdict.reasons = True, list(state["reasons"])
+                texts.append(text)
+                out.append({"text": text, "tokens": len(row), "eos": stopped, "verdict": verdict,
+                            "guard_stopped": bool(state.get("stopped")), "stop_token": state.get("stop_token")})
+            if breaker is not None:
+                breaker.update(texts, [r["verdict"] for r in out[-len(texts):]])
     finally:
         tokenizer.padding_side = side
     return out
@@ -67,7 +94,44 @@ def eval_loss(model, eval_ds, pad_id: int, batch_size: int = 32) -> float:
     return total / max(1, count)
 
 
+def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: str,
+          breaker: CircuitBreaker | None = None) -> tuple[dict, list[dict]]:
+    """One model's report entry (task metric, loss, perplexity, degeneration figures) and its generations."""
+    outs = generate(model, tokenizer, prompts, max_new_tokens, guard=guard, breaker=breaker)
+    loss = eval_loss(model, eval_ds, tokenizer.pad_token_id)
+    entry = {"task_metric": exact_match([o["text"] for o in outs], refs), "eval_loss": loss,
+             "perplexity": math.exp(min(loss, 50.0)), **summarize(outs, max_new_tokens)}
+    return entry, outs
+
+
+def probe(tokenizer, prompts: list[str], max_new_tokens: int = 32, threshold: float = 0.5):
+    """A training-time probe for 02's hook: True when most probe generations are degenerate."""
+
+    def run(model) -> bool:
+        was_training = model.training
+        model.eval()
+        outs = generate(model, tokenizer, prompts, max_new_tokens, guard="flag")
+        if was_training:
+            model.train()
+        share = sum(o["verdict"].degenerate for o in outs) / max(1, len(outs))
+        print(f"[probe] {share:.0%} of {len(outs)} probe generations degenerate")
+        return share > threshold
+
+    return run
+
+
+def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
+    """Rows for the per-sample table: prompt / reference / output / verdict, for both models."""
+    rows = []
+    for p, r, b, t in zip(prompts, refs, base_out, tuned_out):
+        for model, o in (("base", b), ("tuned", t)):
+            verdict = ("degenerate: " + ", ".join(o["verdict"].reasons)) if o["verdict"].degenerate else "ok"
+            rows.append({"model": model, "prompt": p, "reference": r, "output": o["text"], "verdict": verdict,
+                         "eos": o["eos"], "tokens": o["tokens"], "correct": o["text"].strip().lower() == r.strip().lower()})
+    return rows
+
+
 def write_report(output_dir: str | Path, report: dict) -> Path:
     path = Path(output_dir) / "eval_report.json"
-    path.write_text(json.dumps(report, indent=2))
+    path.write_text(json.dumps(report, indent=2, default=str))
     return path

@@ -27,7 +27,7 @@ class RowState:
 class DegenerationGuard(StoppingCriteria):
     """Per-row stopping criterion: returns a BoolTensor[batch], True for rows found degenerate."""
 
-    def __init__(self, tokenizer, prompt_length: int, check_every: int = 16, text_every: int = 32,
+    def __init__(self, tokenizer, prompt_length: int, check_every: int = 16, text_every: int = 16,
                  tail_tokens: int = 256, max_period: int = 48, eos_token_id: int | None = None):
         self.tok, self.prompt_length = tokenizer, prompt_length
         self.check_every, self.text_every, self.tail_tokens, self.max_period = check_every, text_every, tail_tokens, max_period
@@ -59,8 +59,8 @@ class DegenerationGuard(StoppingCriteria):
         new = input_ids[:, self.prompt_length:]
         finished = (new == self.eos).any(1) if self.eos is not None else torch.zeros_like(self._done)
         tail = new[:, -self.tail_tokens:]
-        suspects = self._suspect_loops(tail)
         text_turn = generated % self.text_every == 0
+        suspects = self._done if text_turn else self._suspect_loops(tail)  # every row is read on a text turn
         for i in range(batch):
             if self._done[i] or finished[i] or not (text_turn or suspects[i]):
                 continue

@@ -62,6 +62,7 @@ save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval los
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: widgets in an interactive session, plain log lines in a batch run
+probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
 # %% [markdown]
 # ## Preflight
@@ -113,7 +114,9 @@ modeling.trainable_summary(model)
 # Batches follow the plan 01 measured (length-grouped, or packed with a per-example mask). A
 # complete checkpoint is saved every `save_steps`; the run stops and saves before the time
 # budget runs out, stops on a NaN loss keeping the last good checkpoint, and resumes from the
-# latest complete checkpoint when there is one.
+# latest complete checkpoint when there is one. At each evaluation a few probe prompts are
+# generated under the degeneration guard; if most are garbage twice in a row, training stops
+# (`stopped_reason="degenerate"`) and the checkpoint is kept.
 
 # %%
 run_config = {"parameters": {k: v for k, v in dict(
@@ -121,8 +124,12 @@ run_config = {"parameters": {k: v for k, v in dict(
     per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, precision=env["precision"]).items()},
     "versions": {k: v for k, v in env.items() if k.startswith("version.")},
     "data_manifest_hash": manifest["content_hash"]}
+from nbutils import evaluation
+
+probe = evaluation.probe(tokenizer, evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)[0]) \
+    if probe_prompts else None
 result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"], run_config=run_config,
-                        progress=training.progress_mode(progress))
+                        probe=probe, progress=training.progress_mode(progress))
 print(f"step {result['global_step']} ({result['stopped_reason']}): train loss {result['train_loss']:.4f}, "
       f"eval loss {result['eval_loss']:.4f}")
 

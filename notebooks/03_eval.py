@@ -51,6 +51,9 @@ precision = "auto"
 load_in_4bit = True
 max_new_tokens = 32
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
+guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
+breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations
+breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
 
 # %% [markdown]
 # ## Preflight
@@ -63,12 +66,16 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit)
 # %% [markdown]
 # ## Base model first
 # The same prompts and the same greedy decoding for both models, so the difference is the adapter.
+# Generations run under the degeneration guard: a row that loops or turns to token soup is
+# stopped where it degenerates (healthy rows are untouched), so nobody waits for garbage.
+# The base model is expected to do badly here: it is only flagged, never aborted.
 
 # %%
 import json
 from pathlib import Path
 
-from nbutils import data, environment, evaluation, modeling
+from nbutils import data, environment, evaluation, modeling, report
+from nbutils.degeneration import CircuitBreaker
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
@@ -78,13 +85,15 @@ tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
 model.eval()
-base_out = evaluation.generate(model, tokenizer, prompts, max_new_tokens)
-base = {"task_metric": evaluation.exact_match([o["text"] for o in base_out], refs),
-        "eval_loss": evaluation.eval_loss(model, eval_ds, tokenizer.pad_token_id)}
+base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
+                                  guard="off" if guard == "off" else "flag")
 base
 
 # %% [markdown]
 # ## Then with the adapter
+# With `guard="abort"` the circuit breaker raises after `breaker_min_samples` generations if
+# most are degenerate, naming likely causes (EOS never learnt, wrong chat template, fp16
+# overflow), so a batch run stops instead of burning its remaining hours.
 
 # %%
 from peft import PeftModel
@@ -94,18 +103,24 @@ ckpt = Path(adapter_dir) / summary["checkpoint_dir"]  # relative, so it works wh
 assert summary["checkpoint_complete"], f"{ckpt} is not a complete checkpoint: re-run 02 (it resumes)"
 model = PeftModel.from_pretrained(model, ckpt)
 model.eval()
-tuned_out = evaluation.generate(model, tokenizer, prompts, max_new_tokens)
-tuned = {"task_metric": evaluation.exact_match([o["text"] for o in tuned_out], refs),
-         "eval_loss": evaluation.eval_loss(model, eval_ds, tokenizer.pad_token_id)}
+breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
+tuned, tuned_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
+                                    guard="off" if guard == "off" else "flag", breaker=breaker)
 tuned
 
 # %% [markdown]
 # ## Report
+# `eval_report.json` holds both models' figures; the table shows every sample (degenerate rows
+# in red, correct ones in green) and the chart counts degenerate generations by reason.
 
 # %%
-report = {"n_samples": len(prompts), "base": base, "tuned": tuned,
-          "samples": [{"prompt": p, "reference": r, "base": b["text"], "tuned": t["text"]}
-                      for p, r, b, t in zip(prompts, refs, base_out, tuned_out)][:20]}
-evaluation.write_report(out, report)
-for p, r, b, t in list(zip(prompts, refs, base_out, tuned_out))[:5]:
-    print(f"{p.splitlines()[0][:60]!r}\n  reference {r!r} | base {b['text'][:40]!r} | tuned {t['text']!r}")
+from IPython.display import HTML, display
+
+rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
+result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "samples": rows}
+evaluation.write_report(out, result)
+(out / "samples.html").write_text(report.samples_table_html(rows, ["model", "prompt", "reference", "output", "verdict"]))
+report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
+display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])))
+{k: {m: result[m][k] for m in ("base", "tuned")} for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate",
+                                                           "tokens_saved")}
