@@ -11,6 +11,8 @@
 # %% [markdown]
 # # 01 · Data prep: raw records in, chat-formatted training data out
 #
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb)
+#
 # First notebook of the QLoRA suite (01 data prep → 02 train → 03 eval). It reads raw
 # instruction records, renders them with the model's chat template, tokenizes them with
 # **completion-only labels** (the model is trained on the answer, not on the question) and

@@ -11,6 +11,8 @@
 # %% [markdown]
 # # 02 · Train QLoRA: a 4-bit base model plus a small trainable adapter
 #
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/02_train_qlora.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/02_train_qlora.ipynb)
+#
 # Second notebook of the suite. QLoRA keeps the base model frozen in 4-bit (nf4) and trains
 # low-rank adapters (LoRA) on top, so a 7B model fits a 16 GB T4. This notebook reads the data
 # written by 01, trains, and saves a checkpoint that 03 (and you) can load: adapter, tokenizer

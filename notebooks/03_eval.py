@@ -11,6 +11,8 @@
 # %% [markdown]
 # # 03 · Eval: base model vs fine-tuned, side by side
 #
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/03_eval.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/03_eval.ipynb)
+#
 # Third notebook of the suite. It generates answers to the held-out eval prompts with the base
 # model and with the base model plus the adapter from 02, scores both with the task metric
 # (exact match) and the eval loss, and writes `eval_report.json`.
