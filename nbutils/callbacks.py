@@ -27,6 +27,19 @@ class StopReason:
             print(f"[train] stopping: {detail}", file=sys.stderr, flush=True)
 
 
+def agree(flag: bool) -> bool:
+    """True on every process if it is True on any: a stop decided by one rank alone would hang the others."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    import torch
+
+    t = torch.tensor([1.0 if flag else 0.0], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def session_start() -> float:
     """When this session began: the kernel process start on Kaggle (its 12 hours count from there)."""
     try:
@@ -51,7 +64,7 @@ class TimeBudget(TrainerCallback):
             self.step_s = max(self.step_s, now - self.last)
         self.last = now
         remaining = self.budget_s - (now - self.start)
-        if remaining < 2 * self.step_s + self.save_s:
+        if agree(remaining < 2 * self.step_s + self.save_s):
             self.stop.set("time_budget", f"time budget of {self.budget_s / 60:.1f} min nearly used at step "
                                          f"{state.global_step}; saving a complete checkpoint")
             control.should_save = True
@@ -88,7 +101,7 @@ class ProgressLog(TrainerCallback):
         self.t0, self.tokens0, self.step0 = time.time(), state.num_input_tokens_seen or 0, state.global_step
 
     def on_log(self, args, state, control, logs=None, **kw):
-        if not logs or "loss" not in logs or self.t0 is None:
+        if not logs or "loss" not in logs or self.t0 is None or not state.is_world_process_zero:
             return
         elapsed = max(1e-6, time.time() - self.t0)
         done = max(1, state.global_step - self.step0)

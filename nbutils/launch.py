@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    import os
+
+    if int(os.environ.get("RANK", "0")) > 0:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- one copy of the log; errors still reach stderr
     code = compile(script, f"{args.notebook} (as script)", "exec")
     exec(code, {"__name__": "__main__", "__file__": str(Path(args.notebook).resolve())})  # noqa: S102
     return 0

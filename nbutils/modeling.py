@@ -49,8 +49,13 @@ def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = Tru
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=dtype,
         )
-    if device_map is None:
-        device_map = {"": 0} if torch.cuda.is_available() else None
+    if device_map is None and torch.cuda.is_available():
+        import os
+
+        # Under DDP each process holds its own 4-bit copy on its own GPU (accelerate#2378, unsloth#431).
+        device_map = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    elif device_map == "split":
+        device_map = "auto"  # one process, layers spread over all visible GPUs: bigger models, no speed-up
     return AutoModelForCausalLM.from_pretrained(
         embedded.resolve_model(base_model), quantization_config=quant, dtype=dtype,
         attn_implementation=attn_implementation, device_map=device_map,

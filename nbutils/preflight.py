@@ -40,7 +40,25 @@ class Precision:
 
 
 def accelerators() -> list[Accelerator]:
-    """The visible CUDA devices (empty on a CPU machine)."""
+    """The visible CUDA devices (empty on a CPU machine), read without initialising CUDA.
+
+    nvidia-smi first: accelerate's notebook launcher (2xT4 on Kaggle) refuses to start once an
+    earlier cell has initialised CUDA, and torch.cuda.get_device_properties does exactly that.
+    """
+    import os
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        rows = [r.split(", ") for r in out.stdout.strip().splitlines()] if out.returncode == 0 else []
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if rows and all(len(r) == 4 for r in rows):
+            keep = [r for r in rows if visible is None or r[0] in visible.split(",")]
+            return [Accelerator(i, r[1], tuple(int(x) for x in r[2].split(".")), round(float(r[3]) / 1024, 1))
+                    for i, r in enumerate(keep)]
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
     import torch
 
     if not torch.cuda.is_available():
@@ -78,6 +96,22 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
     return Precision(dtype, attn, reason)
 
 
+def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict | None = None) -> str:
+    """How training will use the GPUs: 'ddp' (one process per GPU), 'split' (one model across GPUs) or 'single'."""
+    import os
+
+    env = os.environ if env is None else env
+    world = int(env.get("WORLD_SIZE", "1"))
+    if world > 1:
+        return f"ddp ({world} processes)"
+    if len(accels) > 1 and multi_gpu == "split":
+        return f"split (device_map=auto over {len(accels)} GPUs, one process: fits bigger models, no speed-up)"
+    if len(accels) > 1:
+        return (f"single (1 of {len(accels)} GPUs; for data parallel launch with accelerate, "
+                "or set multi_gpu='split' for a model too large for one GPU)")
+    return "single"
+
+
 def versions() -> dict[str, str]:
     """Installed versions of the packages the notebooks rely on ('missing' when absent)."""
     out = {}
@@ -103,7 +137,7 @@ def _writable(path: Path) -> bool:
 
 
 def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
-              accels: list[Accelerator] | None = None, show: bool = True) -> dict:
+              accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto") -> dict:
     """Print one table of where/what we run on; raise PreflightError for blockers."""
     platform = platform or detect_platform()
     accels = accelerators() if accels is None else accels
@@ -128,11 +162,14 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
     info = {
         "platform": platform.name, "run_type": platform.run_type, "gpus": gpus, "gpu_count": len(accels),
+        "parallel_mode": parallel_mode(accels, multi_gpu),
         "precision": chosen.dtype if chosen else "blocked", "attention": chosen.attn_implementation if chosen else "-",
         **{f"version.{k}": v for k, v in vers.items()},
         "working_dir": str(platform.working_root), "free_disk_gb": round(free_gb, 1),
     }
-    if show:
+    import os
+
+    if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         width = max(len(k) for k in info)
         print("\n".join(f"{k:<{width}}  {v}" for k, v in info.items()))
     if problems:

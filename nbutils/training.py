@@ -110,12 +110,28 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         reason = "max_steps" if cfg.max_steps > 0 and trainer.state.global_step >= cfg.max_steps else "completed"
     metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
     return {
+        "replica_checksums": replica_checksums(model),
         "trainer": trainer, "global_step": trainer.state.global_step, "stopped_reason": reason,
         "stop_detail": stop.detail, "resumed_from_step": int(resume.name.split("-")[1]) if resume else None,
         "train_loss": result.training_loss, "eval_loss": metrics["eval_loss"], "seconds": round(time.time() - t0, 1),
         "log_history": trainer.state.log_history, "peak_memory_gb": callbacks[3].peak_gb,
         "is_main": trainer.is_world_process_zero(),
     }
+
+
+def replica_checksums(model) -> list[float]:
+    """Sum of the trainable (LoRA) weights on every process: equal numbers mean the replicas stayed in sync."""
+    import torch
+    import torch.distributed as dist
+
+    local = torch.tensor([float(sum(p.detach().double().sum() for p in model.parameters() if p.requires_grad))])
+    if not (dist.is_available() and dist.is_initialized()):
+        return [local.item()]
+    if dist.get_backend() == "nccl":
+        local = local.cuda()
+    gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return [g.item() for g in gathered]
 
 
 def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict, result: dict | None = None) -> Path:
@@ -143,6 +159,7 @@ def write_summary(output_dir: str | Path, result: dict, cfg: TrainConfig, checkp
         "checkpoint_complete": checkpoints.is_complete(checkpoint_dir) and not checkpoints.missing_files(checkpoint_dir),
         "diagnosis": curves.diagnose(result["log_history"]), "seconds": result["seconds"],
         "memory_plan": memory_plan, "measured_peak_gb": result.get("peak_memory_gb"), "config": asdict(cfg),
+        "world_size": len(result.get("replica_checksums", [0])), "replica_checksums": result.get("replica_checksums"),
     }
     (output_dir / "training_summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (output_dir / "log_history.json").write_text(json.dumps(result["log_history"], indent=2))

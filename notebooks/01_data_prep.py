@@ -95,10 +95,11 @@ manifest = data.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fr
 
 # %%
 import pandas as pd
+from IPython.display import display
 
 counts = pd.Series({**manifest["counts"], **{f"split {k}": v for k, v in manifest["splits"].items()}}, name="records")
 reasons = pd.Series(manifest["quarantine_reasons"], name="quarantined", dtype=int)
-display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record quarantined")  # noqa: F821
+display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record quarantined")
 
 # %% [markdown]
 # ## What the model will see
@@ -116,7 +117,7 @@ for row in train.select(range(min(3, len(train)))):
 # packing with a per-example mask; 02 uses the chosen plan.
 
 # %%
-from IPython.display import Image
+from IPython.display import Image, display
 
-display(Image(str(out / "lengths.png")))  # noqa: F821
+display(Image(str(out / "lengths.png")))
 manifest["token_lengths"], manifest["batching"]

@@ -64,6 +64,7 @@ save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval los
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: widgets in an interactive session, plain log lines in a batch run
+multi_gpu = "auto"  # auto/ddp: one process per GPU when launched with accelerate; split: one model over all GPUs
 probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
 # %% [markdown]
@@ -72,7 +73,7 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # %%
 from nbutils.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu)
 
 # %% [markdown]
 # ## Check the configuration before loading anything
@@ -81,6 +82,8 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit)
 # whether this batch size fits the GPU, and the largest one that does.
 
 # %%
+import os
+
 from nbutils import data, environment, memory, modeling, trainconfig, training
 
 data_dir = environment.find_upstream("data_prep", data_dir)
@@ -92,12 +95,25 @@ cfg = trainconfig.TrainConfig(
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
-    resume=resume, seed=seed)
+    resume=resume, seed=seed, world_size=int(os.environ.get("WORLD_SIZE", "1")))
 model_config = modeling.load_config(base_model)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"])
 print(memory.table(plan))
+
+# %% [markdown]
+# ## More than one GPU
+# Kaggle's 2xT4 and rented multi-GPU machines run this same notebook data-parallel, one process
+# per GPU, each holding its own 4-bit copy; only the LoRA gradients are synchronised and only the
+# first process writes files. From a shell, run the notebook's `.py` as a script with the same
+# parameter names:
+#
+#     accelerate launch --multi_gpu --num_processes 2 -m nbutils.launch notebooks/02_train_qlora.py --max_steps 200
+#     torchrun --nproc_per_node 2 -m nbutils.launch notebooks/02_train_qlora.py --config run.yaml
+#
+# A model too large for one T4: `multi_gpu="split"` spreads its layers over all GPUs in one
+# process (fits, but no faster: the GPUs take turns). The memory plan above says which fits.
 
 # %% [markdown]
 # ## Load the model
@@ -107,7 +123,8 @@ print(memory.table(plan))
 
 # %%
 tokenizer = modeling.load_tokenizer(base_model)
-model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
+model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"],
+                           device_map="split" if multi_gpu == "split" else None)
 model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
 modeling.trainable_summary(model)
 
@@ -152,7 +169,8 @@ if result["is_main"]:
 # ## Learning curves
 
 # %%
-from IPython.display import Image
+from IPython.display import Image, display
 
-display(Image(str(out / "learning_curves.png")))  # noqa: F821
-summary["diagnosis"]
+if result["is_main"]:
+    display(Image(str(out / "learning_curves.png")))
+    print(summary["diagnosis"])

@@ -73,3 +73,12 @@ def test_preflight_blocks_unwritable_working_dir(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(PreflightError, match="not writable"):
         preflight(platform=_platform(tmp_path, working=blocker / "sub"), accels=[], show=False)
+
+
+def test_parallel_mode_reported():
+    from nbutils.preflight import parallel_mode
+
+    assert parallel_mode([T4], env={}) == "single"
+    assert parallel_mode([T4, T4], env={}).startswith("single (1 of 2 GPUs")
+    assert parallel_mode([T4, T4], "split", env={}).startswith("split")
+    assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}) == "ddp (2 processes)"
