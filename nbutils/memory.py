@@ -57,8 +57,9 @@ def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int) -> dict[str, f
     return parts
 
 
-def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None) -> dict:
-    """Estimate at this batch size, against the GPU's memory, with the largest batch size that fits."""
+def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1) -> dict:
+    """Estimate at this batch size, against the GPU's memory, with the largest batch size that fits,
+    and which multi-GPU mode to use: DDP when one GPU holds the model, split when only all together do."""
     shape = Shape.from_config(model_config)
     est = estimate(shape, seq_len, batch, lora_r)
     out = {"estimate_gb": round(est["total"] / GB, 2),
@@ -69,6 +70,11 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
         fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r)["total"] <= budget]
         out["fits"] = est["total"] <= budget
         out["largest_batch_that_fits"] = max(fits) if fits else 0
+        if gpu_count > 1:
+            split_fits = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
+            out["recommended_mode"] = ("ddp: launch one process per GPU with accelerate" if out["fits"] else
+                                       "split: multi_gpu='split' (device_map=auto)" if split_fits else
+                                       "neither: lower batch size or sequence length, or use a smaller model")
     return out
 
 
@@ -80,6 +86,8 @@ def table(p: dict) -> str:
                                    f"largest batch that fits: {p['largest_batch_that_fits']}"))
     else:
         rows.append(("GPU memory", "no GPU: the plan is what a GPU run would need"))
+    if p.get("recommended_mode"):
+        rows.append(("multi-GPU mode", p["recommended_mode"]))
     if p.get("measured_peak_gb") is not None:
         rows.append(("measured peak", f"{p['measured_peak_gb']:.2f} GB after the first steps"))
     width = max(len(r[0]) for r in rows)

@@ -99,7 +99,8 @@ cfg = trainconfig.TrainConfig(
 model_config = modeling.load_config(base_model)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
-plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"])
+plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
+                   env["gpu_count"])
 print(memory.table(plan))
 
 # %% [markdown]

@@ -192,3 +192,17 @@ def test_summary_layout(prepared_data, tmp_path):
     assert summary["stopped_reason"] == "max_steps" and summary["checkpoint_complete"] is True
     assert (tmp_path / "learning_curves.png").exists()
     assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1}
+
+
+def test_memory_plan_on_a_t4_recommends_a_mode():
+    from types import SimpleNamespace
+
+    from nbutils import memory
+
+    llama8b = SimpleNamespace(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                              num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)
+    p = memory.plan(llama8b, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert 5 < p["estimate_gb"] < 15 and p["fits"] and p["largest_batch_that_fits"] >= 2
+    assert p["recommended_mode"].startswith("ddp")
+    big = memory.plan(llama8b, seq_len=2048, batch=16, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert not big["fits"] and "estimated peak" in memory.table(big)
