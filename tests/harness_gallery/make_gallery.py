@@ -75,8 +75,8 @@ RUNTIME["package_conflict"] = (CONFLICT, "package-conflict", 3)
 CLEAN = {
     "clean_minimal": ["import json\nprint(json.dumps({'steps': steps}))"],
     "clean_files": ["from pathlib import Path\nPath('out.txt').write_text('ok')\nimport tempfile\n"
-                    "tempfile.NamedTemporaryFile(delete=False).write(b'x')\nimport matplotlib.pyplot as plt\n"
-                    "plt.plot([1, 2]); plt.savefig('plot.png')"],
+                    "tempfile.NamedTemporaryFile(delete=False).write(b'x')\nprint('TMPDIR', tempfile.gettempdir())\n"
+                    "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.savefig('plot.png')"],
 }
 
 
