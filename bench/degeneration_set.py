@@ -263,7 +263,7 @@ def corrupt(cls: str, prefix: str, m: Material, rng: random.Random) -> tuple[str
             words = [w.capitalize() if i and words[i - 1].endswith(".") else w for i, w in enumerate(words)]
         return head + " ".join(words), start, start
     if cls == "subword-soup":
-        words = m.words(rng, 150, rng.choice(["types", "running", "code"]))
+        words = m.words(rng, 400, rng.choice(["types", "running", "code"]))
         frags = []
         for w in words:
             i = rng.randrange(max(1, len(w) - 1))
@@ -275,7 +275,10 @@ def corrupt(cls: str, prefix: str, m: Material, rng: random.Random) -> tuple[str
         elif style == "plain":
             body = " ".join(frags[:n])
         elif style == "glued":
-            body = " ".join("".join(frags[i:i + rng.randint(2, 4)]) for i in range(0, n, 3))
+            cuts = [0]
+            while len(cuts) <= n:
+                cuts.append(cuts[-1] + rng.randint(2, 4))
+            body = " ".join("".join(frags[a:b]) for a, b in zip(cuts, cuts[1:]))
         else:
             body = "".join(rng.choice(["Ġ", "Ċ", "âĢĻ", "ĠĠ", ""]) + f for f in frags[:n])
         return head + body, start, start

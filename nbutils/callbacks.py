@@ -1,7 +1,8 @@
 """Trainer callbacks for the ways runs lose GPU hours: the 12-hour wall, NaNs, silent progress, garbage.
 
-Each callback records why it stopped training in `state.stopped_reason` (a dict shared through
-the `StopReason` holder) so the summary can say it.
+Each callback that stops training records why in a shared `StopReason` (first writer wins), so
+the summary can say it. Under several processes every stop decision goes through `agree`: a
+stop taken by one rank alone would leave the others waiting in the next all-reduce forever.
 """
 
 from __future__ import annotations
@@ -40,13 +41,30 @@ def agree(flag: bool) -> bool:
     return bool(t.item())
 
 
-def session_start() -> float:
-    """When this session began: the kernel process start on Kaggle (its 12 hours count from there)."""
+def process_start_time() -> float:
+    """When this Python process (the notebook's kernel) started, as a Unix time."""
     try:
         import psutil
 
         return psutil.Process(os.getpid()).create_time()
-    except Exception:  # noqa: BLE001 -- psutil is optional; then the budget counts from now
+    except Exception:  # noqa: BLE001 -- psutil is optional: read /proc instead
+        with open("/proc/self/stat") as f:  # field 22: start time in clock ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def session_start(platform=None) -> float:
+    """When the time budget starts counting: on Kaggle the kernel's start (its 12 hours run from the
+    session start, not from this cell), elsewhere now (a local kernel may have been open for days)."""
+    from nbutils.environment import detect_platform
+
+    if (platform or detect_platform()).name != "kaggle":
+        return time.time()
+    try:
+        return process_start_time()
+    except (OSError, ValueError, IndexError, StopIteration):
         return time.time()
 
 
@@ -65,7 +83,7 @@ class TimeBudget(TrainerCallback):
         self.last = now
         remaining = self.budget_s - (now - self.start)
         if agree(remaining < 2 * self.step_s + self.save_s):
-            self.stop.set("time_budget", f"time budget of {self.budget_s / 60:.1f} min nearly used at step "
+            self.stop.set("time_budget", f"time budget of {self.budget_s / 60:g} min nearly used at step "
                                          f"{state.global_step}; saving a complete checkpoint")
             control.should_save = True
             control.should_training_stop = True
@@ -76,26 +94,51 @@ class TimeBudget(TrainerCallback):
 
 
 class NanGuard(TrainerCallback):
-    """NaN/inf loss or gradient norm: stop at once; the last good checkpoint stays the one to use."""
+    """NaN/inf loss or weights: stop at once; the last good checkpoint stays the one to use.
 
-    def __init__(self, stop: StopReason):
-        self.stop = stop
+    Under fp16 an inf gradient norm alone is normal: the grad scaler skips that step and lowers
+    its scale. It counts only when it repeats at `patience` logs in a row (the scale collapsed).
+    Before every save the trainable weights are checked too, so a NaN between two log lines is
+    never written into a checkpoint that looks good.
+    """
+
+    def __init__(self, stop: StopReason, patience: int = 3):
+        self.stop, self.patience, self.bad_norms = stop, patience, 0
+
+    def _stop(self, control, detail: str) -> None:
+        self.stop.set("nan", detail + ": in fp16 this is usually an overflow; lower learning_rate, keep LoRA "
+                                      "weights fp32, or use bf16 on compute capability >= 8.0")
+        control.should_training_stop = True
+        control.should_save = False
 
     def on_log(self, args, state, control, logs=None, **kw):
-        for key in ("loss", "grad_norm"):
-            value = (logs or {}).get(key)
-            if value is not None and not math.isfinite(float(value)):
-                self.stop.set("nan", f"{key} is {value} at step {state.global_step}: in fp16 this is usually an "
-                                     "overflow; lower learning_rate, keep LoRA weights fp32, or use bf16 on capability >= 8.0")
-                control.should_training_stop = True
-                control.should_save = False
+        logs = logs or {}
+        loss, norm = logs.get("loss"), logs.get("grad_norm")
+        if loss is not None and not math.isfinite(float(loss)):
+            return self._stop(control, f"loss is {loss} at step {state.global_step}")
+        if norm is None:
+            return
+        self.bad_norms = 0 if math.isfinite(float(norm)) else self.bad_norms + 1
+        if self.bad_norms >= (self.patience if getattr(args, "fp16", False) else 1):
+            self._stop(control, f"grad_norm is {norm} at step {state.global_step}")
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if control.should_save and model is not None and agree(not finite_trainables(model)):
+            self._stop(control, f"trainable weights hold NaN/inf at step {state.global_step}")
+
+
+def finite_trainables(model) -> bool:
+    """True when every trainable parameter (the LoRA weights) is finite."""
+    import torch
+
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
 
 class ProgressLog(TrainerCallback):
     """Plain periodic lines (step, loss, tokens/s, ETA) for batch logs, where widgets show nothing."""
 
-    def __init__(self, stream=sys.stdout):
-        self.stream, self.t0, self.tokens0 = stream, None, 0
+    def __init__(self, stream=None):
+        self.stream, self.t0, self.tokens0 = stream, None, 0  # None: sys.stdout at print time
 
     def on_train_begin(self, args, state, control, **kw):
         self.t0, self.tokens0, self.step0 = time.time(), state.num_input_tokens_seen or 0, state.global_step
@@ -108,7 +151,7 @@ class ProgressLog(TrainerCallback):
         eta = (state.max_steps - state.global_step) * elapsed / done
         tokens = (state.num_input_tokens_seen or 0) - self.tokens0
         print(f"[train] step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.4f}  "
-              f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min", file=self.stream, flush=True)
+              f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min", file=self.stream or sys.stdout, flush=True)
 
 
 class Probe(TrainerCallback):
@@ -120,7 +163,7 @@ class Probe(TrainerCallback):
     def on_evaluate(self, args, state, control, model=None, **kw):
         if model is None:
             return
-        self.streak = self.streak + 1 if self.probe(model) else 0
+        self.streak = self.streak + 1 if agree(bool(self.probe(model))) else 0
         if self.streak >= self.patience:
             self.stop.set("degenerate", f"probe generations degenerate at {self.streak} evaluations in a row "
                                         f"(step {state.global_step}); keeping the last checkpoint")
@@ -129,13 +172,26 @@ class Probe(TrainerCallback):
 
 
 class PeakMemory(TrainerCallback):
-    """On a GPU, the measured peak after the first steps, to put next to the memory plan's estimate."""
+    """On a GPU, the measured peak (torch.cuda.max_memory_allocated) after the first steps of this
+    run, printed next to the memory plan's estimate; at the end, the peak of the whole run."""
 
-    def __init__(self, after_steps: int = 3):
-        self.after, self.peak_gb = after_steps, None
+    def __init__(self, after_steps: int = 3, estimate_gb: float | None = None, stream=None):
+        self.after, self.estimate_gb, self.stream = after_steps, estimate_gb, stream
+        self.steps, self.peak_gb, self.run_peak_gb = 0, None, None
 
     def on_step_end(self, args, state, control, **kw):
         import torch
 
-        if torch.cuda.is_available() and state.global_step == self.after:
+        self.steps += 1  # counted in this run: a resumed run starts at a later global_step
+        if self.steps == self.after and torch.cuda.is_available():
             self.peak_gb = torch.cuda.max_memory_allocated() / 2**30
+            if state.is_world_process_zero:
+                est = f" (estimate {self.estimate_gb:.2f} GB)" if self.estimate_gb else ""
+                print(f"[memory] measured peak after {self.after} steps: {self.peak_gb:.2f} GB{est}",
+                      file=self.stream or sys.stdout, flush=True)
+
+    def on_train_end(self, args, state, control, **kw):
+        import torch
+
+        if torch.cuda.is_available():
+            self.run_peak_gb = torch.cuda.max_memory_allocated() / 2**30

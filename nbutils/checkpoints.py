@@ -16,8 +16,17 @@ from pathlib import Path
 MARKER = "COMPLETE"
 ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
-RUN_FILES = ["run_config.json"]
-TRAINER_FILES = ["trainer_state.json", "optimizer.pt", "scheduler.pt"]
+RUN_FILES = ["run_config.json", "trainer_state.json"]
+RESUME_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth"]  # Trainer checkpoints only: what resume restores
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a folder's entries (new files, renames) durable, not only the files' bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_tree(path: Path) -> None:
@@ -25,12 +34,20 @@ def _fsync_tree(path: Path) -> None:
         if p.is_file():
             with open(p, "rb") as f:
                 os.fsync(f.fileno())
+        elif p.is_dir():
+            _fsync_dir(p)
+    _fsync_dir(path)
 
 
 def mark_complete(path: Path) -> None:
-    """The commit point: everything is on disk, then the marker."""
+    """The commit point: everything is on disk, then the marker (itself fsynced)."""
+    path = Path(path)
     _fsync_tree(path)
-    (path / MARKER).write_text("ok\n")
+    with open(path / MARKER, "w") as f:
+        f.write("ok\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(path)
 
 
 def is_complete(path: Path) -> bool:
@@ -50,8 +67,8 @@ def unwrap(model):
     return model
 
 
-def save_final(model, tokenizer, dest: Path, run_config: dict) -> Path:
-    """Adapter + tokenizer + run config written to a temp folder, then renamed into place."""
+def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: dict | None = None) -> Path:
+    """Adapter + tokenizer + run config + trainer state written to a temp folder, then renamed into place."""
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     if tmp.exists():
@@ -59,6 +76,8 @@ def save_final(model, tokenizer, dest: Path, run_config: dict) -> Path:
     unwrap(model).save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str))
+    if trainer_state is not None:
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, default=str))
     mark_complete(tmp)
     if dest.exists():
         old = dest.with_name(dest.name + ".old")
@@ -69,6 +88,7 @@ def save_final(model, tokenizer, dest: Path, run_config: dict) -> Path:
         shutil.rmtree(old)
     else:
         tmp.rename(dest)
+    _fsync_dir(dest.parent)
     return dest
 
 
@@ -78,15 +98,17 @@ def copy_complete(src: Path, dest: Path) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     shutil.copytree(src, tmp)
+    mark_complete(tmp)
     if dest.exists():
         shutil.rmtree(dest)
     tmp.rename(dest)
+    _fsync_dir(dest.parent)
     return dest
 
 
-def missing_files(path: Path, trainer_state: bool = False) -> list[str]:
-    """Files a usable checkpoint needs that are not there, by name."""
-    need = ADAPTER_FILES + TOKENIZER_FILES + RUN_FILES + [MARKER] + (TRAINER_FILES if trainer_state else [])
+def missing_files(path: Path, resumable: bool = False) -> list[str]:
+    """Files a usable checkpoint needs that are not there, by name (resumable: also what resume restores)."""
+    need = ADAPTER_FILES + TOKENIZER_FILES + RUN_FILES + [MARKER] + (RESUME_FILES if resumable else [])
     return [name for name in need if not (Path(path) / name).exists()]
 
 
@@ -113,6 +135,25 @@ def trainer_checkpoints(folder: Path) -> list[Path]:
     """Complete Trainer checkpoints (checkpoint-N) in step order."""
     found = [p for p in Path(folder).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name) and is_complete(p)]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+# What must match for a checkpoint to be resumable: another base, rank or dataset is another run.
+RESUME_KEYS = ("base_model", "lora_r", "use_rslora", "data_manifest_hash")
+
+
+def resume_mismatch(checkpoint: Path, run_config: dict) -> list[str]:
+    """Settings that differ between a checkpoint's run_config.json and this run, one line each."""
+    path = Path(checkpoint) / "run_config.json"
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+
+    def flat(cfg: dict) -> dict:
+        return {**cfg.get("parameters", {}), **{k: v for k, v in cfg.items() if k != "parameters"}}
+
+    old, new = flat(old), flat(run_config)
+    return [f"{k}: checkpoint has {old[k]!r}, this run {new[k]!r}" for k in RESUME_KEYS
+            if k in old and k in new and old[k] != new[k]]
 
 
 def find_resumable(output_dir: Path, platform=None) -> Path | None:

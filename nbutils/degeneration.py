@@ -1,10 +1,11 @@
 """Is a generation garbage? Loops, token soup, unicode junk, empty output: detected cheaply, as it streams.
 
-`detect(text)` looks at a bounded tail of the text (so a check costs the same at token 50 and
-token 5000) with rules whose thresholds are counts and shares, not compression ratios that grow
-with length. `DegenerationGuard` runs it inside `model.generate` every few tokens and stops only
-the rows that degenerate (it never changes the tokens of healthy rows). `CircuitBreaker` stops a
-whole run when most early samples are garbage.
+`detect(text)` judges the end of a text (its last TAIL_CHARS characters, so a check costs the same
+at token 50 and at token 5000) with rules whose thresholds are counts of repeats and shares of a
+fixed-size window, never a compression ratio (zlib's ratio grows with length: long healthy text
+crosses Whisper's 2.4). `DegenerationGuard` runs the same checks inside `model.generate` and stops
+only the rows that degenerate; it never changes the tokens of healthy rows. `CircuitBreaker`
+stops a whole run when most early samples are garbage.
 
 Command line:  python -m nbutils.degeneration check FILE.jsonl [--field text]
 """
@@ -13,33 +14,78 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import unicodedata
+import zlib
 from dataclasses import dataclass, field
 
-TAIL_CHARS = 1600  # loops longer than half of this are out of reach; costs stay flat
-SPECIAL_RE = re.compile(r"<\|[^|<>\s]{1,30}\|>|</?s>|<pad>|<unk>|<eos>|<bos>|\[PAD\]|\[SEP\]|\[CLS\]|\[UNK\]|<mask>")
-TOKEN_RE = re.compile(r"[^\W\d_]+|\d+|[^\w\s]")
-SUBWORD_RE = re.compile(r"##[^\W\d_]|Ġ\w|▁\w|Ċ|ĉ")
-MOJIBAKE_RE = re.compile("Ã[\u0080-\u00bf]|â€[\u0080-\u00bf\u2122\u0153\u201c\u201d\u02dc\u0161]|Â[\u00a0-\u00bf]|ðŸ")
-ZERO_WIDTH = set("\u200b\u200c\u200d\u2060\ufeff\u00ad")
-# Rulers and indentation (-, =, _, *, #, ~, ., spaces, |, +, `, /, \) repeat in healthy text.
-CHAR_RUN_RE = re.compile(r"([^-=_*#~. \n\t|+`/\\])\1{15,}")
-BLANK_RUN_RE = re.compile(r"(?:\n[ \t\r]*){8,}")
-CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-FUNCTION_WORDS = set("""
-the a an of to in on at for from by with and or but not no is are was were be been being it its this that these those
-as if then than so such there their they them he she his her we our you your i me my do does did have has had can could
-will would should may might must shall which who whom whose what when where why how all any each some more most other
-into over under about after before between through during without within also only very just again
-der die das und nicht ist sind ein eine zu den dem des mit von im auf für als auch es sich wird werden oder aber wie
-le la les et est un une des du pour dans que qui pas sur au avec ce il elle sont par plus ne se
+import torch
+from transformers import LogitsProcessor, StoppingCriteria
+
+TAIL_CHARS = 1600  # loops with a period up to ~500 characters are visible; the cost stays flat
+RECENT_CHARS = 400  # unicode and subword checks look only here: junk is judged where it is
+
+_SPECIAL = (r"<\|[^|<>\s]{1,40}\|>|</?s>|<(?:pad|unk|eos|bos|mask|eot|sep|cls|end_of_turn|start_of_turn)>"
+            r"|\[(?:PAD|SEP|CLS|UNK|MASK|EOS|BOS)\]|<extra_id_\d+>")
+SPECIAL_RE = re.compile(_SPECIAL, re.I)
+SPECIAL_RUN_RE = re.compile(rf"(?:(?:{_SPECIAL})\s*){{4,}}$", re.I)  # special tokens, over and over, at the end
+END_MARK_RE = re.compile(r"end|eos|eot|</s>|stop", re.I)  # end-of-text markers: what follows them is padding
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+# Hex literals, words, numbers, newlines, single punctuation; a CJK character is a token (no spaces there).
+TOKEN_RE = re.compile(rf"0[xX][0-9a-fA-F]+|\\[xuU][0-9a-fA-F]+|[{CJK}]|_*[^\W\d_{CJK}]+(?:_+[^\W\d_{CJK}]+)*_*|\d+|\n"
+                      r"|[^\w\s]")
+# Whole numbers as TOKEN_RE sees them (Step 41, Q41, 0x1f); escapes and digits inside names (x1d4b0) are left alone.
+NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d+)(?=st\b|nd\b|rd\b|th\b|\W|$)")
+SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
+# UTF-8 read as Latin-1/cp1252: a lead byte (Â-ð) followed by continuation bytes (U+0080-U+00BF or their cp1252 glyphs).
+_CONT = "\u0080-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d\u2018\u2019" \
+        "\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u017e\u0178"
+MOJIBAKE_RE = re.compile(f"[\u00c2-\u00df][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
+CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordinary in text and source files
+# Invisible characters after ASCII (where no script needs them), or ones no script needs at all.
+INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200f]|[\ufeff\u2060-\u2064]")
+COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
+PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
+RUN_RE = re.compile(r"(.)\1{9,}", re.S)
+DIGIT_RE = re.compile(r"[\d\\]")
+NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
+BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
+SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"") | {chr(c) for c in range(0x2500, 0x25a0)}  # rulers, box drawing
+VOWELS = frozenset("aeiouy")
+FUNCTION_WORDS = frozenset("""
+the a an of to in on at for from by with and or but not no nor is are was were be been being it its this that these
+those as if then than so such there their they them he she his her we our you your i me my do does did have has had
+can could will would should may might must shall which who whom whose what when where why how all any each some more
+most other into over under about after before between through during without within also only very just again both
+while because until upon per via out up off one
+der die das und nicht ist sind ein eine einen einem einer zu den dem des mit von im auf für als auch es sich wird
+werden oder aber wie wenn nach bei aus um so dass noch nur war hat kann
+le la les et est un une des du pour dans que qui pas sur au avec ce il elle sont par plus ne se en aux ou mais
 el los las y es en que del por con para una se al lo como más pero sus su son
-il lo gli e di che è per una non con sono della
+il lo gli e di che è per una non con sono della nel
 o os as e é um uma do da em que não para com se por
-и в не на что с как это по к из у за от же о для да так он она они мы вы но или
+и в не на что с как это по к из у за от же о для да так он она они мы вы но или бы был была было есть
+de het een van en op te dat niet zijn voor met als er maar om aan ook bij nog naar uit dan wel
+och att det som på är av för med till den har inte ett og er til af jeg ikke
+i w z na nie się do że jest jak po co ale v se je ze s
+yang dan di ke dari untuk dengan ini itu tidak ada pada adalah akan dalam ve bir bu da ile için çok ama gibi daha
 """.split())
+# English closed-class words in orders grammar never puts them ("the of", "in is", "and or", "can will", "the."):
+# word soup that keeps function words at their natural rate still breaks these rules every few words.
+_DET = frozenset("the a an every its their our your my".split())
+_PREP = frozenset("of in on at for from by with into over under about after during without within upon via".split())
+_AUX = frozenset("is are was were has have had does did can could will would should may might must shall".split())
+_CONJ = frozenset("and or but nor".split())
+_PRON = frozenset("it they he she we you i".split())
+_NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
+              **{w: _PREP | _AUX | _CONJ for w in _PREP}, **{w: _AUX - {"has", "have", "had"} for w in _AUX},
+              **{w: _CONJ for w in _CONJ}, "to": _PREP | _AUX | _CONJ}
+_NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
+TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
+_ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
+                    "sw th tr ts tw vl wh wr zh".split())
 
 
 @dataclass
@@ -49,205 +95,472 @@ class Verdict:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _script(ch: str) -> str:
-    if ch.isascii():
-        return "latin"
-    name = unicodedata.name(ch, "")
-    for script in ("LATIN", "CYRILLIC", "GREEK", "ARABIC", "HEBREW", "CJK", "HIRAGANA", "KATAKANA", "HANGUL",
-                   "DEVANAGARI", "THAI", "ARMENIAN", "GEORGIAN", "ETHIOPIC", "TAMIL", "BENGALI"):
-        if name.startswith(script):
-            return script.lower() if script not in ("HIRAGANA", "KATAKANA") else "kana"
-    return "other"
+def _special_run(text: str) -> bool:
+    """<pad><pad><pad><pad> at the end with no end-of-text marker before: the model says nothing, forever."""
+    run = SPECIAL_RUN_RE.search(text)
+    if not run:
+        return False
+    before = SPECIAL_RE.findall(text[:run.start()][-40:])
+    marks = SPECIAL_RE.findall(run.group()) + before[-1:]
+    return not any(END_MARK_RE.search(t) for t in marks) and len(set(marks)) <= 2
 
 
-def _unicode_junk(text: str, m: dict) -> bool:
-    if text.isascii():  # the common case, kept cheap: only control characters can be junk here
-        bad_ctrl = len(CONTROL_RE.findall(text))
-        m.update(control=bad_ctrl)
-        return bad_ctrl >= 3
-    bad_ctrl = len(CONTROL_RE.findall(text))
-    zero_width = sum(1 for c in text if c in ZERO_WIDTH)
-    replacement = text.count("\ufffd")
-    mojibake = len(MOJIBAKE_RE.findall(text))
-    mixed = 0
-    words = re.findall(r"[^\W\d_]{2,}", text)
-    for w in words:
-        if w.isascii():
+def _is_word(tok: str) -> bool:
+    """A token made of letters (an identifier counts; numbers, hex literals and punctuation do not)."""
+    return tok.lstrip("_")[:1].isalpha() and tok[:2] not in ("0x", "0X")
+
+
+def _char_runs(text: str, start: int, truncated: bool, m: dict) -> bool:
+    """A run of one character (or of blank lines) longer than healthy text ever has."""
+    worst = 0.0
+    for match in RUN_RE.finditer(text, start):
+        c, n, s = match.group(1), len(match.group(0)), match.start()
+        if c in SEPARATORS:
+            line_start = text.rfind("\n", 0, s) + 1
+            prev = text[text.rfind("\n", 0, max(0, line_start - 1)) + 1:max(0, line_start - 1)].strip()
+            if line_start == s and (n <= len(prev) + 2 or (s == 0 and truncated)):
+                continue  # reStructuredText underline, as long as its title (or whose title is out of view)
+            limit = 100
+        elif c.isspace():
+            limit = 160  # indentation; blank lines are counted below
+        elif c.isdigit() or text[max(0, s - 2):s] in ("0x", "0X"):
+            limit = 41  # git's null hash is 40 zeros; 0xffff... masks
+        elif c.isalpha() and not c.isascii():
+            limit = 10  # 中中中中中中中中中中
+        else:
+            limit = 24
+        worst = max(worst, n / limit)
+    blank = max((g.count("\n") for g in BLANK_RE.findall(text, start)), default=0)
+    m.update(char_run=round(worst, 2), blank_lines=blank)
+    return worst >= 1 or blank >= 8
+
+
+def _char_period(text: str) -> int:
+    """A short period at the character level, for repeats that have no token boundaries: hahaha, 你好你好, 353353."""
+    last = text[-1:]
+    for p in range(2, min(33, len(text))):
+        if text[-1 - p] != last:
             continue
-        scripts = {_script(c) for c in w} - {"other"}
-        if len(scripts) > 1 and not scripts <= {"cjk", "kana", "hangul"}:  # CJK scripts mix in normal writing
-            mixed += 1
-    script_counts: dict[str, int] = {}
-    letters = 0
-    for c in text:
-        if c.isalpha():
-            letters += 1
-            s = _script(c)
-            script_counts[s] = script_counts.get(s, 0) + 1
-    major = [s for s, n in script_counts.items() if n >= max(3, 0.05 * letters)]
-    privates = sum(1 for c in text if not c.isascii() and unicodedata.category(c) in ("Co", "Cn", "Cs"))
-    m.update(control=bad_ctrl, zero_width=zero_width, replacement=replacement, mojibake=mojibake,
-             mixed_script_words=mixed, scripts=len(major))
-    return (replacement >= 2 or bad_ctrl >= 3 or zero_width >= 3 or mojibake >= 2 or privates >= 3
-            or (mixed >= 3 and mixed >= 0.15 * len(words)) or len(major) >= 4)
+        unit = text[-p:]
+        need = max(5 * p, 42) if unit.isdigit() else max(2 * p, 24)  # the last need+p characters have period p
+        if len(text) < need + p or text[-need:] != text[-need - p:-p]:
+            continue
+        if unit.isdigit() or (sum(c.isalpha() for c in unit) >= max(2, 0.4 * p)
+                              and any(_is_word(t) for t in TOKEN_RE.findall(unit))):
+            return p
+    return 0
 
 
-def _char_repeat(text: str, m: dict) -> bool:
-    blank = max((b.count("\n") for b in BLANK_RUN_RE.findall(text)), default=0)
-    best = max((len(r.group(0)) for r in CHAR_RUN_RE.finditer(text)), default=0)
-    m.update(newline_run=blank, char_run=best)
-    return blank > 0 or best >= 16  # eight line breaks in a row: healthy text stops at three or four
+def _number(match: re.Match) -> str:
+    return match.group(1) or NUM
 
 
-def _needed_repeats(p: int, unit: list[str]) -> float:
-    words = {t for t in unit if t.isalpha()}
-    if p <= 2:
-        return 5
-    if p == 3:
-        return 3
-    return 2 if p > 5 and len(words) >= 3 else 2.5
-
-
-def _loop(tokens: list[str], m: dict) -> str | None:
-    """Tail periodicity on tokens with digits normalized: 'loop', 'token-repeat' or 'counting-loop'."""
-    norm = ["0" if t.isdigit() else t.lower() for t in tokens]
-    n = len(norm)
-    m.update(loop_period=0, loop_repeats=0.0)
-    for p in range(1, min(n // 2, 400) + 1):
+def _loop(tail: str, tokens: list[str], m: dict) -> str | None:
+    """Tail periodicity on normalized tokens (numbers are 0): 'token-repeat', 'loop' or 'counting-loop'."""
+    rev, n, p, nums = tokens[::-1], len(tokens), 0, None
+    while n >= 4:
+        try:
+            p = rev.index(rev[0], p + 1, n // 2 + 1)  # candidate period: where the last token occurred before
+        except ValueError:
+            return None
         run = 0
-        while run < n - p and norm[n - 1 - run] == norm[n - 1 - run - p]:
+        while run < n - p and rev[run] == rev[run + p]:
             run += 1
-        repeats = (run + p) / p
-        unit = norm[n - p:]
-        if repeats < 2 or not any(t.isalpha() for t in unit):
-            continue  # punctuation/number patterns (tables of figures, rulers) are not loops
-        if repeats < _needed_repeats(p, unit):
-            continue
-        digits_vary = any(t.isdigit() for t in tokens[n - p:]) and tokens[n - p:] != tokens[n - 2 * p:n - p]
-        if digits_vary and (repeats < 2.5 or "|" in unit or sum(len(t) >= 3 for t in unit if t.isalpha()) < 2):
-            continue  # changelogs and tables of figures repeat a shape with new numbers; a counting loop has words
-        m.update(loop_period=p, loop_repeats=round(repeats, 2))
-        if p <= 2 and all(t.isalpha() for t in unit):
-            return "token-repeat"
-        return "counting-loop" if digits_vary else "loop"
+        if run < p:
+            continue  # not even two copies
+        reps, unit = (run + p) / p, rev[:p]
+        words = {t for t in unit if _is_word(t)}
+        numbers = unit.count(NUM)
+        exact, counting = True, False
+        if numbers:  # compare the actual numbers: the same template with new numbers is a counting loop
+            nums = nums or [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)]
+            span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
+            exact = all(a == b for a, b in zip(span_nums, span_nums[numbers:]))
+            for k in range(numbers):
+                vals = [int(v) for v in span_nums[k::numbers] if v.isdigit()]
+                steps = {b - a for a, b in zip(vals, vals[1:])}
+                counting |= len(vals) >= 3 and len(steps) == 1 and 0 not in steps
+        code_ish = sum(not t[0].isalnum() and t != "\n" and t != NUM for t in unit) >= 0.35 * p
+        span = sum(len(t) + 1 for t in rev[:run + p])  # characters, counting one space per token
+        span += sum(len(x) - 1 for x in span_nums) if numbers else 0
+        if not words:  # a number said again and again; rulers and escapes are left to the character check
+            ok = exact and numbers > 0 and reps >= 10 and span >= 40
+        elif not exact:
+            ok = span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 3 if counting else 5)
+        elif p <= 2:
+            ok = reps >= 5 and span >= 16
+        elif code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ...
+            ok = reps >= 6 and span >= 40
+        elif p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
+            ok = reps >= 3 and span >= 24
+        else:
+            ok = span >= 32
+        if ok:
+            m.update(loop_period=p, loop_repeats=round(reps, 2), loop_chars=span)
+            if not exact:
+                return "counting-loop"
+            return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
 
 
-def _soup(tokens: list[str], m: dict) -> str | None:
-    """Word soup (words without grammar) or fragment soup, judged on the span of the last 40 words."""
-    span, words = [], 0
+def _soup(tokens: list[str], recent: str, m: dict) -> str | None:
+    """Word soup (words without grammar) or subword soup (fragments), judged on the last 24 words."""
+    words: list[str] = []
+    n = span = chars = other = lines = bad = function = short = 0
+    bare, nxt = None, ""  # bare: words since the last punctuation or line break
     for t in reversed(tokens):
-        if words >= 40:
+        if n == 24:
             break
-        span.append(t)
-        words += t.isalpha()
-    tail = [t for t in span if t.isalpha()]
-    if len(tail) < 16:
+        c = t[0]
+        span, chars = span + 1, chars + len(t) + 1
+        if c.isalpha() and not "\u3040" <= c <= "\ufaff":
+            if t in FUNCTION_WORDS:
+                function += 1
+                bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt in (",", ";") and t in _DET)
+            short += _fragment(t)
+            words.append(t)
+            n += 1
+        else:
+            bare = n if bare is None else bare
+            lines += t == "\n"
+            other += t != "\n" and not c.isalnum()  # punctuation and numbers
+        nxt = t
+    if n < 16:
         return None
-    tail.reverse()
-    punct = sum(1 for t in span if not t.isalnum()) / len(span)
-    latin = sum(1 for w in tail if w.isascii()) / len(tail)
-    function = sum(1 for w in tail if w.lower() in FUNCTION_WORDS) / len(tail)
-    odd_pairs = sum(1 for a, b in zip(tail, tail[1:]) if a.lower() in ("the", "a", "an") and b.lower() in FUNCTION_WORDS)
-    short = sum(1 for w in tail if len(w) <= 3 and w.lower() not in FUNCTION_WORDS) / len(tail)
-    m.update(function_share=round(function, 3), punct_share=round(punct, 3), short_share=round(short, 3))
-    if latin < 0.9:
-        return None
-    if short > 0.45 and punct < 0.15:
+    if bare is None:  # no punctuation in the window: how far back does the bare run go (up to 40 words)?
+        bare = n
+        for t in reversed(tokens[max(0, len(tokens) - span - 16):len(tokens) - span]):
+            if not t[0].isalpha():
+                break
+            bare += 1
+    bad += len(TITLE_FW_RE.findall(recent[-chars:]))  # "is and The once": a function word capitalized mid-sentence
+    m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),
+             bad_pairs=bad, bare_words=bare)
+    if other >= 0.25 * span or lines >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
+        return None  # code, tables, lists (few function words by nature); languages written with diacritics
+    if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
-    if punct < 0.1 and (function < 0.12 or odd_pairs >= 3):
+    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or function < 0.25 * n)):
         return "word-soup"
     return None
 
 
+def _fragment(w: str) -> bool:
+    """A piece of a word: one letter (other than a, I), or up to three letters that are no common word."""
+    return len(w) <= 3 and (w not in FUNCTION_WORDS or (len(w) == 1 and w not in "ai") or not VOWELS.intersection(w))
+
+
+def _odd_word(w: str) -> bool:
+    """A pseudo-word glued from fragments: no vowel, four consonants in a row, three vowels, or a foreign onset."""
+    if len(w) < 3 or "_" in w:
+        return False
+    if w[0] not in VOWELS and w[1] not in VOWELS and w[:2] not in _ONSETS:
+        return True
+    cons = vows = 0
+    for c in w:
+        if c in VOWELS:
+            cons, vows = 0, vows + 1
+        else:
+            cons, vows = cons + 1, 0
+        if cons >= 4 or vows >= 3:
+            return True
+    return not any(c in VOWELS for c in w)
+
+
+def _script(c: str) -> str:
+    if c < "\u0250":
+        return "latin" if c.isalpha() else "other"
+    if "\u3040" <= c <= "\ufaff" or "\u1100" <= c <= "\u11ff" or "\u3130" <= c <= "\u318f":
+        return "cjk"
+    if not c.isalpha():
+        return "symbol" if unicodedata.category(c)[0] == "S" else "other"  # punctuation separates, like spaces
+    return unicodedata.name(c, "? ?").split(" ", 1)[0]
+
+
+def _script_switches(text: str) -> float:
+    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter)."""
+    score, prev = 0.0, None
+    for c in text:
+        s = "other" if c.isspace() or c.isdigit() or c.isascii() and not c.isalpha() else _script(c)
+        if s == "other":
+            prev = None
+            continue
+        if prev and s != prev:
+            score += 0.25 if {s, prev} == {"latin", "cjk"} else 1
+        prev = s
+    return score
+
+
+def _unicode_junk(text: str, m: dict) -> bool:
+    """Replacement characters, control and invisible characters, mojibake, private-use and stacked marks."""
+    control = len(CONTROL_RE.findall(text))
+    if text.isascii():
+        m.update(control=control)
+        return control >= 2
+    counts = {
+        "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
+        "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
+        "stacked_marks": len(COMBINING_RUN_RE.findall(text)), "script_switches": _script_switches(text[-120:]),
+    }
+    m.update(counts)
+    return (counts["replacement"] >= 2 or control >= 2 or counts["invisible"] >= 3 or counts["mojibake"] >= 2
+            or counts["private_use"] >= 3 or counts["stacked_marks"] >= 2 or counts["script_switches"] >= 8)
+
+
 def detect(text: str) -> Verdict:
-    """Verdict on one text (only its last TAIL_CHARS characters are examined)."""
+    """Verdict on one text; only its last TAIL_CHARS characters are examined."""
     m: dict[str, float] = {"chars": len(text)}
     if not text.strip():
         return Verdict(True, ["empty"], m)
-    if not SPECIAL_RE.sub("", text).strip():
+    tail = text[-TAIL_CHARS:]
+    if "<" in tail or "[" in tail:
+        tail = SPECIAL_RE.sub(" ", tail)
+    if not tail.strip() and not SPECIAL_RE.sub("", text).strip():
         return Verdict(True, ["special-tokens-only"], m)
-    # Special tokens become a word, so a loop of role or end markers is a loop like any other.
-    tail = SPECIAL_RE.sub(" specialtoken ", text[-TAIL_CHARS:])
+    recent = tail[-RECENT_CHARS:]
     reasons = []
-    if _unicode_junk(tail, m):
+    if text.rstrip().endswith((">", "]")) and _special_run(text[-RECENT_CHARS:]):
+        reasons.append("token-repeat")
+    if _unicode_junk(recent, m):
         reasons.append("unicode-junk")
-    if len(SUBWORD_RE.findall(tail)) >= 3:
+    if len(SUBWORD_RE.findall(recent)) >= 3:
         reasons.append("subword-soup")
-    if _char_repeat(tail, m):
+    if _char_runs(tail, len(tail) - len(recent), len(text) > len(tail), m):
         reasons.append("char-repeat")
-    tokens = TOKEN_RE.findall(tail)
-    # While streaming, the last word may be cut in half ("will" seen as "wil"): leave it out.
-    loop = _loop(tokens[:-1] if tail[-1:].isalnum() else tokens, m)
+    low = tail.lower()
+    tokens = TOKEN_RE.findall(NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low)  # numbers become NUM
+    loop = _loop(tail, tokens, m)
+    if not loop and (p := _char_period(recent)):
+        loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"
+        m.update(loop_period_chars=p)
     if loop:
         reasons.append(loop)
-    soup = None if loop else _soup(tokens, m)
+    soup = None if loop else _soup(tokens, recent, m)
     if soup and soup not in reasons:
         reasons.append(soup)
     return Verdict(bool(reasons), reasons, m)
 
 
 def whisper_rule(text: str, threshold: float = 2.4) -> bool:
-    """Whisper's fallback rule, for comparison: zlib compression ratio above 2.4 (or empty)."""
-    import zlib
-
+    """Whisper's fallback rule, for comparison: empty, or zlib compression ratio above 2.4."""
     raw = text.encode("utf-8")
     return not text.strip() or len(raw) / len(zlib.compress(raw)) > threshold
 
 
+# ---- inside model.generate -----------------------------------------------------------------------------------------
+
+@dataclass
+class RowState:
+    stopped: bool = False
+    reasons: list[str] = field(default_factory=list)
+    stop_token: int | None = None  # index (from the generation start) of the last token generated before the stop
+    tokens: int = 0  # tokens generated, up to and including EOS or the stop
+    eos: bool = False
+    ids: list[int] = field(default_factory=list)
+    text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
+    decoded: int = 0  # tokens already decoded into text
+
+
+def _id_loop(ids: list[int], max_period: int = 64) -> bool:
+    """Cheap pre-check on token ids: does the tail repeat exactly (two copies, 8+ tokens)?"""
+    rev, p = ids[:-2 * max_period - 1:-1], 0
+    size = len(rev)
+    while True:
+        try:
+            p = rev.index(rev[0], p + 1, size // 2 + 1)
+        except (ValueError, IndexError):
+            return False
+        run = 0
+        while run + p < size and rev[run] == rev[run + p]:
+            run += 1
+        if run >= p and run + p >= 8:
+            return True
+
+
+class DegenerationGuard(StoppingCriteria):
+    """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
+
+    Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
+    repeat, and anyway every `detect_every` tokens, it decodes only the row's new tokens (plus two
+    of context), appends them to the row's text tail and runs `detect` on it. Rows that emitted EOS
+    are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
+    would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
+    to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
+    """
+
+    def __init__(self, tokenizer, *, check_every: int = 8, prompt_lengths: int | None = None,
+                 eos_token_id: int | list[int] | None = None, detect_every: int = 32, stop: bool = True):
+        self.tokenizer, self.check_every, self.detect_every = tokenizer, check_every, detect_every
+        self.prompt_length, self.stop = prompt_lengths, stop
+        eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+        self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
+        self.rows: list[RowState] = []
+        self._start, self._done = 0, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
+        batch, length = input_ids.shape
+        if self._done is None or len(self.rows) != batch or length - self._start < self.rows[0].tokens:
+            self.rows = [RowState() for _ in range(batch)]  # a new generate() call
+            self._start = self.prompt_length if self.prompt_length is not None else length - 1
+            self._done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        generated = length - self._start
+        if generated % self.check_every == 0:
+            self._check(input_ids, generated, generated % self.detect_every == 0)
+        return self._done
+
+    def _check(self, input_ids: torch.LongTensor, generated: int, full: bool) -> None:
+        active = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
+        if not active:
+            return
+        seen = min(len(self.rows[i].ids) for i in active)
+        suspects, fresh = [], input_ids[:, self._start + seen:].tolist()
+        for i in active:
+            row = self.rows[i]
+            new = fresh[i][len(row.ids) - seen:]
+            hit = None if self.eos.isdisjoint(new) else next(k for k, t in enumerate(new) if t in self.eos)
+            row.ids += new if hit is None else new[:hit + 1]
+            row.tokens = len(row.ids)
+            if hit is not None:
+                row.eos = True  # finished: never checked again
+            elif full or _id_loop(row.ids):
+                suspects.append(row)
+        if not suspects:
+            return
+        ctx = 2  # already-decoded tokens decoded again as context: a fragment alone loses its leading space
+        pieces = [r.ids[max(0, r.decoded - ctx):] for r in suspects]
+        heads = [r.ids[max(0, r.decoded - ctx):r.decoded] for r in suspects]
+        texts = self._decode(pieces + heads)
+        changed = False
+        for row, piece, head, full_text in zip(suspects, pieces, texts[len(suspects):], texts):
+            end = len(row.ids)
+            while full_text.endswith("\ufffd") and end > row.decoded + 1 and len(row.ids) - end < 3:
+                end -= 1  # a character split across tokens: decode up to where it starts, the rest comes later
+                full_text = self._decode([piece[:len(piece) - len(row.ids) + end]])[0]
+            if full_text.endswith("\ufffd") and len(row.ids) - row.decoded < 8:
+                continue
+            cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
+            add = full_text[cut:]
+            row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
+            verdict = detect(row.text)
+            if verdict.degenerate and not row.reasons:
+                row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
+                row.stopped = changed = self.stop
+        if changed:
+            self._done = torch.tensor([r.stopped for r in self.rows], dtype=torch.bool, device=self._done.device)
+
+    def _decode(self, seqs: list[list[int]]) -> list[str]:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)  # straight into Rust, no thread pool
+        if backend is not None:
+            return [backend.decode(s, skip_special_tokens=False) for s in seqs]
+        return self.tokenizer.batch_decode(seqs, skip_special_tokens=False)
+
+    def report(self) -> list[dict]:
+        """Per row: stopped, reasons, stop_token, tokens (generated, as far as the guard saw), eos."""
+        return [{"stopped": r.stopped, "reasons": r.reasons, "stop_token": r.stop_token, "tokens": r.tokens,
+                 "eos": r.eos} for r in self.rows]
+
+
+class GenerationObserver(LogitsProcessor):
+    """Records per-row mean entropy and mean log-probability of the chosen token; returns scores unchanged."""
+
+    def __init__(self):
+        self.entropy, self.logprob, self.steps, self.chosen, self._last = None, None, 0, 0, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        with torch.no_grad():
+            logp = torch.log_softmax(scores.float(), dim=-1)
+            ent = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+            self.entropy = ent if self.entropy is None else self.entropy + ent
+            if self._last is not None:  # the token picked from the previous step's distribution
+                lp = self._last.gather(1, input_ids[:, -1:]).squeeze(1)
+                self.logprob = lp if self.logprob is None else self.logprob + lp
+                self.chosen += 1
+            self._last, self.steps = logp, self.steps + 1
+        return scores
+
+    def summary(self) -> list[dict]:
+        """Per row: mean entropy (nats) and mean log-prob of the chosen token (the last token is not seen)."""
+        if not self.steps:
+            return []
+        lp = self.logprob.tolist() if self.logprob is not None else [float("nan")] * len(self.entropy)
+        return [{"mean_entropy": e / self.steps, "mean_logprob": p / max(1, self.chosen)}
+                for e, p in zip(self.entropy.tolist(), lp)]
+
+
+# ---- after generation ------------------------------------------------------------------------------------------------
+
 class DegenerationError(RuntimeError):
-    """Raised by the circuit breaker: most early generations are garbage, so stop the run now."""
+    """Raised by CircuitBreaker: most early generations are garbage, so the run is stopped before it burns hours."""
 
 
 class CircuitBreaker:
-    """After `min_samples` generations, raise if more than `max_share` of them are degenerate."""
+    """Raises DegenerationError when more than `max_degenerate_share` of the first `min_samples` outputs degenerate."""
 
-    def __init__(self, min_samples: int = 16, max_share: float = 0.5):
-        self.min_samples, self.max_share = min_samples, max_share
+    def __init__(self, min_samples: int = 16, max_degenerate_share: float = 0.5, *, max_share: float | None = None):
+        self.min_samples = min_samples
+        self.max_share = max_degenerate_share if max_share is None else max_share
         self.seen: list[tuple[str, Verdict]] = []
+        self.checked = False
 
-    def update(self, texts: list[str], verdicts: list[Verdict] | None = None) -> None:
-        verdicts = verdicts or [detect(t) for t in texts]
-        self.seen += list(zip(texts, verdicts))
-        if len(self.seen) < self.min_samples:
+    def update(self, items, verdicts: list[Verdict] | None = None) -> None:
+        """Feed outputs (texts) or Verdicts (or texts plus their verdicts); checks once min_samples are in."""
+        items = list(items) if isinstance(items, (list, tuple)) else [items]
+        for k, item in enumerate(items):
+            if isinstance(item, Verdict):
+                self.seen.append(("", item))
+            else:
+                self.seen.append((item, verdicts[k] if verdicts is not None else detect(item)))
+        if self.checked or len(self.seen) < self.min_samples:
             return
-        bad = [(t, v) for t, v in self.seen if v.degenerate]
-        share = len(bad) / len(self.seen)
+        self.checked = True
+        first = self.seen[: self.min_samples]
+        bad = [(t, v) for t, v in first if v.degenerate]
+        share = len(bad) / len(first)
         if share > self.max_share:
-            examples = "\n".join(f"  - [{', '.join(v.reasons)}] {t[:120]!r}" for t, v in bad[:3])
+            reasons: dict[str, int] = {}
+            for _, v in bad:
+                for r in v.reasons:
+                    reasons[r] = reasons.get(r, 0) + 1
+            examples = "\n".join(f"  - [{', '.join(v.reasons)}] {t[:160]!r}{'...' if len(t) > 160 else ''}"
+                                 for t, v in bad[:3])
             raise DegenerationError(
-                f"{len(bad)} of the first {len(self.seen)} generations ({share:.0%}) are degenerate, above the "
-                f"{self.max_share:.0%} limit. Examples:\n{examples}\nLikely causes: the model never learnt to emit "
-                "EOS (pad token == EOS token, so EOS was masked in training); a wrong chat template (prompts not "
-                "formatted as in training); fp16 overflow (NaN/inf logits: try bf16 on capability >= 8.0 or fp32)."
-            )
+                f"{len(bad)} of the first {len(first)} generations ({share:.0%}) are degenerate, more than the "
+                f"{self.max_share:.0%} allowed; reasons: {reasons}.\nExamples:\n{examples}\nLikely causes: the model "
+                "never learnt to emit EOS (pad token == EOS token, so EOS was masked out of the labels in training); "
+                "a chat template different from the one used in training, or none; fp16 overflow (inf/NaN logits: "
+                "use fp32 or bf16 where the GPU really supports it).")
 
 
 def summarize(rows: list[dict], max_new_tokens: int) -> dict:
-    """Rates and counts for a report; rows have text, tokens, eos, and optionally guard_stopped/verdict."""
-    n = max(1, len(rows))
+    """Rates and counts for a report. A row has text or verdict; optionally eos, tokens, stopped (by the guard)."""
     reasons: dict[str, int] = {}
+    degenerate = eos = at_max = saved = 0
     for r in rows:
-        for reason in r["verdict"].reasons:
+        stopped = bool(r.get("stopped", r.get("guard_stopped")))
+        v = r.get("verdict") or (detect(r["text"]) if "text" in r else Verdict(stopped, list(r.get("reasons", []))))
+        degenerate += v.degenerate or stopped
+        for reason in dict.fromkeys(v.reasons or (r.get("reasons", []) if stopped else [])):
             reasons[reason] = reasons.get(reason, 0) + 1
-    return {
-        "degenerate_rate": sum(r["verdict"].degenerate for r in rows) / n,
-        "eos_rate": sum(bool(r["eos"]) for r in rows) / n,
-        "no_eos_at_max": sum(1 for r in rows if not r["eos"] and r["tokens"] >= max_new_tokens),
-        "reasons": dict(sorted(reasons.items())),
-        "tokens_generated": sum(r["tokens"] for r in rows),
-        "tokens_saved": sum(max_new_tokens - r["tokens"] for r in rows if r.get("guard_stopped")),
-    }
+        eos += bool(r.get("eos"))
+        at_max += not r.get("eos") and not stopped and r.get("tokens", 0) >= max_new_tokens  # never said EOS
+        saved += max(0, max_new_tokens - r.get("tokens", max_new_tokens)) if stopped else 0
+    n = max(1, len(rows))
+    return {"n": len(rows), "degenerate_rate": degenerate / n, "eos_rate": eos / n, "no_eos_at_max": at_max,
+            "reasons": dict(sorted(reasons.items())), "tokens_generated": sum(r.get("tokens", 0) for r in rows),
+            "tokens_saved": saved}
 
+
+# ---- command line ------------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nbutils.degeneration", description="Check generations.")
+    parser = argparse.ArgumentParser(prog="python -m nbutils.degeneration", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="one JSON verdict per line of a JSONL file, then a summary line")
-    p.add_argument("file")
-    p.add_argument("--field", default="text")
+    check = sub.add_parser("check", help="print one JSON verdict per JSONL record, then a summary line")
+    check.add_argument("file")
+    check.add_argument("--field", default="text", help="the field holding the generated text (default: text)")
     args = parser.parse_args(argv)
-    total, bad, errors, reasons = 0, 0, 0, {}
+    counts = {"checked": 0, "degenerate": 0, "unreadable_lines": 0}
+    reasons: dict[str, int] = {}
     with open(args.file, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -255,19 +568,19 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 text = json.loads(line)[args.field]
                 if not isinstance(text, str):
-                    raise TypeError(f"field {args.field!r} is {type(text).__name__}, not text")
+                    raise TypeError(f"field {args.field!r} holds {type(text).__name__}, not text")
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                errors += 1
+                counts["unreadable_lines"] += 1
                 print(json.dumps({"line": n, "error": f"{type(e).__name__}: {e}"}))
                 continue
             v = detect(text)
-            total += 1
-            bad += v.degenerate
+            counts["checked"] += 1
+            counts["degenerate"] += v.degenerate
             for r in v.reasons:
                 reasons[r] = reasons.get(r, 0) + 1
             print(json.dumps({"line": n, "degenerate": v.degenerate, "reasons": v.reasons, "metrics": v.metrics}))
-    print(json.dumps({"summary": {"checked": total, "degenerate": bad, "unreadable_lines": errors,
-                                  "degenerate_rate": bad / total if total else 0.0, "reasons": reasons}}))
+    rate = counts["degenerate"] / counts["checked"] if counts["checked"] else 0.0
+    print(json.dumps({"summary": {**counts, "degenerate_rate": round(rate, 4), "reasons": reasons}}))
     return 0
 
 

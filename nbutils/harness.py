@@ -33,6 +33,8 @@ FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype
                               r"Segmentation fault|core dumped|Killed\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_FILES = 20 * 2**30, 500  # Kaggle's /kaggle/working limits
+# The kernel's own log (e.g. "running over TCP without encryption") is noise in a harness run; errors still show.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 @dataclass
@@ -57,9 +59,23 @@ def kernel_metadata(root: Path = ROOT) -> dict[str, dict]:
     return out
 
 
-def _source_index(cells, source: str) -> int | None:
+PAPERMILL_TAGS = {"injected-parameters", "papermill-error-cell-tag"}
+
+
+def _original_index(executed_cells, index: int | None) -> int | None:
+    """Index in the notebook as written of executed cell `index` (papermill inserts parameter/error cells)."""
+    if index is None or index >= len(executed_cells):
+        return None
+    if PAPERMILL_TAGS & set(executed_cells[index].get("metadata", {}).get("tags", [])):
+        return None
+    return sum(1 for c in executed_cells[:index] if not PAPERMILL_TAGS & set(c.get("metadata", {}).get("tags", [])))
+
+
+def _error_index(cells) -> int | None:
+    """Index of the first cell that raised (an error output, or papermill's exception flag)."""
     for i, c in enumerate(cells):
-        if c.get("cell_type") == "code" and c.get("source", "").strip() == source.strip():
+        if any(o.get("output_type") == "error" for o in c.get("outputs", [])) or \
+                c.get("metadata", {}).get("papermill", {}).get("exception"):
             return i
     return None
 
@@ -74,15 +90,16 @@ def _failing_line(source: str, traceback: list[str]) -> str:
     return arrows[0].strip() if arrows else (lines[-1].strip() if lines else "")
 
 
-def _interrupted_source(executed_path: Path) -> str | None:
-    """Source of the cell papermill was running when execution stopped (timeout, dead kernel)."""
+def _interrupted_index(executed_path: Path) -> int | None:
+    """Executed-notebook index of the cell papermill was running when execution stopped (timeout, dead kernel)."""
     import nbformat
 
     if not executed_path.exists():
         return None
-    started = [c for c in nbformat.read(executed_path, as_version=4).cells
+    cells = nbformat.read(executed_path, as_version=4).cells
+    started = [i for i, c in enumerate(cells)
                if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
-    return started[-1].source if started else None
+    return started[-1] if started else None
 
 
 def _output_text(cell) -> str:
@@ -98,18 +115,19 @@ def _output_text(cell) -> str:
 
 
 def _secret_values() -> list[str]:
+    """Values of environment variables named like secrets (Kaggle and Colab hand secrets over this way)."""
     return [v for k, v in os.environ.items()
-            if re.search(r"TOKEN|SECRET|PASSWORD|API_KEY|_KEY$", k) and len(v) >= 8]
+            if re.search(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", k.upper()) and len(v) >= 8
+            and not v.startswith(("/", "."))]  # a path to a key file is not the key
 
 
-def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed_source: str | None) -> list[Problem]:
+def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: int | None) -> list[Problem]:
     """Problems visible only after a run: outputs, sandbox events, the working dir."""
     problems = []
-    by_count = {c.get("execution_count"): c for c in executed.cells if c.get("cell_type") == "code"}
+    by_count = {c.get("execution_count"): i for i, c in enumerate(executed.cells) if c.get("cell_type") == "code"}
 
     def index_of(count):
-        cell = by_count.get(count)
-        return _source_index(original.cells, cell.source) if cell is not None else None
+        return _original_index(executed.cells, by_count.get(count))
 
     for ev in box.read_events():
         kind = ev["type"]
@@ -130,12 +148,12 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed_s
                                     f"pip check: {ev['detail'].splitlines()[0]}",
                                     "pin compatible versions in the install cell"))
     secrets = _secret_values()
-    for cell in executed.cells:
-        if cell.get("cell_type") != "code":
+    for i, cell in enumerate(executed.cells):
+        orig = _original_index(executed.cells, i)
+        if cell.get("cell_type") != "code" or orig is None:
             continue
         text = _output_text(cell)
-        orig = _source_index(original.cells, cell.source)
-        if failed_source is None or cell.source.strip() != failed_source.strip():
+        if orig != failed:
             m = FATAL_SIGNATURES.search("\n".join(o.get("text", "") for o in cell.get("outputs", [])
                                                   if o.get("output_type") == "stream"))
             if m:
@@ -158,6 +176,8 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    from nbutils import embedded
+
     name = path.name
     original = nbformat.read(path, as_version=4)
     box = sandbox.create(out, path.stem)
@@ -169,37 +189,43 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     deadline = time.monotonic() + time_budget if time_budget else None
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
     saved_env = dict(os.environ)
+    # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
+    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(embedded.cache_dir().parent)}
     os.environ.clear()
-    os.environ.update(sandbox.environment(box, internet, saved_env))
-    failed_source = None
+    os.environ.update(sandbox.environment(box, internet, base))
+    failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
     try:
         papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name="python3",
-                                   cwd=str(box.working), progress_bar=False, **kwargs)
+                                   cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
     except PapermillExecutionError as e:
-        failed_source = e.source
-        idx = _source_index(original.cells, e.source)
+        failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
         what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
-        result.problems.append(Problem("cell-error", name, idx, what, "fix the cell; the traceback is in the executed copy "
-                                       f"{executed_path}"))
+        result.problems.append(Problem("cell-error", name, None, what,
+                                       f"fix the cell; the traceback is in the executed copy {executed_path}"))
     except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
         over = deadline is not None and time.monotonic() >= deadline - 1
         check = "time-budget" if over else "cell-error"
         fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
                if over else "see the executed copy; a dead kernel is often out of memory")
         result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
-        failed_source = _interrupted_source(executed_path)
+        failed = _interrupted_index(executed_path)
     finally:
         os.environ.clear()
         os.environ.update(saved_env)
     result.seconds = round(time.monotonic() - t0, 1)
+    if time_budget and result.seconds > time_budget and not any(p.check == "time-budget" for p in result.problems):
+        result.problems.append(Problem("time-budget", name, None, f"took {result.seconds:.0f} s, over the "
+                                       f"{time_budget:.0f} s budget", "use smoke=True or fewer steps"))
     executed = nbformat.read(executed_path, as_version=4) if executed_path.exists() else original
+    failed = _original_index(executed.cells, _error_index(executed.cells) if failed == -1 else failed)
     for p in result.problems:
-        if p.cell is None and failed_source is not None:
-            p.cell = _source_index(original.cells, failed_source)
-    result.problems += runtime_checks(name, original, executed, box, failed_source)
-    if sandbox.fingerprint(box.input) != before:
-        result.problems.append(Problem("read-only-input", name, None, "wrote into an input folder",
+        p.cell = failed if p.cell is None and p.check in ("cell-error", "time-budget") else p.cell
+    result.problems += runtime_checks(name, original, executed, box, failed)
+    written = sandbox.changed(before, sandbox.fingerprint(box.input))
+    if written:
+        result.problems.append(Problem("read-only-input", name, None, f"wrote into the input folder: {written[0]}"
+                                       + (f" (+{len(written) - 1} more)" if len(written) > 1 else ""),
                                        "inputs are read-only on Kaggle: write under the working dir"))
     result.status = "failed" if result.failing else "passed"
     return result, box
@@ -210,50 +236,61 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
     from nbutils import embedded
 
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("NBUTILS_CACHE", str(embedded.cache_dir().parent))
-    embedded.ensure()  # the embedded default is an input, built before the sandboxed runs
+    embedded.ensure()  # the embedded default is an input (like a Kaggle dataset), built before the sandboxed runs
     meta = kernel_metadata()
     slug_of = {p.stem: meta[p.stem]["id"].split("/")[-1] if p.stem in meta else p.stem.replace("_", "-")
                for p in notebooks}
     done: dict[str, sandbox.Sandbox] = {}
-    results = []
+    results, unused = [], set(params)
     for path in notebooks:
-        stem = path.stem
-        m = meta.get(stem, {})
+        m = meta.get(path.stem, {})
         # Without shipped metadata, every earlier notebook counts as a source (a plain chain).
-        sources = [s.split("/")[-1] for s in m["kernel_sources"]] if m else [slug_of[s] for s in done]
-        mounts, nb_params = [], dict(params)
-        for up_stem, box in done.items():
-            if slug_of.get(up_stem) in sources and up_stem in ARTIFACTS:
-                stage, _ = ARTIFACTS[up_stem]
-                if (box.working / stage).exists():
-                    mounts.append((box.working / stage, slug_of[up_stem]))
-        net = internet if internet is not None else bool(m.get("enable_internet", True))
+        sources = [s.split("/")[-1] for s in m.get("kernel_sources", [])] if m else [slug_of[s] for s in done]
+        # Kaggle mounts an upstream kernel's whole /kaggle/working under /kaggle/input/<slug>/.
+        mounts = [(box.working, slug_of[up]) for up, box in done.items() if slug_of[up] in sources]
         accepted = _parameter_names(path)
-        # Upstream folders are passed explicitly as parameters, pointing into the read-only mounts.
-        for src, slug in mounts:
-            if UPSTREAM_PARAMS.get(src.name) in accepted:
-                nb_params[UPSTREAM_PARAMS[src.name]] = str(out / "sandbox" / stem / "input" / slug / src.name)
+        unused -= accepted
+        nb_params = dict(params)
+        for up, box in done.items():  # upstream folders go in as parameters, pointing into the read-only mounts
+            stage = ARTIFACTS.get(up, ("", ""))[0]
+            if slug_of[up] in sources and UPSTREAM_PARAMS.get(stage) in accepted and (box.working / stage).exists():
+                nb_params.setdefault(UPSTREAM_PARAMS[stage], str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage))
+        net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
                                    time_budget, mounts)
-        if stem in ARTIFACTS and not result.failing:
-            stage, marker = ARTIFACTS[stem]
+        if path.stem in ARTIFACTS and not result.failing:
+            stage, marker = ARTIFACTS[path.stem]
             if not (box.working / stage / marker).exists():
                 result.problems.append(Problem("missing-artifact", path.name, None,
                                                f"did not write {stage}/{marker}, which the next notebook needs",
                                                "check the notebook's output_dir handling (nbutils.environment.stage_dir)"))
                 result.status = "failed"
-        done[stem] = box
+        done[path.stem] = box
         results.append(result)
         if result.failing:
             break  # like a chain of Kaggle kernels: later ones would only fail for lack of inputs
+    if unused and len(results) == len(notebooks):
+        print(f"note: no notebook has a parameter named {', '.join(sorted(unused))} (ignored)", file=sys.stderr)
     return results
 
 
 def _parameter_names(path: Path) -> set[str]:
-    import papermill
+    """Names assigned in the `parameters` cell (ast: papermill's own parser skips any line with two '=')."""
+    import ast
 
-    return set(papermill.inspect_notebook(str(path)).keys())
+    import nbformat
+
+    names = set()
+    for cell in nbformat.read(path, as_version=4).cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
 
 
 def lint(notebooks: list[Path]) -> list[Result]:
@@ -283,7 +320,8 @@ def write_reports(out: Path, results: list[Result]) -> None:
 def summary_table(results: list[Result]) -> str:
     rows = [("notebook", "status", "seconds", "first problem")]
     for r in results:
-        first = str(r.failing[0]) if r.failing else ("allowed: " + r.problems[0].check if r.problems else "-")
+        allowed = ", ".join(f"{p.check} (cell {p.cell})" for p in r.problems if p.allowed)
+        first = str(r.failing[0]) if r.failing else (f"allowed: {allowed}" if allowed else "-")
         rows.append((r.notebook, r.status, f"{r.seconds:.1f}", first[:100]))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in rows)
@@ -317,11 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
         notebooks = [ROOT / nb for nb in CHAIN]
-        linted = lint(notebooks)
-        if any(r.failing for r in linted):
-            return _report(linted, args.out)
+        linted = {r.notebook: r for r in lint(notebooks)}
         # The default chain must work with the internet off: the embedded default needs none.
-        return _report(run(notebooks, args.out, params, False, args.time_budget), args.out)
+        ran = run(notebooks, args.out, params, False, args.time_budget)
+        for r in ran:  # one row per notebook: its static problems first, then what the run found
+            r.problems = linted.pop(r.notebook).problems + r.problems
+            r.status = "failed" if r.failing else "passed"
+        skipped = [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
+        return _report(ran + skipped, args.out)
     return _report(run(args.notebooks, args.out, params, False if args.no_internet else None, args.time_budget),
                    args.out)
 

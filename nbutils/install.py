@@ -1,55 +1,155 @@
 """The notebooks' install step: install only what the platform lacks, pinned, and never torch.
 
-Kaggle and Colab images ship torch, and usually older transformers/peft/bitsandbytes. Upgrading a
-package after it was imported leaves the old one loaded (the classic background-run killer), so
-this runs in the first cell, before anything heavy is imported. Decisions are a pure function
-(`plan_install`) so they can be tested per platform without running pip.
+Kaggle and Colab images ship torch (built for their CUDA) and often older transformers/datasets;
+bitsandbytes and peft are usually absent. Upgrading a package after it was imported leaves the old
+one loaded (the classic background-run killer), so this runs in the first code cell, before anything
+heavy is imported. The decision is a pure function (`plan_install`), tested per platform without pip;
+`run_install` executes a plan and checks the versions afterwards.
+
+The notebook cell is `bootstrap_cell_source()`: it installs nbutils itself (it cannot import nbutils
+before nbutils is there), then calls `ensure_packages()`.
 """
 
 from __future__ import annotations
 
+import glob
+import importlib
 import importlib.metadata
+import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The one list of runtime pins (requirements.txt must agree; a test checks it). torch is absent on purpose.
-PINS = {
-    "transformers": "5.23.0", "peft": "0.21.2", "bitsandbytes": "0.50.2", "accelerate": "1.15.0",
-    "datasets": "5.2.0", "matplotlib": "3.11.2", "pandas": "3.1.1", "pyarrow": "26.0.1",
-    "beautifulsoup4": "4.15.0", "tqdm": "4.70.1", "ipywidgets": "8.1.9",
+from nbutils import settings
+
+
+@dataclass(frozen=True)
+class Need:
+    pin: str  # the version installed when the package is missing or too old
+    minimum: str  # a preinstalled version at or above this is left alone
+    module: str  # import name, to spot a package imported before it was upgraded
+    exact: bool = False  # only the pinned version will do (APIs that move between minor releases)
+
+
+# The one list of what the notebooks need besides torch (requirements.txt must agree; a test checks it).
+NEEDED = {
+    "transformers": Need("5.23.0", "5.23.0", "transformers", exact=True),
+    "peft": Need("0.21.2", "0.18", "peft"),
+    "bitsandbytes": Need("0.50.2", "0.45", "bitsandbytes"),
+    "accelerate": Need("1.15.0", "1.0", "accelerate"),
+    "datasets": Need("5.2.0", "4.0", "datasets"),
+    "matplotlib": Need("3.11.2", "3.7", "matplotlib"),
+    "pandas": Need("3.1.1", "2.0", "pandas"),
+    "pyarrow": Need("26.0.1", "14.0", "pyarrow"),
+    "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
+    "tqdm": Need("4.70.1", "4.66", "tqdm"),
+    "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
 }
-# Oldest version the notebooks work with: a preinstalled package at or above it is left alone.
-MINIMUM = {"transformers": "5.0", "peft": "0.18", "bitsandbytes": "0.45", "accelerate": "1.0", "datasets": "4.0",
-           "matplotlib": "3.7", "pandas": "2.0", "pyarrow": "14.0", "beautifulsoup4": "4.12", "tqdm": "4.66",
-           "ipywidgets": "8.0"}
-NEVER = {"torch", "torchvision", "torchaudio"}
-DATASET_SLUG = "qlora-nbutils"  # the Kaggle dataset holding the nbutils wheel and the offline wheelhouse
+PINS = {name: need.pin for name, need in NEEDED.items()}
+MINIMUM = {name: need.minimum for name, need in NEEDED.items()}
+# What the images usually ship (versions vary, often older): the plan still checks the real versions.
+USUALLY_PREINSTALLED = {
+    "kaggle": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
+               "beautifulsoup4", "tqdm", "ipywidgets"),
+    "colab": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
+              "beautifulsoup4", "tqdm", "ipywidgets", "peft"),
+}
+# Never installed or upgraded here: the platform's torch matches its CUDA driver.
+NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
+WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
 
 @dataclass
 class InstallPlan:
     platform: str
     source: str  # "none" | "wheelhouse" | "index"
-    packages: list[str] = field(default_factory=list)  # pinned specs, e.g. "peft==0.21.2"
-    pip_args: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)  # pip specs: "peft==0.21.2", "nbutils @ git+..."
+    pip_args: list[str] = field(default_factory=list)  # e.g. ["--no-index", "--find-links", DIR]
+    constraints: dict[str, str] = field(default_factory=dict)  # held at their installed version (torch)
     notes: list[str] = field(default_factory=list)
+
+    def command(self, constraints_file: str | None = None) -> list[str]:
+        """The pip command line (without the interpreter) this plan runs."""
+        extra = ["-c", constraints_file] if constraints_file else []
+        return ["-m", "pip", "install", "--progress-bar", "off", *self.pip_args, *extra, *self.packages]
 
 
 def _version(v: str) -> tuple[int, ...]:
     out = []
     for part in v.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
         if not digits:
             break
         out.append(int(digits))
     return tuple(out)
 
 
-def installed_versions(names=PINS) -> dict[str, str | None]:
-    out = {}
+def _is_never(name: str) -> bool:
+    return any(name == n or (n.endswith("-") and name.startswith(n)) for n in NEVER)
+
+
+def needs_install(name: str, version: str | None) -> bool:
+    """Missing, below the minimum, or (for exact pins) not the pinned version."""
+    need = NEEDED[name]
+    if version is None:
+        return True
+    if need.exact:
+        return _version(version) != _version(need.pin)
+    return _version(version) < _version(need.minimum)
+
+
+def nbutils_git_spec() -> str:
+    return f"nbutils @ git+https://github.com/{settings.repository()}@{settings.branch()}"
+
+
+def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.PathLike | None,
+                 installed: dict[str, str | None]) -> InstallPlan:
+    """What to install and from where; raises with what to do when it cannot be installed at all.
+
+    Local: nothing (`make setup` installed the pinned environment). Kaggle: from the attached
+    dataset's wheelhouse with --no-index when it is there (works with the internet off), else from
+    PyPI. Colab: from PyPI, nbutils from GitHub. Never torch; torch is held at its installed version.
+    """
+    plan = InstallPlan(platform_name, "none")
+    if platform_name == "local":
+        plan.notes.append("local run: `make setup` installed the pinned environment; nothing to do")
+        return plan
+    need = [n for n in NEEDED if not _is_never(n) and needs_install(n, installed.get(n))]
+    for name in need:
+        have = installed.get(name)
+        plan.notes.append(f"{name}: {'missing' if have is None else have} -> {PINS[name]}")
+    specs = [f"{n}=={PINS[n]}" for n in need]
+    if not installed.get("nbutils"):
+        specs.insert(0, "nbutils" if dataset_dir is not None else nbutils_git_spec())
+    if not specs:
+        plan.notes.append("every package is present and recent enough; nothing to install")
+        return plan
+    plan.packages = specs
+    if installed.get("torch"):
+        plan.constraints["torch"] = installed["torch"]
+    if dataset_dir is not None:
+        plan.source = "wheelhouse"
+        plan.pip_args = ["--no-index", "--find-links", str(dataset_dir)]
+        plan.notes.append(f"installing from the attached dataset {dataset_dir} with --no-index (no internet needed)")
+    elif has_internet:
+        plan.source = "index"
+        plan.notes.append("installing from PyPI")
+    else:
+        where = {"kaggle": f"attach the '{settings.DATASET_SLUG}' dataset (Add Input > Datasets) or turn "
+                           "Internet on (Settings > Internet)",
+                 "colab": "check the runtime's internet connection"}.get(platform_name, "connect to the internet")
+        raise RuntimeError(f"Need {', '.join(specs)} but there is no internet and no wheelhouse: {where}, "
+                           "then run this cell again.")
+    return plan
+
+
+def installed_versions(names=(*NEEDED, "nbutils", "torch")) -> dict[str, str | None]:
+    """Installed distribution versions (None when absent), read from package metadata without importing."""
+    out: dict[str, str | None] = {}
     for name in names:
         try:
             out[name] = importlib.metadata.version(name)
@@ -58,38 +158,12 @@ def installed_versions(names=PINS) -> dict[str, str | None]:
     return out
 
 
-def plan_install(platform: str, has_internet: bool, wheelhouse: Path | None, installed: dict) -> InstallPlan:
-    """What to install and from where. Local: nothing (make setup did it). Kaggle/Colab: what is missing or too old."""
-    plan = InstallPlan(platform, "none")
-    if platform == "local":
-        plan.notes.append("local run: `make setup` installs the pinned environment; nothing to do")
-        return plan
-    need = [n for n in PINS if n not in NEVER and
-            (installed.get(n) is None or _version(installed[n]) < _version(MINIMUM[n]))]
-    if not need:
-        plan.notes.append("every package is present and recent enough")
-        return plan
-    plan.packages = [f"{n}=={PINS[n]}" for n in need]
-    if wheelhouse is not None:
-        plan.source = "wheelhouse"
-        plan.pip_args = ["--no-index", "--find-links", str(wheelhouse)]
-        plan.notes.append(f"installing from the attached dataset {wheelhouse} (works with the internet off)")
-    elif has_internet:
-        plan.source = "index"
-        plan.notes.append("installing from PyPI")
-    else:
-        raise RuntimeError(
-            f"Missing or too old: {', '.join(need)}, and there is no internet and no wheelhouse. On Kaggle: "
-            f"attach the '{DATASET_SLUG}' dataset (Add Input) or turn Internet on in the notebook settings."
-        )
-    return plan
-
-
-def find_wheelhouse(input_root: Path) -> Path | None:
-    """The attached dataset's wheels folder, if a dataset with our wheelhouse is mounted."""
-    for path in sorted(input_root.glob("*/wheels")) + sorted(input_root.glob("*/*/wheels")):
-        if any(path.glob("*.whl")):
-            return path
+def find_dataset(input_root: str | os.PathLike) -> Path | None:
+    """The attached nbutils dataset (a folder holding nbutils-*.whl) under the input root, a few levels deep."""
+    for depth in ("*", "*/*", "*/*/*"):
+        wheels = sorted(glob.glob(os.path.join(str(input_root), depth, "nbutils-*.whl")))
+        if wheels:
+            return Path(wheels[-1]).parent
     return None
 
 
@@ -102,22 +176,57 @@ def has_internet(host: str = "pypi.org") -> bool:
         return False
 
 
+def _wheelhouse_hint(plan: InstallPlan) -> str:
+    if plan.source != "wheelhouse":
+        return ""
+    folder = Path(plan.pip_args[-1])
+    try:
+        built_for = json.loads((folder / WHEELHOUSE_MANIFEST).read_text()).get("python_version", "?")
+    except (OSError, ValueError):
+        built_for = "?"
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (f" The attached dataset {folder} may be older than these pins, or built for another Python "
+            f"(built for {built_for}, this kernel runs {here}): rebuild it with `make kaggle-dataset` "
+            f"(KAGGLE_PYTHON={here} if they differ) and upload a new version, or turn Internet on and detach it.")
+
+
 def run_install(plan: InstallPlan) -> None:
-    """Run pip for the plan (output shown, never captured), then verify every pin took."""
+    """Run pip for the plan (its output shown, never captured), then check that every pin took."""
     for note in plan.notes:
         print(f"[install] {note}")
     if not plan.packages:
         return
-    cmd = [sys.executable, "-m", "pip", "install", "-q", *plan.pip_args, *plan.packages]
-    print("[install] " + " ".join(cmd[1:]))
-    subprocess.run(cmd, check=True)
-    after = installed_versions([p.split("==")[0] for p in plan.packages])
-    wrong = [f"{spec} (found {after[spec.split('==')[0]]})" for spec in plan.packages
-             if after[spec.split("==")[0]] != spec.split("==")[1]]
+    assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints = None
+        if plan.constraints:
+            constraints = os.path.join(tmp, "constraints.txt")
+            Path(constraints).write_text("".join(f"{n}=={v}\n" for n, v in plan.constraints.items()))
+        cmd = [sys.executable, *plan.command(constraints)]
+        print("[install] pip " + " ".join(cmd[3:]) +
+              (f"  (holding {', '.join(f'{n}=={v}' for n, v in plan.constraints.items())})" if constraints else ""),
+              flush=True)
+        # Piped and printed: a subprocess' own output does not reach the cell on every platform (Colab).
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+        returncode = proc.wait()
+    if returncode != 0:
+        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}; "
+                           "its messages are above." + _wheelhouse_hint(plan))
+    importlib.invalidate_caches()  # packages new to this process become importable in this kernel
+    pinned = {p.split("==")[0]: p.split("==")[1] for p in plan.packages if "==" in p}
+    after = installed_versions(pinned)
+    wrong = [f"{n}=={v} (found {after[n]})" for n, v in pinned.items()
+             if after[n] is None or _version(after[n]) != _version(v)]
     if wrong:
         raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
-                           ". Restart the session and run the install cell first, before any import.")
-    print("[install] verified: " + ", ".join(plan.packages))
+                           ". Restart the session and run this cell first, before any other import.")
+    stale = [n for n in pinned if NEEDED[n].module in sys.modules]
+    if stale:
+        raise RuntimeError(f"{', '.join(stale)} were imported before this cell upgraded them, so the old versions "
+                           "are still loaded: restart the kernel (Run > Restart) and run all cells from the top.")
+    print("[install] verified: " + ", ".join(plan.packages), flush=True)
 
 
 def ensure_packages() -> InstallPlan:
@@ -126,14 +235,35 @@ def ensure_packages() -> InstallPlan:
 
     platform = detect_platform()
     installed = installed_versions()
-    wheelhouse = find_wheelhouse(platform.input_root) if platform.name == "kaggle" else None
-    needs_network = platform.name != "local" and wheelhouse is None and any(
-        v is None or _version(v) < _version(MINIMUM[n]) for n, v in installed.items())
-    plan = plan_install(platform.name, has_internet() if needs_network else False, wheelhouse, installed)
+    dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
+    missing = any(needs_install(n, installed.get(n)) for n in NEEDED)
+    online = has_internet() if platform.name != "local" and dataset is None and missing else False
+    plan = plan_install(platform.name, online, dataset, installed)
     run_install(plan)
     return plan
 
 
+def bootstrap_cell_source() -> str:
+    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub; then the rest.
+
+    nbutils cannot install itself before it is importable, so these few lines do only that; locally
+    (make setup) nbutils is already installed and they skip straight to `ensure_packages()`.
+    """
+    return f'''# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
+import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
+
+if importlib.util.find_spec("nbutils") is None:
+    root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
+    wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
+    args = ["--no-index", wheels[-1]] if wheels else ["{nbutils_git_spec()}"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
+    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
+    pip.check_returncode()
+from nbutils.install import ensure_packages  # noqa: E402
+
+ensure_packages()  # installs only what is missing or too old, pinned; never torch
+'''
+
+
 if __name__ == "__main__":
     ensure_packages()
-    sys.exit(0)

@@ -1,170 +1,394 @@
 """Kaggle and Colab: kernel metadata, push-ready bundles, the nbutils dataset, and the one-click badges.
 
-One repository setting (`REPOSITORY`, or $NBUTILS_REPOSITORY for forks) drives every badge and URL;
-the Kaggle owner comes from $KAGGLE_USERNAME, else `KAGGLE_OWNER`.
+Every URL comes from `nbutils.settings` (REPOSITORY, BRANCH, KAGGLE_OWNER; env overrides there).
 
-    python -m nbutils.kaggle metadata      # (re)write kaggle-metadata/<slug>/kernel-metadata.json
-    python -m nbutils.kaggle bundle        # build/kaggle/<slug>/ ready for `kaggle kernels push -p`
-    python -m nbutils.kaggle push          # push the bundles in chain order (needs credentials)
-    python -m nbutils.kaggle dataset       # build/kaggle-dataset/: nbutils wheel + offline wheelhouse
-    python -m nbutils.kaggle badges        # after changing REPOSITORY: rewrite badges/install URL, then make sync
+    python -m nbutils.kaggle metadata          # (re)write kaggle-metadata/<slug>/kernel-metadata.json
+    python -m nbutils.kaggle bundle            # build/kaggle/<slug>/ ready for `kaggle kernels push -p`
+    python -m nbutils.kaggle push              # bundle + push in chain order, waiting for each run
+    python -m nbutils.kaggle dataset           # build/kaggle-dataset/: nbutils wheel + offline wheelhouse
+    python -m nbutils.kaggle wheelhouse-check  # prove the wheelhouse installs with --no-index into torch-only venv
+    python -m nbutils.kaggle table             # the README's notebooks table with badges
+    python -m nbutils.kaggle sync              # after changing settings: metadata + notebooks' badges/install cell
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-REPOSITORY = "qlora-t4/notebook-suite"  # forks change this one line (or set NBUTILS_REPOSITORY)
-BRANCH = "main"
-KAGGLE_OWNER = "your-kaggle-username"  # used when KAGGLE_USERNAME is not set
+from nbutils import settings
+from nbutils.install import NEEDED, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
+
 ROOT = Path(__file__).resolve().parent.parent
-# Chain order: (notebook stem, slug, title, GPU?, upstream slugs)
-NOTEBOOKS = [
-    ("01_data_prep", "qlora-01-data-prep", "QLoRA 01 Data Prep", False, []),
-    ("02_train_qlora", "qlora-02-train-qlora", "QLoRA 02 Train QLoRA", True, ["qlora-01-data-prep"]),
-    ("03_eval", "qlora-03-eval", "QLoRA 03 Eval", True, ["qlora-01-data-prep", "qlora-02-train-qlora"]),
-]
-DATASET_SLUG = "qlora-nbutils"
+METADATA_FILE = "kernel-metadata.json"
 
 
-def repository() -> str:
-    return os.environ.get("NBUTILS_REPOSITORY", REPOSITORY)
+@dataclass(frozen=True)
+class Notebook:
+    stem: str  # notebooks/<stem>.ipynb
+    slug: str  # Kaggle kernel slug; kaggle's slugify(title) must give it back
+    title: str
+    gpu: bool
+    upstream: tuple[str, ...] = field(default=())  # slugs whose output this notebook reads (kernel_sources)
+    what: str = ""
 
 
-def owner() -> str:
-    return os.environ.get("KAGGLE_USERNAME") or KAGGLE_OWNER
+# Chain order: each notebook reads the outputs of the ones before it.
+NOTEBOOKS = (
+    Notebook("01_data_prep", "qlora-01-data-prep", "QLoRA 01 Data Prep", False, (),
+             "raw records -> chat-formatted train/eval data"),
+    Notebook("02_train_qlora", "qlora-02-train-qlora", "QLoRA 02 Train QLoRA", True, ("qlora-01-data-prep",),
+             "4-bit base + LoRA adapter, checkpointed"),
+    Notebook("03_eval", "qlora-03-eval", "QLoRA 03 Eval", True, ("qlora-01-data-prep", "qlora-02-train-qlora"),
+             "base vs fine-tuned: task metric, eval loss, degeneration"),
+)
 
 
-def kernel_metadata(stem: str, code_file: str, kernel_owner: str | None = None) -> dict:
-    """kernel-metadata.json for one notebook, every field explicit (the client's defaults and docs disagree)."""
-    kernel_owner = kernel_owner or owner()
-    _, slug, title, gpu, upstream = next(n for n in NOTEBOOKS if n[0] == stem)
+def _notebook(stem: str) -> Notebook:
+    stem = Path(stem).stem
+    for nb in NOTEBOOKS:
+        if nb.stem == stem:
+            return nb
+    raise KeyError(f"no notebook {stem!r}; known: {', '.join(n.stem for n in NOTEBOOKS)}")
+
+
+# --- kernel metadata and bundles ---------------------------------------------------------------
+
+def kernel_metadata(stem: str, code_file: str, owner: str | None = None) -> dict:
+    """kernel-metadata.json for one notebook, every field explicit (the client's defaults and its docs disagree)."""
+    owner = owner or settings.kaggle_owner()
+    nb = _notebook(stem)
     meta = {
-        "id": f"{kernel_owner}/{slug}", "title": title, "code_file": code_file, "language": "python",
-        "kernel_type": "notebook", "is_private": True, "enable_gpu": gpu, "enable_tpu": False,
-        "enable_internet": True,  # the install cell uses the index when the dataset's wheelhouse is absent
-        "dataset_sources": [f"{kernel_owner}/{DATASET_SLUG}"],
-        "competition_sources": [], "kernel_sources": [f"{kernel_owner}/{s}" for s in upstream], "model_sources": [],
+        "id": f"{owner}/{nb.slug}",
+        "title": nb.title,
+        "code_file": code_file,
+        "language": "python",
+        "kernel_type": "notebook",
+        "is_private": True,
+        "enable_gpu": nb.gpu,
+        "enable_tpu": False,
+        # Explicit: the client defaults to on, its docs say off. On: the install cell falls back to PyPI
+        # and base models come from the hub; internet-off competitions flip it (the dataset covers installs).
+        "enable_internet": True,
+        "dataset_sources": [f"{owner}/{settings.DATASET_SLUG}"],
+        "competition_sources": [],
+        "kernel_sources": [f"{owner}/{slug}" for slug in nb.upstream],
+        "model_sources": [],
     }
-    if gpu:
+    if nb.gpu:
         meta["machine_shape"] = "NvidiaTeslaT4"
     return meta
 
 
-def write_metadata(root: Path = ROOT, kernel_owner: str | None = None) -> list[Path]:
-    """kaggle-metadata/<slug>/kernel-metadata.json for every notebook (code_file points at notebooks/)."""
+def _dump(obj: dict) -> str:
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def write_metadata(root: Path = ROOT, owner: str = settings.KAGGLE_OWNER) -> list[Path]:
+    """kaggle-metadata/<slug>/kernel-metadata.json (code_file points at notebooks/), for the configured owner."""
     out = []
-    for stem, slug, *_ in NOTEBOOKS:
-        path = root / "kaggle-metadata" / slug / "kernel-metadata.json"
+    for nb in NOTEBOOKS:
+        path = root / "kaggle-metadata" / nb.slug / METADATA_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(kernel_metadata(stem, f"../../notebooks/{stem}.ipynb", kernel_owner), indent=2) + "\n")
+        path.write_text(_dump(kernel_metadata(nb.stem, f"../../notebooks/{nb.stem}.ipynb", owner)))
         out.append(path)
     return out
 
 
-def bundle(dest: Path = ROOT / "build" / "kaggle", root: Path = ROOT) -> list[Path]:
-    """build/kaggle/<slug>/ with kernel-metadata.json and the .ipynb without outputs, for `kaggle kernels push -p`."""
+def bundle(dest: Path = ROOT / "build" / "kaggle", root: Path = ROOT, owner: str | None = None) -> list[Path]:
+    """build/kaggle/<slug>/: kernel-metadata.json + the .ipynb without outputs, for `kaggle kernels push -p`."""
     import nbformat
 
     folders = []
-    for stem, slug, *_ in NOTEBOOKS:
-        folder = dest / slug
+    for nb in NOTEBOOKS:
+        source = root / "notebooks" / f"{nb.stem}.ipynb"
+        if not source.exists():
+            raise FileNotFoundError(f"{source} is missing: run `make sync` to generate it from the .py")
+        notebook = nbformat.read(source, as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        folder = dest / nb.slug
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        nb = nbformat.read(root / "notebooks" / f"{stem}.ipynb", as_version=4)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-        nbformat.write(nb, folder / f"{stem}.ipynb")
-        (folder / "kernel-metadata.json").write_text(json.dumps(kernel_metadata(stem, f"{stem}.ipynb"), indent=2) + "\n")
+        nbformat.write(notebook, folder / f"{nb.stem}.ipynb")
+        (folder / METADATA_FILE).write_text(_dump(kernel_metadata(nb.stem, f"{nb.stem}.ipynb", owner)))
         folders.append(folder)
     return folders
 
 
+# --- pushing -----------------------------------------------------------------------------------
+
 def credentials_problem() -> str | None:
-    """None when the kaggle client can authenticate, else what is missing and where to put it."""
-    if os.environ.get("KAGGLE_API_TOKEN") or (os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY")):
+    """None when the kaggle client has credentials to use, else what is missing and where to put it."""
+    env = os.environ
+    if env.get("KAGGLE_API_TOKEN") or (env.get("KAGGLE_USERNAME") and env.get("KAGGLE_KEY")):
         return None
-    config = Path(os.environ.get("KAGGLE_CONFIG_DIR", Path.home() / ".kaggle"))
-    if (config / "kaggle.json").exists() or (config / "access_token").exists():
+    config = settings.kaggle_config_dir()
+    home = Path.home() / ".kaggle"
+    if any(p.exists() for p in (config / "kaggle.json", home / "access_token", home / "access_token.txt",
+                                home / "credentials.json")):
         return None
-    return ("No Kaggle credentials: set KAGGLE_USERNAME and KAGGLE_KEY (or KAGGLE_API_TOKEN), or put kaggle.json "
-            f"in {config} (Kaggle > Settings > API > Create New Token). Nothing was pushed.")
+    where = env.get("KAGGLE_CONFIG_DIR") or "~/.kaggle"
+    return ("No Kaggle credentials, nothing was pushed. Create a token at https://www.kaggle.com/settings/api "
+            "(API > Create New Token), then either export KAGGLE_API_TOKEN=<token>, or export KAGGLE_USERNAME=<you> "
+            f"KAGGLE_KEY=<key>, or save kaggle.json as {where}/kaggle.json (chmod 600).")
 
 
-def push(folders: list[Path]) -> int:
-    """Push bundles in chain order with the kaggle CLI; a clear message and exit 1 without credentials."""
+def _wait(api, kernel_id: str, poll_s: float) -> str:
+    """Poll a kernel's run until it ends; the final status name (COMPLETE, ERROR, CANCEL_...)."""
+    last = None
+    while True:
+        response = api.kernels_status(kernel_id)
+        status = getattr(response.status, "name", str(response.status)).upper()
+        if status != last:
+            print(f"[kaggle] {kernel_id}: {status}", flush=True)
+            last = status
+        if status in ("COMPLETE", "ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED"):
+            if response.failure_message:
+                print(f"[kaggle] {kernel_id}: {response.failure_message}", file=sys.stderr)
+            return status
+        time.sleep(poll_s)
+
+
+def push(dest: Path = ROOT / "build" / "kaggle", wait: bool = True, poll_s: float = 60.0) -> int:
+    """Bundle and push every notebook in chain order; wait for each run so the next one finds its output.
+
+    Uses the kaggle client library (what `kaggle kernels push` calls), because the CLI exits 0 even
+    when the server rejects a push. Returns a process exit code; says plainly what is missing.
+    """
     problem = credentials_problem()
     if problem:
         print(problem, file=sys.stderr)
         return 1
-    for folder in folders:
-        print(f"[kaggle] pushing {folder.name}")
-        subprocess.run(["kaggle", "kernels", "push", "-p", str(folder)], check=True)
+    from kaggle.api.kaggle_api_extended import KaggleApi
+
+    api = KaggleApi()
+    api.authenticate()
+    owner = os.environ.get("KAGGLE_USERNAME") or api.config_values.get("username") or settings.kaggle_owner()
+    if owner == settings.KAGGLE_OWNER and owner == "your-kaggle-username":
+        print("Unknown Kaggle account: export KAGGLE_USERNAME=<you> (or set KAGGLE_OWNER in nbutils/settings.py).",
+              file=sys.stderr)
+        return 1
+    folders = bundle(dest, owner=owner)
+    for i, folder in enumerate(folders):
+        kernel_id = json.loads((folder / METADATA_FILE).read_text())["id"]
+        print(f"[kaggle] pushing {kernel_id} from {folder}", flush=True)
+        response = api.kernels_push(str(folder))
+        if response is None or response.error:
+            print(f"[kaggle] push of {kernel_id} failed: {getattr(response, 'error', 'no response')}", file=sys.stderr)
+            return 1
+        for what in ("invalid_dataset_sources", "invalid_kernel_sources", "invalid_competition_sources"):
+            if getattr(response, what, None):
+                print(f"[kaggle] warning: {what.replace('_', ' ')}: {getattr(response, what)} "
+                      f"(upload the {settings.DATASET_SLUG} dataset first: see docs/kaggle-colab.md)", file=sys.stderr)
+        print(f"[kaggle] version {response.version_number}: {response.url}", flush=True)
+        if wait and i < len(folders) - 1:
+            status = _wait(api, kernel_id, poll_s)
+            if status != "COMPLETE":
+                print(f"[kaggle] {kernel_id} ended {status}; not pushing the notebooks that read its output.",
+                      file=sys.stderr)
+                return 1
     return 0
 
 
-def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = "3.11") -> Path:
-    """Dataset folder: dataset-metadata.json, the nbutils wheel, and wheels/ for internet-off installs.
+# --- the nbutils dataset: wheel + offline wheelhouse --------------------------------------------
 
-    The wheelhouse holds every package the install step may install (nbutils.install.PINS) with its
-    full dependency closure, for the Kaggle Python version, resolved with torch taken as present.
+KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")  # the Kaggle image's Python
+# Kaggle's image is Ubuntu 22.04 (glibc 2.35): every manylinux tag up to 2_35 runs there
+# (pip does not expand manylinux_2_X to older tags by itself, so they are listed).
+PLATFORMS = tuple(f"{tag}_x86_64" for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_24", "manylinux_2_27",
+                                               "manylinux_2_28", "manylinux_2_31", "manylinux_2_34", "manylinux_2_35"))
+EXCLUDED = ("torch", "torchvision", "torchaudio", "triton", "nvidia-", "cuda-")  # the image's own CUDA stack
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _excluded(name: str) -> bool:
+    name = _canonical(name)
+    return any(name == e or (e.endswith("-") and name.startswith(e)) for e in EXCLUDED)
+
+
+def assumed_torch(root: Path = ROOT) -> str:
+    """The torch version the closure is resolved against (requirements.txt's pin; the image's own torch)."""
+    for line in (root / "requirements.txt").read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==")[1].split()[0]
+    raise ValueError("requirements.txt pins no torch")
+
+
+def _target(python_version: str) -> list[str]:
+    args = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    return args
+
+
+def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch: str | None = None) -> dict[str, str]:
+    """name -> version of everything `pip install specs` needs on Kaggle, torch taken as installed (and left out).
+
+    A dry-run resolve for the target Python/platform reads metadata only (no wheel downloads); torch
+    is pinned in it so nothing pulls another torch, then torch and its CUDA packages are dropped.
     """
-    from nbutils.install import PINS
+    torch = torch or assumed_torch()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-qq",
+                        "--report", str(report), *_target(python_version), *specs, f"torch=={torch}"], check=True)
+        items = json.loads(report.read_text())["install"]
+    return {item["metadata"]["name"]: item["metadata"]["version"] for item in items
+            if not _excluded(item["metadata"]["name"])}
 
+
+def _build_nbutils_wheel(dest: Path, root: Path = ROOT) -> Path:
+    # Built from a clean copy: setuptools' build/lib would otherwise carry deleted modules into the wheel.
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy2(root / "pyproject.toml", tmp)
+        shutil.copytree(root / "nbutils", Path(tmp) / "nbutils", ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(dest), tmp], check=True)
+    return next(dest.glob("nbutils-*.whl"))
+
+
+def dataset_metadata(owner: str | None = None) -> dict:
+    """dataset-metadata.json for `kaggle datasets create -p` (slug/title 6-50 chars, exactly one license)."""
+    return {
+        "id": f"{owner or settings.kaggle_owner()}/{settings.DATASET_SLUG}",
+        "title": "QLoRA nbutils and wheelhouse",
+        "subtitle": "nbutils wheel plus pinned wheels for internet-off QLoRA runs",
+        "description": "The nbutils helper wheel for the QLoRA notebook suite and every package its install cell "
+                       f"may need, for Kaggle's Python, without torch. Source: https://github.com/{settings.repository()}",
+        # The wheels keep their own licenses (MIT, BSD, Apache-2.0 ...): "other" is the honest group.
+        "licenses": [{"name": "other"}],
+    }
+
+
+def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
+    """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
+
+    Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
+    in nbutils.install.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
+    """
     if dest.exists():
         shutil.rmtree(dest)
-    wheels = dest / "wheels"
-    wheels.mkdir(parents=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), str(ROOT)], check=True)
+    dest.mkdir(parents=True)
+    wheel = _build_nbutils_wheel(dest)
     specs = [f"{name}=={version}" for name, version in PINS.items()]
-    # torch is preinstalled on Kaggle: a constraint pins it to this machine's version so nothing pulls a new one,
-    # and its own (CUDA) dependencies are not downloaded.
-    # Kaggle's image is Ubuntu 22.04 (glibc 2.35): every manylinux tag up to 2_35 runs there.
-    platforms = [a for tag in ("2014", "_2_17", "_2_24", "_2_27", "_2_28", "_2_31", "_2_34", "_2_35")
-                 for a in ("--platform", f"manylinux{tag}_x86_64")]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version",
-                    python_version, *platforms, "--platform", "any", "-d", str(wheels), *specs], check=True)
-    for wheel in wheels.glob("*.whl"):
-        if wheel.name.startswith(("torch-", "nvidia_", "triton-")):
-            wheel.unlink()
-    (dest / "dataset-metadata.json").write_text(json.dumps({
-        "id": f"{owner()}/{DATASET_SLUG}", "title": "QLoRA nbutils", "licenses": [{"name": "apache-2.0"}],
-    }, indent=2) + "\n")
+    closure = resolve_closure(specs, python_version)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version),
+                    "-d", str(dest), *(f"{n}=={v}" for n, v in closure.items())], check=True)
+    have = {_canonical(w.name.split("-")[0]) for w in dest.glob("*.whl")}
+    missing = [n for n in closure if _canonical(n) not in have]
+    if missing:
+        raise RuntimeError(f"pip download left out {missing}")
+    stray = [w.name for w in dest.glob("*.whl") if _excluded(w.name.split("-")[0])]
+    if stray:
+        raise RuntimeError(f"torch/CUDA wheels in the wheelhouse: {stray}")
+    (dest / WHEELHOUSE_MANIFEST).write_text(_dump({
+        "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": assumed_torch(),
+        "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
+    }))
+    (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
     return dest
 
 
-def badges_markdown(stem: str) -> str:
-    """'Open in Colab' and 'Open in Kaggle' badges for one notebook, from the one repository setting."""
-    blob = f"https://github.com/{repository()}/blob/{BRANCH}/notebooks/{stem}.ipynb"
-    colab = f"https://colab.research.google.com/github/{repository()}/blob/{BRANCH}/notebooks/{stem}.ipynb"
-    return (f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
-            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]"
-            f"(https://kaggle.com/kernels/welcome?src={blob})")
+def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset",
+                     work: Path = ROOT / "build" / "wheelhouse-check") -> dict:
+    """Prove the dataset alone installs everything: a fresh venv with only torch, Kaggle simulated, no network.
+
+    Runs the notebooks' real bootstrap cell there (nbutils wheel, then ensure_packages from the wheelhouse
+    with --no-index), in a network namespace with no network when `unshare -n` works, pip config off.
+    """
+    start = time.monotonic()
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "input").mkdir(parents=True)
+    (work / "home").mkdir()
+    (work / "input" / settings.DATASET_SLUG).symlink_to(dataset_dir.resolve())
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
+    py = str(work / "venv" / "bin" / "python")
+    # Like Kaggle's image: torch is there before the notebook starts (here from the machine's pip config).
+    subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={assumed_torch()}"], check=True)
+    before = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
+           "NBUTILS_INPUT_ROOT": str(work / "input"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    offline = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    prefix = ["unshare", "-n"] if offline else []
+    if not offline:
+        env["PIP_NO_INDEX"] = "1"
+        print("[wheelhouse-check] `unshare -n` unavailable: relying on --no-index and PIP_NO_INDEX", flush=True)
+    install_start = time.monotonic()
+    subprocess.run([*prefix, py, "-c", bootstrap_cell_source()], cwd=work, env=env, check=True)
+    install_s = time.monotonic() - install_start
+    modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.install"}))
+    subprocess.run([*prefix, py, "-c", f"import {modules}; import nbutils; print('[wheelhouse-check] imports OK')"],
+                   cwd=work, env=env, check=True)
+    subprocess.run([py, "-m", "pip", "check"], cwd=work, env=env, check=True)
+    after = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
+    wheels = list(dataset_dir.glob("*.whl"))
+    shutil.rmtree(work / "venv")  # 1-2 GB; kept only when a step failed, for a look inside
+    return {
+        "wheels": len(wheels), "size_mb": round(sum(w.stat().st_size for w in wheels) / 2**20, 1),
+        "installed": len(set(after.stdout.split()) - set(before.stdout.split())),
+        "network_namespace": bool(offline), "install_s": round(install_s, 1),
+        "total_s": round(time.monotonic() - start, 1),
+    }
+
+
+# --- badges and the notebooks' generated parts --------------------------------------------------
+
+def _blob_path(stem: str) -> str:
+    return f"{settings.repository()}/blob/{settings.branch()}/notebooks/{_notebook(stem).stem}.ipynb"
+
+
+def colab_url(stem: str) -> str:
+    return f"https://colab.research.google.com/github/{_blob_path(stem)}"
+
+
+def kaggle_url(stem: str) -> str:
+    return f"https://kaggle.com/kernels/welcome?src=https://github.com/{_blob_path(stem)}"
+
+
+def badges_markdown(notebook_name: str) -> str:
+    """'Open in Colab' and 'Open in Kaggle' badges for one notebook (title cell and README), from settings."""
+    return (f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(notebook_name)}) "
+            f"[![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]({kaggle_url(notebook_name)})")
 
 
 def notebooks_table_markdown() -> str:
-    rows = ["| notebook | open |", "|---|---|"]
-    rows += [f"| `notebooks/{stem}` | {badges_markdown(stem)} |" for stem, *_ in NOTEBOOKS]
+    """The README's notebooks table: what each does, its Kaggle kernel and accelerator, and its badges."""
+    rows = ["| notebook | what it does | Kaggle kernel | accelerator | open |", "|---|---|---|---|---|"]
+    for nb in NOTEBOOKS:
+        rows.append(f"| `notebooks/{nb.stem}` | {nb.what} | `{nb.slug}` | {'T4 GPU' if nb.gpu else 'CPU'} "
+                    f"| {badges_markdown(nb.stem)} |")
     return "\n".join(rows)
 
 
-def update_notebooks(root: Path = ROOT) -> list[Path]:
-    """Rewrite each notebook .py's badge line and install URL from the repository setting (then run make sync)."""
-    import re
+BADGE_LINE = re.compile(r"^# \[!\[Open in Colab\].*$", re.M)
+BOOTSTRAP_BLOCK = re.compile(r"^# Bootstrap nbutils.*?^ensure_packages\(\).*?$\n", re.M | re.S)
 
+
+def sync_notebooks(root: Path = ROOT) -> list[Path]:
+    """Rewrite each notebook .py's badge line and install cell from settings (then `make sync` for the .ipynb)."""
     changed = []
-    for stem, *_ in NOTEBOOKS:
-        path = root / "notebooks" / f"{stem}.py"
+    cell = "".join(f"{line}\n" for line in bootstrap_cell_source().splitlines())
+    for nb in NOTEBOOKS:
+        path = root / "notebooks" / f"{nb.stem}.py"
         text = path.read_text()
-        new = re.sub(r"^# \[!\[Open in Colab\].*$", "# " + badges_markdown(stem), text, count=1, flags=re.M)
-        new = re.sub(r"git\+https://github\.com/[^@\"]+@[\w.-]+", f"git+https://github.com/{repository()}@{BRANCH}", new)
+        new = BADGE_LINE.sub(lambda _, s=nb.stem: "# " + badges_markdown(s), text, count=1)
+        new = BOOTSTRAP_BLOCK.sub(lambda _: cell, new, count=1)
         if new != text:
             path.write_text(new)
             changed.append(path)
@@ -172,21 +396,29 @@ def update_notebooks(root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cmd = (argv or sys.argv[1:] or ["bundle"])[0]
+    args = list(sys.argv[1:] if argv is None else argv) or ["bundle"]
+    cmd = args[0]
     if cmd == "metadata":
         print("\n".join(str(p) for p in write_metadata()))
     elif cmd == "bundle":
         print("\n".join(str(p) for p in bundle()))
     elif cmd == "push":
-        return push(bundle())
+        return push(wait=os.environ.get("KAGGLE_PUSH_WAIT", "1") != "0")
     elif cmd == "dataset":
-        print(dataset())
+        dest = dataset()
+        wheels = list(dest.glob("*.whl"))
+        print(f"{dest}: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.0f} MiB for Python "
+              f"{KAGGLE_PYTHON}. Upload: kaggle datasets create -p {dest} (later: kaggle datasets version -p {dest} -m ...)")
+    elif cmd == "wheelhouse-check":
+        result = wheelhouse_check()
+        print("[wheelhouse-check] OK " + " ".join(f"{k}={v}" for k, v in result.items()))
     elif cmd == "table":
         print(notebooks_table_markdown())
-    elif cmd == "badges":
-        print("\n".join(str(p) for p in update_notebooks()) or "notebooks already match the repository setting")
+    elif cmd in ("sync", "badges"):  # "badges": the older name
+        paths = write_metadata() + sync_notebooks()
+        print("\n".join(str(p) for p in paths))
     else:
-        print(f"unknown command {cmd!r}: use metadata, bundle, push, dataset, table or badges", file=sys.stderr)
+        print(f"unknown command {cmd!r}: metadata, bundle, push, dataset, wheelhouse-check, table or sync", file=sys.stderr)
         return 2
     return 0
 

@@ -17,10 +17,15 @@ PREINSTALLED = {
     "torch", "torchvision", "torchaudio", "transformers", "protobuf", "numpy", "tensorflow", "jax",
     "accelerate", "datasets", "pandas", "scipy", "huggingface-hub", "huggingface_hub", "tokenizers",
 }
-INSTALL_RE = re.compile(r"^\s*(?:[!%]\s*)?(?:pip3?|python3?\s+-m\s+pip|conda|mamba|uv\s+pip)\s+install\b(.*)$")
+INSTALL_RE = re.compile(r"^\s*(?:[!%]\s*)?(?:pip3?|(?:python3?|\S*\{sys\.executable\}\S*)\s+-m\s+pip|conda|mamba|uv\s+pip)"
+                        r"\s+install\b(.*)$")
 SUBPROCESS_PIP_RE = re.compile(r"""["'](?:-m)["']\s*,\s*["']pip["']\s*,\s*["']install["'](.*)""")
 BLOCKING_RE = re.compile(r"\b(input|getpass\.getpass|getpass|notebook_login|interpreter_login|drive\.mount)\s*\(")
-ABS_PATH_RE = re.compile(r"""["'](~/[^"']*|/(?:home|Users|root|mnt|media|opt|srv|var|data|workspace)/[^"']*|[A-Za-z]:\\\\[^"']*)["']""")
+# A quoted path that exists on one machine only: home dirs, drive letters, or any absolute path outside
+# the Kaggle/Colab roots and the system folders every Linux image has.
+SHARED_ROOTS = ("kaggle", "content", "tmp", "dev", "proc", "sys", "usr", "etc", "bin", "lib", "sbin")
+ABS_PATH_RE = re.compile(r"""["'](~/[^"'\s]*|/[A-Za-z0-9_.-]+/[^"'\s]*|[A-Za-z]:[\\/][^"']*)["']""")
+SHELL_PATH_RE = re.compile(r"""(?:^|[\s=])(~/\S+|/[A-Za-z0-9_.-]+/\S*|[A-Za-z]:[\\/]\S*)""")
 SECRET_SHAPES = {
     "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
     "OpenAI key": re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}\b"),
@@ -97,6 +102,15 @@ def installs(source: str) -> list[tuple[str, bool, bool]]:
     return out
 
 
+def machine_paths(source: str) -> list[str]:
+    """Paths in a cell (quoted in Python, bare in `!` lines) that only exist on the author's machine."""
+    found = [m.group(1) for m in ABS_PATH_RE.finditer(_python_only(source))]
+    for ln in source.splitlines():
+        if ln.lstrip().startswith("!"):
+            found += [m.group(1) for m in SHELL_PATH_RE.finditer(ln.lstrip()[1:])]
+    return [p for p in found if not (p.startswith("/") and p.split("/")[1] in SHARED_ROOTS)]
+
+
 def _norm(pkg: str) -> str:
     return pkg.lower().replace("-", "_")
 
@@ -133,8 +147,8 @@ def check_cells(name: str, cells: list[dict]) -> list[Problem]:
         if src.lstrip().startswith("%%capture") and installs(src):
             problems.append(Problem("hidden-install-output", name, i, "%%capture hides the output of an install",
                                     "drop %%capture so a failed install shows (use pip -q to keep it short)"))
-        for m in ABS_PATH_RE.finditer(_python_only(src)):
-            problems.append(Problem("absolute-path", name, i, f"path {m.group(1)!r} exists only on one machine",
+        for path in machine_paths(src):
+            problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
                                     "use nbutils.environment paths (working/input roots) or a parameter"))
         if re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src) and "tqdm.auto" not in src:
             problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",

@@ -3,7 +3,8 @@
 - KAGGLE_KERNEL_RUN_TYPE=Batch; input/working/temp roots inside <out>/sandbox/<notebook>/ (through
   the same NBUTILS_*_ROOT variables the path helper reads); cwd is the working dir.
 - Every cache and temp dir a kernel or pip could write to points into the sandbox.
-- Upstream outputs are copied in as read-only inputs, as Kaggle mounts them under /kaggle/input/<slug>/.
+- Upstream outputs are copied in as read-only inputs, as Kaggle mounts them under /kaggle/input/<slug>/;
+  root ignores chmod, so the harness also fingerprints the input root before and after the run.
 - Internet off: hub offline variables, pip without an index, and a sitecustomize on the kernel's
   path that refuses non-loopback connections (also in pip and other child processes) and logs them.
 - An IPython startup file records, per cell, shell commands that failed while the cell went on,
@@ -13,11 +14,12 @@ Events go to <sandbox>/events.jsonl for the harness to turn into problems.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
+import site
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,19 @@ import errno, json, os, socket, sys
 _LOG = os.environ.get("NBUTILS_EVENTS")
 _argv = getattr(sys, "orig_argv", [])
 if _LOG and "pip" in " ".join(_argv[:3]) and "install" in _argv:
-    open(_LOG + ".pip", "a").close()  # tells the kernel's post-cell hook that pip installed something
+    # An install that changed a package folder (sys.path or --target) leaves a flag for the kernel's post-cell
+    # hook, which then looks for stale modules and runs `pip check`; "already satisfied" leaves none.
+    import atexit
+    _t = [_argv[i + 1] for i, a in enumerate(_argv[:-1]) if a in ("-t", "--target")]
+    _t += [a.split("=", 1)[1] for a in _argv if a.startswith("--target=")]
+    _dirs = [os.path.abspath(d) for d in sys.path[1:] + _t if d and not d.endswith(".zip")]
+    def _mtimes():
+        return [os.stat(d).st_mtime_ns if os.path.isdir(d) else None for d in _dirs]
+    _before = _mtimes()
+    def _flag():
+        if _mtimes() != _before:
+            open(_LOG + ".pip", "a").close()
+    atexit.register(_flag)
 def _event(**kw):
     if _LOG:
         with open(_LOG, "a") as f:
@@ -92,8 +106,9 @@ _ip.events.register("pre_run_cell", _pre)
 _ip.events.register("post_run_cell", _post)
 '''
 
-CACHE_VARS = ("TMPDIR", "HF_HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR", "JUPYTER_RUNTIME_DIR", "TRITON_CACHE_DIR",
-              "TORCHINDUCTOR_CACHE_DIR", "PIP_CACHE_DIR", "WANDB_DIR")
+CACHE_VARS = ("HOME", "TMPDIR", "HF_HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR", "JUPYTER_RUNTIME_DIR", "TRITON_CACHE_DIR",
+              "TORCHINDUCTOR_CACHE_DIR", "PIP_CACHE_DIR", "WANDB_DIR", "KAGGLE_CONFIG_DIR", "NUMBA_CACHE_DIR",
+              "CUDA_CACHE_PATH")
 
 
 @dataclass
@@ -128,14 +143,23 @@ def create(out: Path, name: str) -> Sandbox:
 def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
     """The kernel's environment: Kaggle batch, sandbox roots, caches inside, internet on or off."""
     env = dict(os.environ if base is None else base)
-    # Secrets only from environment variables, as Kaggle has no ~/.kaggle or HF login cache in a fresh container.
+    # Read-only lookups that HOME would otherwise move: kernelspecs/config, and a --user site-packages.
+    from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir
+
+    env.setdefault("JUPYTER_DATA_DIR", jupyter_data_dir())
+    env.setdefault("JUPYTER_CONFIG_DIR", jupyter_config_dir())
+    env.setdefault("PYTHONUSERBASE", site.getuserbase())
     env.update({
         "KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(box.input),
         "NBUTILS_WORKING_ROOT": str(box.working), "NBUTILS_TEMP_ROOT": str(box.temp),
         "NBUTILS_EVENTS": str(box.events), "IPYTHONDIR": str(box.root / "ipython"),
         "PYTHONPATH": os.pathsep.join([str(box.root / "site"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg", "HF_HUB_DISABLE_TELEMETRY": "1",
+        # `!pip` must be the kernel's pip, as on Kaggle (locally a venv's bin is often not on PATH).
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
     })
+    # HOME too: secrets only from environment variables, as a fresh Kaggle container has no ~/.kaggle,
+    # HF login or ~/.netrc; and whatever a library writes under ~ stays in the sandbox.
     for var in CACHE_VARS:
         path = box.temp / var.lower()
         path.mkdir(exist_ok=True)  # tempfile falls back to /tmp when TMPDIR does not exist
@@ -147,8 +171,8 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
 
 
 def mount_readonly(src: Path, box: Sandbox, slug: str) -> Path:
-    """Copy an upstream output under <input>/<slug>/ and make it read-only, as Kaggle mounts it."""
-    dest = box.input / slug / src.name
+    """Copy an upstream notebook's working dir to <input>/<slug>/ read-only, as Kaggle mounts its output."""
+    dest = box.input / slug
     shutil.copytree(src, dest, symlinks=True)
     for path in [dest, *dest.rglob("*")]:
         mode = path.stat().st_mode
@@ -162,10 +186,21 @@ def make_writable(root: Path) -> None:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
-def fingerprint(root: Path) -> dict[str, str]:
-    """Hash of every file under root: root can write through chmod, so writes are detected after the fact."""
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+def fingerprint(root: Path) -> dict[str, tuple[int, int, int]]:
+    """(size, mtime, mode) of everything under root: root writes through chmod, so writes are found after the fact.
+
+    Stat, not a hash, so a multi-GB upstream checkpoint costs nothing to watch.
+    """
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def changed(before: dict, after: dict) -> list[str]:
+    """Paths added, removed or modified between two fingerprints."""
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
 def usage(root: Path) -> tuple[int, int]:

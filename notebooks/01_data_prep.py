@@ -50,11 +50,12 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% tags=["parameters"]
 base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
-raw_data = "embedded"  # input files (JSONL/JSON/CSV/TSV/Parquet/HTML/SQL/HF folder), comma-separated
+raw_data = "embedded"  # comma-separated: JSONL/JSON/CSV/TSV/Parquet/HTML/SQL files, saved HF folders, hub ids
 output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
 smoke = False
-format = "auto"  # auto sniffs each input and says what it chose
+format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
+columns = ""  # "" auto-detects (prompt/response, question/answer, ...); else "user=COL,assistant=COL[,system=COL]"
 max_seq_len = 256
 eval_fraction = 0.1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
@@ -75,9 +76,11 @@ env = preflight(load_in_4bit=False)
 # %% [markdown]
 # ## Read, validate and tokenize
 # Every record read is kept, or quarantined with its file, line and reason, or counted as a
-# duplicate; the counts add up. The tokenizer's chat template decides what a conversation looks
-# like to the model, EOS ends every answer so the model learns to stop, and padding uses a token
-# other than EOS so the EOS is never masked out of the loss.
+# duplicate or as too long; the counts add up. Each record becomes chat messages and is rendered
+# with the tokenizer's chat template (a plain `### User:` / `### Assistant:` template for base
+# models without one). EOS ends every answer so the model learns to stop, and the pad token is
+# not EOS, so padding never masks the EOS out of the loss. Labels cover the answers only
+# (completion-only) unless `train_on_prompt=True`.
 
 # %%
 from nbutils import data, embedded, environment, modeling
@@ -87,7 +90,7 @@ out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
 manifest = data.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction, seed=seed,
                         max_records=200 if smoke else None, train_on_prompt=train_on_prompt, fmt=format,
-                        strict=strict, truncate=truncate, batch_size=batch_size)
+                        strict=strict, truncate=truncate, batch_size=batch_size, columns=data.parse_columns(columns))
 
 # %% [markdown]
 # ## What was kept, and why the rest was not
@@ -98,12 +101,17 @@ import pandas as pd
 from IPython.display import display
 
 counts = pd.Series({**manifest["counts"], **{f"split {k}": v for k, v in manifest["splits"].items()}}, name="records")
-reasons = pd.Series(manifest["quarantine_reasons"], name="quarantined", dtype=int)
-display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record quarantined")
+reasons = pd.Series(manifest["quarantine_reasons"], name="records kept out", dtype=int)
+quarantined = pd.read_json(out / "quarantine.jsonl", lines=True) if manifest["quarantine_reasons"] else None
+display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record kept out")
+if quarantined is not None:
+    display(quarantined.head(10))  # the first ten, with file, line and reason
 
 # %% [markdown]
 # ## What the model will see
-# A few training examples exactly as tokenized; [bracketed] text is masked out of the loss.
+# A few training examples exactly as tokenized, special tokens included; [bracketed] text is
+# masked out of the loss (label -100), the rest is what the model learns to write. Check that
+# each answer ends with the EOS token outside the brackets.
 
 # %%
 train = data.load_split(out, "train")
@@ -112,12 +120,17 @@ for row in train.select(range(min(3, len(train)))):
 
 # %% [markdown]
 # ## Lengths and batching
-# The histogram shows where `max_seq_len` cuts. The batching plan compares how many of the
-# tokens fed to the GPU are real (not padding) for random batches, length-grouped batches and
-# packing with a per-example mask; 02 uses the chosen plan.
+# The histogram (also saved as `lengths.png`) shows where `max_seq_len` cuts. The batching plan
+# compares how many of the tokens fed to the GPU are real, not padding, at `batch_size`: random
+# batches, length-grouped batches (sorted within large random chunks, what the Trainer's
+# `group_by_length` does) and packing several examples per row with a block-diagonal mask so
+# they cannot see each other. Packing is chosen only when it clearly wins on long-tailed data;
+# 02 batches the way the plan says.
 
 # %%
-from IPython.display import Image, display
+from IPython.display import Image
 
 display(Image(str(out / "lengths.png")))
-manifest["token_lengths"], manifest["batching"]
+plan = manifest["batching"]
+print(f"token lengths {manifest['token_lengths']}; chosen: {plan['strategy']} (batch size {plan['batch_size']})")
+pd.Series(plan["real_token_share"], name="real-token share").to_frame()

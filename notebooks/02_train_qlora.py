@@ -63,7 +63,7 @@ eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
-progress = "auto"  # auto: widgets in an interactive session, plain log lines in a batch run
+progress = "auto"  # auto: plain log lines in a batch run, widgets plus the lines interactively; or widgets/log
 multi_gpu = "auto"  # auto/ddp: one process per GPU when launched with accelerate; split: one model over all GPUs
 probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
@@ -139,29 +139,31 @@ modeling.trainable_summary(model)
 # (`stopped_reason="degenerate"`) and the checkpoint is kept.
 
 # %%
-run_config = {"parameters": {k: v for k, v in dict(
-    base_model=base_model, seed=seed, smoke=smoke, lora_r=lora_r, learning_rate=learning_rate, max_steps=cfg.max_steps,
-    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, precision=env["precision"]).items()},
-    "versions": {k: v for k, v in env.items() if k.startswith("version.")},
-    "data_manifest_hash": manifest["content_hash"]}
+run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
 from nbutils import evaluation
 
 probe = evaluation.probe(tokenizer, evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)[0]) \
     if probe_prompts else None
 result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"], run_config=run_config,
-                        probe=probe, progress=training.progress_mode(progress))
+                        probe=probe, progress=training.progress_mode(progress), memory_estimate_gb=plan["estimate_gb"])
 print(f"step {result['global_step']} ({result['stopped_reason']}): train loss {result['train_loss']:.4f}, "
       f"eval loss {result['eval_loss']:.4f}")
+if result["peak_memory_gb"] is not None:  # on a GPU: the measured peak next to the plan's estimate
+    print(memory.table({**plan, "measured_peak_gb": result["peak_memory_gb"]}))
 
 # %% [markdown]
 # ## Save, then verify the checkpoint
-# Adapter, tokenizer and run configuration together, written atomically; then the checkpoint is
-# checked file by file and reloaded to generate a few tokens, so a broken save shows now.
+# Adapter, tokenizer and run configuration together, written atomically (a temp folder, fsync,
+# then a rename; a `COMPLETE` marker is written last); then the checkpoint is checked file by
+# file and reloaded to generate a few tokens, so a broken save shows now. After a NaN stop the
+# last good checkpoint becomes the final one. `training_summary.json` says why training stopped
+# and where the checkpoint is (relative, so it still works where 03 mounts this folder).
 
 # %%
 if result["is_main"]:
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
     summary = training.write_summary(out, result, cfg, ckpt, plan)
+    assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
     print("checkpoint", ckpt, "verified" if check["ok"] else f"MISSING {check['missing']}", check)
     assert check["ok"], f"checkpoint is missing {check['missing']}"

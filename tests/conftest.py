@@ -1,10 +1,26 @@
 """Shared fixtures: the embedded default and a prepared copy of its task data."""
 
-import pytest
+import os
+
+# One math thread per process: on a small shared machine two OpenMP threads per test process
+# fight the other processes for cores and training runs several times slower, not faster.
+# (Set before torch is imported; subprocesses inherit it.)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def prepared_data(tmp_path_factory):
+def embedded_dir():
+    """Folder of the offline tiny Llama model and tokenizer (built once, cached)."""
+    from nbutils import embedded
+
+    return embedded.ensure()
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory, embedded_dir):
+    """Output folder of data.prepare on the embedded task data (train/eval splits + manifest)."""
     from nbutils import data, embedded
     from nbutils.modeling import load_tokenizer
 

@@ -1,27 +1,26 @@
-"""QLoRA training: right on a T4, validated first, resumable, and never losing the adapter."""
+"""QLoRA training: resumable, time-boxed, NaN-guarded, probed, and the summary 03 reads."""
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
+import time
+from types import SimpleNamespace
 
 import pytest
+from transformers import TrainerCallback
 
 from nbutils import checkpoints, data, modeling, training
-from nbutils.preflight import Accelerator, choose_precision
-from nbutils.trainconfig import ConfigError, TrainConfig, validate
-
-ROOT = Path(__file__).resolve().parent.parent
-T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)
+from nbutils.callbacks import NanGuard, StopReason, process_start_time, session_start
+from nbutils.environment import detect_platform
+from nbutils.trainconfig import TrainConfig
 
 
 def _train(prepared, out, cfg, **kw):
     tok = modeling.load_tokenizer("embedded")
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8, seed=cfg.seed)
     train_ds, eval_ds = data.load_split(prepared, "train"), data.load_split(prepared, "eval")
-    result = training.train(model, tok, train_ds, eval_ds, cfg, out, run_config={"test": True}, progress="log", **kw)
+    kw.setdefault("run_config", {"test": True})
+    kw.setdefault("progress", "log")
+    result = training.train(model, tok, train_ds, eval_ds, cfg, out, **kw)
     return model, tok, result
 
 
@@ -30,138 +29,108 @@ def _cfg(**kw):
     return TrainConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(eval_strategy="steps", save_strategy="epoch"), "use the same strategy for both"),
-    (dict(eval_steps=20, save_steps=30), "save_steps=30 is not a multiple of eval_steps=20"),
-    (dict(load_best_model_at_end=True, eval_strategy="no"), "load_best_model_at_end=True needs"),
-    (dict(precision="bf16"), "bf16 on a GPU of compute capability 7.5"),
-    (dict(per_device_batch_size=64, grad_accum=8), "larger than the 400 training examples"),
-    (dict(max_steps=100000), "epochs of 400 examples"),
-    (dict(max_steps=2), "fewer than 5 optimizer steps"),
-    (dict(optim="paged_adamw_8bit", resume=True), "paged optimizers"),
-    (dict(max_seq_len=4096), "above the model's max_position_embeddings=256"),
-    (dict(max_seq_len=512), "above the 256 the data was prepared for"),
-])
-def test_each_config_mistake_has_its_message_before_loading(kw, message, monkeypatch):
-    import transformers
-
-    def no_load(*a, **k):
-        raise AssertionError("a model was loaded before validation")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_load)
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        validate(TrainConfig(**kw), n_train=400, gpu_capability=(7, 5), model_max_positions=256, data_max_seq_len=256)
-
-
-def test_fp16_on_cpu_is_refused():
-    with pytest.raises(ConfigError, match="mixed precision needs a GPU"):
-        validate(TrainConfig(precision="fp16"), n_train=400, gpu_capability=None)
-
-
-def test_notebook_validates_before_loading():
-    src = (ROOT / "notebooks" / "02_train_qlora.py").read_text()
-    assert src.index("trainconfig.validate(") < src.index("modeling.load_base(")
-
-
-def test_t4_path_is_fp16_compute_with_fp32_trainables():
-    precision = choose_precision([T4])
-    assert precision.dtype == "fp16"
-    model = modeling.attach_lora(modeling.load_base("embedded", precision.dtype, True), r=8)
-    assert modeling.trainable_summary(model)["trainable_dtypes"] == ["float32"]
-    assert model.base_model.model.config.quantization_config.bnb_4bit_compute_dtype in ("float16", "torch.float16") or \
-        str(model.base_model.model.config.quantization_config.bnb_4bit_compute_dtype).endswith("float16")
+def _train_losses(result, after_step=0):
+    return {h["step"]: h["loss"] for h in result["log_history"] if "loss" in h and h["step"] > after_step}
 
 
 def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
     _, _, full = _train(prepared_data, tmp_path / "full", _cfg())
     ticks = iter(range(10**6))
-    # A fake clock: one "second" per call; the budget runs out a little after step 20.
+    # A fake clock: one "second" per call; the 24 s budget runs out a little after step 20.
     _, _, stopped = _train(prepared_data, tmp_path / "cut", _cfg(time_budget_min=0.4), clock=lambda: next(ticks),
                            session_start=0)
-    assert stopped["stopped_reason"] == "time_budget" and stopped["global_step"] < 40
-    assert checkpoints.trainer_checkpoints(tmp_path / "cut" / "trainer")[-1].name == f"checkpoint-{stopped['global_step']}"
+    assert stopped["stopped_reason"] == "time_budget" and 10 < stopped["global_step"] < 40
+    last = checkpoints.trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
+    assert last.name == f"checkpoint-{stopped['global_step']}"  # saved at the stop, not only at save_steps
+    assert checkpoints.missing_files(last, resumable=True) == []
+
     _, _, resumed = _train(prepared_data, tmp_path / "cut", _cfg())
     assert resumed["resumed_from_step"] == stopped["global_step"]
     assert resumed["global_step"] == full["global_step"] == 40
-    assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], rel=0.05, abs=2e-3)
+    # Same data order, optimizer, scheduler and adapter weights: the losses logged after the resume
+    # point are the uninterrupted run's, and so is the final eval loss. Measured: within 1e-3 (the
+    # CPU 4-bit kernels of bitsandbytes differ in the last digits by code path); with the data order
+    # not reproduced (ignore_data_skip) they are 3-9% off.
+    after = _train_losses(resumed, stopped["global_step"])
+    assert after and all(after[s] == pytest.approx(_train_losses(full)[s], rel=5e-3) for s in after)
+    assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], rel=5e-3)
 
 
-KILL_SCRIPT = """
-import sys
-from pathlib import Path
-sys.path.insert(0, {root!r})
-from tests.test_training import _train, _cfg
-_train(Path({data!r}), Path({out!r}), _cfg(max_steps=30))
-"""
+class Poison(TrainerCallback):
+    """Turns the LoRA weights into NaN at one step, as an fp16 overflow would."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if state.global_step == self.step:
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.data.fill_(float("nan"))
 
 
-def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_data, tmp_path):
-    script = KILL_SCRIPT.format(root=str(ROOT), data=str(prepared_data), out=str(tmp_path / "run"))
-    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "NBUTILS_TEST_KILL_IN_SAVE": "20"},
-                          capture_output=True, text=True)
-    assert proc.returncode == -9, proc.stderr[-2000:]
-    trainer_dir = tmp_path / "run" / "trainer"
-    assert (trainer_dir / "checkpoint-20").exists() and not checkpoints.is_complete(trainer_dir / "checkpoint-20")
-    assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)] == ["checkpoint-10"]
-    _, _, resumed = _train(prepared_data, tmp_path / "run", _cfg(max_steps=30))
-    assert resumed["resumed_from_step"] == 10 and resumed["global_step"] == 30
-
-
-def test_verifier_names_missing_tokenizer_files(prepared_data, tmp_path):
-    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_steps=5, save_steps=5))
-    ckpt = training.save_checkpoint(model, tok, tmp_path, {"p": 1}, result)
-    assert checkpoints.verify(ckpt, "embedded")["ok"]
-    (ckpt / "tokenizer.json").unlink()
-    (ckpt / "tokenizer_config.json").unlink()
-    report = checkpoints.verify(ckpt, "embedded")
-    assert not report["ok"] and report["missing"] == ["tokenizer_config.json", "tokenizer.json"]
+@pytest.mark.parametrize("poison_step, logging_steps, last_good", [
+    (12, 5, "checkpoint-10"),  # caught by the logged loss
+    (19, 100, "checkpoint-10"),  # no log line before the save at step 20: caught by the weight check
+    (3, 100, None),  # NaN before the first checkpoint: nothing is saved as final
+])
+def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poison_step, logging_steps, last_good):
+    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=30, logging_steps=logging_steps),
+                                callbacks=[Poison(poison_step)])
+    assert result["stopped_reason"] == "nan" and result["global_step"] < 30, result["stop_detail"]
+    good = checkpoints.trainer_checkpoints(tmp_path / "trainer")
+    assert (good[-1].name if good else None) == last_good
+    ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
     summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
-    assert summary["checkpoint_complete"] is False and summary["checkpoint_dir"] == "checkpoint"
+    assert summary["stopped_reason"] == "nan" and summary["checkpoint_dir"] == "checkpoint"
+    assert summary["checkpoint_complete"] is (last_good is not None)
+    if last_good:
+        from safetensors.torch import load_file
+
+        weights = load_file(ckpt / "adapter_model.safetensors")
+        assert all(bool(w.isfinite().all()) for w in weights.values())
+        assert checkpoints.verify(ckpt, "embedded")["ok"]
 
 
-def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path):
-    from nbutils.callbacks import NanGuard
+def test_nan_guard_tolerates_fp16_scaler_skips_but_not_nan_loss():
+    def log(guard, fp16, **logs):
+        control = SimpleNamespace(should_training_stop=False, should_save=True)
+        guard.on_log(SimpleNamespace(fp16=fp16), SimpleNamespace(global_step=7), control, logs=logs)
+        return control.should_training_stop
 
-    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=40, learning_rate=1e6, logging_steps=1))
-    assert result["stopped_reason"] == "nan" or math.isfinite(result["train_loss"])  # lr 1e6 blows up on CPU
-    if result["stopped_reason"] == "nan":
-        ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
-        assert checkpoints.is_complete(ckpt) or not ckpt.exists()
-    from nbutils.callbacks import StopReason
-
-    stop = StopReason()
-
-    class Control:
-        should_training_stop = False
-        should_save = True
-
-    class State:
-        global_step = 7
-
-    control = Control()
-    NanGuard(stop).on_log(None, State(), control, logs={"loss": float("nan")})
-    assert stop.reason == "nan" and control.should_training_stop and not control.should_save
+    guard = NanGuard(StopReason())
+    # fp16: an inf grad norm means the grad scaler skipped the step; only a run of them is a failure.
+    assert [log(guard, True, loss=1.0, grad_norm=math.inf) for _ in range(3)] == [False, False, True]
+    assert guard.stop.reason == "nan"
+    assert log(NanGuard(StopReason()), False, loss=1.0, grad_norm=math.inf)  # fp32/bf16: no scaler, a failure
+    assert log(NanGuard(StopReason()), True, loss=math.nan, grad_norm=1.0)
+    healed = NanGuard(StopReason())
+    assert not any(log(healed, True, loss=1.0, grad_norm=n) for n in (math.inf, math.inf, 1.0, math.inf, math.inf))
 
 
 def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
-    calls = []
+    verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
 
     def probe(model):
-        calls.append(1)
-        return True
+        assert hasattr(model, "generate")  # the model being trained, to generate from
+        return next(verdicts)
 
-    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=40), probe=probe)
+    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
     assert result["stopped_reason"] == "degenerate" and result["global_step"] == 20
-    assert len(calls) >= 2  # two evaluations in a row (the final evaluate() probes once more)
     assert checkpoints.trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
+    assert next(verdicts) is True  # the final evaluation did not call the probe again
 
 
-def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path):
+def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embedded_dir):
+    """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples.
+
+    transformers 5 passes num_items_in_batch (target tokens of the whole accumulated batch) to models
+    that accept loss kwargs, LlamaForCausalLM among them; a per-micro-batch mean would differ."""
+    import torch
     from datasets import Dataset
 
     tok = modeling.load_tokenizer("embedded")
     ids = tok("the city is oslo . the pet is cat . the food is rice .", add_special_tokens=False)["input_ids"]
-    # Four examples with very different numbers of target tokens: a per-micro-batch mean would weigh them unequally.
     rows = []
     for n_targets in (1, 12, 2, 9):
         labels = [-100] * (len(ids) - n_targets) + ids[-n_targets:]
@@ -173,36 +142,100 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path):
                                      gradient_checkpointing=False)
         for name, p in model.named_parameters():  # make B non-zero so A gets a gradient too
             if "lora_B" in name:
-                p.data.normal_(0, 0.01, generator=__import__("torch").Generator().manual_seed(1))
+                p.data.normal_(0, 0.01, generator=torch.Generator().manual_seed(1))
         cfg = TrainConfig(max_steps=1, per_device_batch_size=bs, grad_accum=accum, learning_rate=1.0, warmup_steps=0,
                           eval_strategy="no", save_strategy="no", optim="sgd", resume=False)
-        training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}")
+        plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
+        training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}", plan=plan)
         weights.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    moved = [n for n in weights[0] if "lora_A" in n]
+    assert moved
     for name in weights[0]:
-        assert weights[0][name].allclose(weights[1][name], atol=1e-5), name
+        assert weights[0][name].allclose(weights[1][name], atol=1e-6), name
 
 
-def test_summary_layout(prepared_data, tmp_path):
+def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[train] step")]
+    assert lines and all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
     ckpt = training.save_checkpoint(model, tok, tmp_path, {"p": 1}, result)
     summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
-    for key in ("global_step", "stopped_reason", "resumed_from_step", "train_loss", "eval_loss", "checkpoint_dir",
-                "checkpoint_complete"):
-        assert key in summary
-    assert summary["stopped_reason"] == "max_steps" and summary["checkpoint_complete"] is True
-    assert (tmp_path / "learning_curves.png").exists()
+    assert json.loads((tmp_path / "training_summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
+    assert summary["global_step"] == 20 and summary["stopped_reason"] == "max_steps"
+    assert summary["resumed_from_step"] is None and summary["checkpoint_dir"] == "checkpoint"
+    assert summary["checkpoint_complete"] is True and summary["eval_loss"] < summary["train_loss"] * 2
+    assert summary["diagnosis"].split(":")[0] in ("well fit", "underfit") or summary["diagnosis"].startswith("overfit")
+    assert (tmp_path / "learning_curves.png").stat().st_size > 1000
     assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1}
+    assert checkpoints.missing_files(ckpt) == []
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
+    # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
+    _, _, again = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    assert again["global_step"] == 20 and again["resumed_from_step"] == 20
+    assert again["eval_loss"] == pytest.approx(result["eval_loss"], rel=5e-3)  # same weights; CPU 4-bit noise
 
 
-def test_memory_plan_on_a_t4_recommends_a_mode():
-    from types import SimpleNamespace
+def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_path, monkeypatch):
+    import transformers.trainer
+    from transformers.utils.notebook import NotebookProgressCallback
 
-    from nbutils import memory
+    monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)  # as in Jupyter
+    ticks = iter(range(10**6))
+    _, _, result = _train(prepared_data, tmp_path, _cfg(time_budget_min=0.03), clock=lambda: next(ticks),
+                          session_start=0, progress="widgets")
+    assert result["stopped_reason"] == "time_budget" and result["global_step"] <= 2
 
-    llama8b = SimpleNamespace(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                              num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)
-    p = memory.plan(llama8b, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
-    assert 5 < p["estimate_gb"] < 15 and p["fits"] and p["largest_batch_that_fits"] >= 2
-    assert p["recommended_mode"].startswith("ddp")
-    big = memory.plan(llama8b, seq_len=2048, batch=16, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
-    assert not big["fits"] and "estimated peak" in memory.table(big)
+
+def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
+    ckpt = tmp_path / "trainer" / "checkpoint-10"
+    ckpt.mkdir(parents=True)
+    (ckpt / "run_config.json").write_text(json.dumps({"parameters": {"lora_r": 4}, "data_manifest_hash": "abc"}))
+    checkpoints.mark_complete(ckpt)
+    with pytest.raises(ValueError, match="lora_r: checkpoint has 4, this run 8.*data_manifest_hash"):
+        _train(prepared_data, tmp_path, _cfg(), run_config={"parameters": {"lora_r": 8}, "data_manifest_hash": "xyz"})
+
+
+def test_run_config_carries_parameters_versions_and_data_hash():
+    cfg = training.run_config(_cfg(), {"version.torch": "2.5", "precision": "fp16"}, {"content_hash": "abc"},
+                              base_model="embedded")
+    assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["lora_r"] == 16
+    assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
+
+
+def test_packed_plan_trains(prepared_data, tmp_path):
+    plan = {"strategy": "packed", "block_size": 256, "batch_size": 4}
+    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
+                                                        save_steps=6), plan=plan)
+    assert result["global_step"] == 6 and math.isfinite(result["eval_loss"])
+
+
+def test_diagnosis_of_learning_curves():
+    from nbutils.curves import diagnose
+
+    def hist(evals, train=0.1):
+        return [{"step": 10 * i, "loss": train} for i in range(1, len(evals) + 1)] + \
+            [{"step": 10 * i, "eval_loss": e} for i, e in enumerate(evals, 1)]
+
+    assert diagnose(hist([2.0, 1.0, 0.5])).startswith("well fit")
+    assert diagnose(hist([2.0, 1.9, 1.85], train=1.8)).startswith("underfit")
+    assert diagnose(hist([2.0, 0.5, 0.9], train=0.05)).startswith("overfit from step 20")
+
+
+def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
+    kaggle = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    local = detect_platform({})
+    started = process_start_time()
+    assert started <= time.time() and session_start(kaggle) == pytest.approx(started, abs=1)
+    assert session_start(local) == pytest.approx(time.time(), abs=1)
+    monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # no psutil: read /proc
+    assert process_start_time() == pytest.approx(started, abs=1)
+
+
+def test_progress_mode_follows_the_platform(monkeypatch):
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    assert training.progress_mode("auto") == "log"
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert training.progress_mode("auto") == "both"
+    assert training.progress_mode("log") == "log" and training.progress_mode("widgets") == "widgets"
+    with pytest.raises(ValueError):
+        training.progress_mode("bars")
