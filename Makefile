@@ -37,25 +37,5 @@ bench: setup
 clean:
 	rm -rf runs build
 
-# --- Kaggle and Colab -------------------------------------------------------------------------
-.PHONY: kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check
-
-kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + .ipynb, ready for `kaggle kernels push -p`
-	$(PY) -m nbutils.kaggle bundle
-
-kaggle-push: setup  ## push the bundles in chain order (needs Kaggle credentials; says what is missing)
-	$(PY) -m nbutils.kaggle push
-
-kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + wheelhouse for internet-off runs
-	$(PY) -m nbutils.kaggle dataset
-
-# Proves the wheelhouse is complete: a clean venv with only torch (as on Kaggle) installs every pinned
-# package from it with --no-index and nothing else.
-kaggle-wheelhouse-check: kaggle-dataset
-	rm -rf build/wheelhouse-venv
-	$(PYTHON) -m venv build/wheelhouse-venv
-	build/wheelhouse-venv/bin/pip install -q torch==2.13.0
-	build/wheelhouse-venv/bin/pip install -q --no-index --find-links build/kaggle-dataset/wheels \
-		$$($(PY) -c "from nbutils.install import PINS; print(' '.join(f'{k}=={v}' for k, v in PINS.items()))") \
-		build/kaggle-dataset/nbutils-*.whl
-	build/wheelhouse-venv/bin/python -c "import transformers, peft, bitsandbytes, accelerate, datasets, nbutils.install; print('wheelhouse OK')"
+# --- Kaggle and Colab: kaggle-metadata, kaggle-bundle, kaggle-push, kaggle-dataset, kaggle-wheelhouse-check
+include mk/kaggle.mk

@@ -24,19 +24,17 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %%
-# Bootstrap nbutils (from the attached Kaggle dataset's wheel, else from GitHub), then the pinned rest.
-import glob  # noqa: E401
-import importlib.util
-import os
-import subprocess
-import sys
+# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
+import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
 
 if importlib.util.find_spec("nbutils") is None:
-    wheels = sorted(glob.glob(os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input") + "/*/nbutils-*.whl"))
-    src = [wheels[-1], "--no-index"] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    print("installing", src[0])
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *src], check=True)
-from nbutils.install import ensure_packages
+    root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
+    wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
+    args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
+    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
+    pip.check_returncode()
+from nbutils.install import ensure_packages  # noqa: E402
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 

@@ -161,6 +161,7 @@ class FakePopen:
 
 
 def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatch, capsys):
+    monkeypatch.delitem(sys.modules, "peft", raising=False)  # earlier tests in this process imported it
     popen = FakePopen(0)
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
