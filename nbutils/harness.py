@@ -121,6 +121,19 @@ def _secret_values() -> list[str]:
             and not v.startswith(("/", "."))]  # a path to a key file is not the key
 
 
+# Sandbox event type -> (what happened, the fix), for the checks the kernel-side hooks record.
+EVENT_PROBLEMS = {
+    "network-access": (lambda ev: f"tried to connect to {ev['address']} with the internet off",
+                       "ship the file as an input (dataset/model) or enable internet in kernel-metadata"),
+    "shell-error": (lambda ev: f"a shell command exited {ev['exit_code']} but the cell carried on",
+                    "check the command's output; use subprocess.run(..., check=True)"),
+    "stale-module": (lambda ev: f"{ev['module']} {ev['loaded']} is loaded but {ev['installed']} is installed",
+                     "install before any import (first cell) or restart the kernel after installing"),
+    "package-conflict": (lambda ev: f"pip check: {ev['detail'].splitlines()[0]}",
+                         "pin compatible versions in the install cell"),
+}
+
+
 def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: int | None) -> list[Problem]:
     """Problems visible only after a run: outputs, sandbox events, the working dir."""
     problems = []
@@ -130,23 +143,9 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
         return _original_index(executed.cells, by_count.get(count))
 
     for ev in box.read_events():
-        kind = ev["type"]
-        if kind == "network-access":
-            problems.append(Problem(kind, name, index_of(ev.get("execution_count")),
-                                    f"tried to connect to {ev['address']} with the internet off",
-                                    "ship the file as an input (dataset/model) or enable internet in kernel-metadata"))
-        elif kind == "shell-error":
-            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
-                                    f"a shell command exited {ev['exit_code']} but the cell carried on",
-                                    "check the command's output; use subprocess.run(..., check=True)"))
-        elif kind == "stale-module":
-            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
-                                    f"{ev['module']} {ev['loaded']} is loaded but {ev['installed']} is installed",
-                                    "install before any import (first cell) or restart the kernel after installing"))
-        elif kind == "package-conflict":
-            problems.append(Problem(kind, name, index_of(ev["execution_count"]),
-                                    f"pip check: {ev['detail'].splitlines()[0]}",
-                                    "pin compatible versions in the install cell"))
+        if ev["type"] in EVENT_PROBLEMS:
+            what, fix = EVENT_PROBLEMS[ev["type"]]
+            problems.append(Problem(ev["type"], name, index_of(ev.get("execution_count")), what(ev), fix))
     secrets = _secret_values()
     for i, cell in enumerate(executed.cells):
         orig = _original_index(executed.cells, i)
