@@ -8,7 +8,7 @@ import importlib
 import sys
 import time
 
-MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.harness_bench"]
+MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.guard_bench", "bench.harness_bench"]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -33,9 +33,7 @@ def main(selected: list[str]) -> int:
             rows.append({"bench": name.split(".")[-1], "metric": "skipped", "value": "-", "note": str(e)})
             continue
         t0 = time.perf_counter()
-        for fn in ("run", "run_overhead"):
-            if hasattr(module, fn):
-                rows.extend(getattr(module, fn)())
+        rows.extend(module.run())
         print(f"[bench] {name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print_table(rows)
     return 0

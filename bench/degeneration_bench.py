@@ -1,4 +1,4 @@
-"""Degeneration detector vs Whisper's compression-ratio rule on a labelled set; the guard's cost inside generate().
+"""Degeneration detector vs Whisper's compression-ratio rule on a labelled set (the guard's cost: guard_bench).
 
     python bench/degeneration_bench.py
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import statistics
 import sys
 import time
@@ -115,93 +114,9 @@ def run(seed: int = 0) -> list[dict]:
     return rows
 
 
-def _word_tokenizer(size: int = 512):
-    """A word-level fast tokenizer built offline from the Python license text (decode costs like a real one)."""
-    import sysconfig
-
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    with open(os.path.join(sysconfig.get_paths()["stdlib"], "LICENSE.txt"), encoding="utf-8") as f:
-        words = list(dict.fromkeys(re.findall(r"[A-Za-z]+|[.,;:()]", f.read())))[: size - 3]
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="<unk>")
-
-
-def run_overhead(repeats: int = 15, batch: int = 8, new_tokens: int = 64) -> list[dict]:
-    """generate() time with the guard on vs off (interleaved, medians), tiny random Llama, EOS disabled.
-
-    CPU time of this process is the headline (other jobs on a shared machine barely move it); wall time beside it.
-    """
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, StoppingCriteriaList
-
-    from nbutils.degeneration import DegenerationGuard
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one core: the comparison is not at the mercy of thread scheduling on a shared machine
-    try:
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256,
-                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)).eval()
-        tok = _word_tokenizer()
-        prompts = torch.randint(3, 512, (batch, 16), generator=torch.Generator().manual_seed(1))
-        kw = dict(max_new_tokens=new_tokens, do_sample=True, top_k=0, eos_token_id=None, pad_token_id=0)
-
-        def timed(guard):
-            torch.manual_seed(2)
-            t0, c0 = time.perf_counter(), time.process_time()
-            with torch.no_grad():
-                out = model.generate(prompts, **kw, stopping_criteria=StoppingCriteriaList([guard]) if guard else None)
-            return (time.process_time() - c0, time.perf_counter() - t0), out
-
-        class Timed(DegenerationGuard):  # the guard itself, with a stopwatch around each call
-            spent = 0.0
-
-            def __call__(self, input_ids, scores=None, **kwargs):
-                t0 = time.perf_counter()
-                done = super().__call__(input_ids, scores, **kwargs)
-                Timed.spent += time.perf_counter() - t0
-                return done
-
-        timed(None)
-        timed(DegenerationGuard(tok, stop=False))  # warm-up
-        on, off, same = [], [], True
-        for _ in range(repeats):
-            t, plain = timed(None)
-            off.append(t)
-            guard = Timed(tok, stop=False)  # checks every row all the way: the worst case
-            t, guarded = timed(guard)
-            on.append(t)
-            same &= torch.equal(plain, guarded)
-        flagged = sum(bool(r["reasons"]) for r in guard.report())
-    finally:
-        torch.set_num_threads(threads)
-    cpu_off, cpu_on = (statistics.median(t[0] for t in ts) for ts in (off, on))
-    wall_off, wall_on = (statistics.median(t[1] for t in ts) for ts in (off, on))
-    return [
-        {"bench": "guard", "metric": f"generate(), guard off: batch {batch}, {new_tokens} new tokens, CPU s",
-         "value": round(cpu_off, 4), "note": f"tiny random Llama (hidden 128, 2 layers, vocab 512), 1 thread; "
-                                             f"wall {wall_off:.4f} s"},
-        {"bench": "guard", "metric": "generate(), guard on (checking every row to the end), CPU s",
-         "value": round(cpu_on, 4), "note": f"check_every=8, detect_every=32; wall {wall_on:.4f} s; "
-                                            f"rows it would have stopped: {flagged}/{batch}"},
-        {"bench": "guard", "metric": "guard overhead, on/off (CPU time)", "value": round(cpu_on / cpu_off, 3),
-         "target": "<= 1.03", "note": f"median of {repeats} interleaved runs; wall-time ratio {wall_on / wall_off:.3f}; "
-                                      f"identical tokens with and without: {same}"},
-        {"bench": "guard", "metric": "time inside the guard per generate(), share of generate() without it",
-         "value": round(Timed.spent / repeats / wall_off, 4), "target": "<= 0.03",
-         "note": f"{Timed.spent / repeats * 1e3:.2f} ms per call of generate()"},
-    ]
-
-
 if __name__ == "__main__":
     from bench.__main__ import print_table
 
     t0 = time.perf_counter()
-    print_table(run() + run_overhead())
+    print_table(run())
     print(f"({time.perf_counter() - t0:.0f} s)")

@@ -46,7 +46,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
             batch = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             batch = batch.to(model.device)
             width = batch["input_ids"].shape[1]
-            watch = DegenerationGuard(tokenizer, width, eos_token_id=eos) if guard != "off" else None
+            watch = DegenerationGuard(tokenizer, prompt_length=width, eos_token_id=eos) if guard != "off" else None
             with torch.no_grad():
                 seq = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,

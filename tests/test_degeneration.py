@@ -108,15 +108,14 @@ def test_summarize_counts_no_eos_and_tokens_saved():
     assert s["eos_rate"] == pytest.approx(1 / 3) and s["degenerate_rate"] == pytest.approx(2 / 3)
 
 
-def test_guard_stops_only_the_looping_row():
-    from nbutils.guard import DegenerationGuard
+def test_guard_stops_only_the_looping_row_on_the_embedded_tokenizer():
     from nbutils.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
     words = tok(" " + HEALTHY["license"] + " " + HEALTHY["changelog"], add_special_tokens=False)["input_ids"]
     loop = tok(" i will go", add_special_tokens=False)["input_ids"]
     prompt = torch.zeros((3, 4), dtype=torch.long)
-    guard = DegenerationGuard(tok, prompt_length=4, check_every=8, text_every=8)
+    guard = DegenerationGuard(tok, prompt_length=4, check_every=8, detect_every=8)
     seq = prompt
     for step in range(48):
         nxt = torch.tensor([[words[step]], [loop[step % len(loop)]], [words[step + 60]]])
@@ -146,13 +145,11 @@ def tiny():
 def test_healthy_rows_identical_with_and_without_guard(tiny):
     from transformers import StoppingCriteriaList
 
-    from nbutils.guard import DegenerationGuard, ObservingLogits
-
     model, tok, enc = tiny
     kw = dict(max_new_tokens=48, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     plain = model.generate(**enc, **kw)
-    guard = DegenerationGuard(tok, enc["input_ids"].shape[1])
-    observer = ObservingLogits()
+    guard = DegenerationGuard(tok, prompt_length=enc["input_ids"].shape[1])
+    observer = GenerationObserver()
     guarded = model.generate(**enc, **kw, stopping_criteria=StoppingCriteriaList([guard]), logits_processor=[observer])
     width = enc["input_ids"].shape[1]
     for i, state in enumerate(guard.report()):
@@ -161,13 +158,6 @@ def test_healthy_rows_identical_with_and_without_guard(tiny):
             n = min(len(a), len(b))
             assert a[:n] == b[:n] and all(t == tok.pad_token_id for t in a[n:] + b[n:])
     assert len(observer.summary()) == 8 and all(s["mean_entropy"] >= 0 for s in observer.summary())
-
-
-def test_observing_processor_returns_scores_unchanged():
-    from nbutils.guard import ObservingLogits
-
-    scores = torch.randn(2, 10)
-    assert torch.equal(ObservingLogits()(None, scores.clone()), scores)
 
 
 @pytest.fixture(scope="module")
@@ -451,7 +441,7 @@ def test_guard_decodes_incrementally_like_a_full_decode():
     bpe.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>")
     ids = tok(text[:160])["input_ids"]
-    guard = DegenerationGuard(tok, check_every=3, detect_every=3, prompt_lengths=1)
+    guard = DegenerationGuard(tok, check_every=3, detect_every=3, prompt_length=1)
     seq = torch.zeros((1, 1), dtype=torch.long)
     for t in ids:
         seq = torch.cat([seq, torch.tensor([[t]])], 1)
@@ -469,3 +459,23 @@ def test_observer_leaves_scores_unchanged_and_records_per_row(tiny_llama):
     assert torch.equal(_generate(tiny_llama, observer=observer, eos=None, new=16), plain)
     summary = observer.summary()
     assert len(summary) == 4 and all(s["mean_entropy"] >= 0 and s["mean_logprob"] <= 0 for s in summary)
+
+
+def test_ascii_fast_tokenizer_gives_the_same_tokens():
+    """detect() tokenizes ASCII tails with a cheaper pattern: it must cut exactly where the Unicode one does."""
+    import glob
+
+    from nbutils import degeneration as D
+
+    files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:40]
+    texts = [open(f, encoding="utf-8", errors="replace").read()[:6000] for f in files]
+    texts += ["a\x1cb\x1fc 0x1F \\x41 \\U0041 Step 41: foo_bar __init__ x1d4b0 ## 3rd", HEALTHY["license"]]
+    checked = 0
+    for text in texts:
+        low = text.lower()
+        if not low.isascii():
+            continue
+        norm = D.NUMBER_RE.sub(D._number, low)
+        assert D.ASCII_TOKEN_RE.findall(norm) == D.TOKEN_RE.findall(norm)
+        checked += 1
+    assert checked >= 30
