@@ -8,11 +8,12 @@ stop taken by one rank alone would leave the others waiting in the next all-redu
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 
 from transformers import TrainerCallback
+
+from nbutils.environment import process_start_time, session_start  # noqa: F401  (re-exported)
 
 
 class StopReason:
@@ -39,33 +40,6 @@ def agree(flag: bool) -> bool:
     t = torch.tensor([1.0 if flag else 0.0], device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def process_start_time() -> float:
-    """When this Python process (the notebook's kernel) started, as a Unix time."""
-    try:
-        import psutil
-
-        return psutil.Process(os.getpid()).create_time()
-    except Exception:  # noqa: BLE001 -- psutil is optional: read /proc instead
-        with open("/proc/self/stat") as f:  # field 22: start time in clock ticks after boot
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def session_start(platform=None) -> float:
-    """When the time budget starts counting: on Kaggle the kernel's start (its 12 hours run from the
-    session start, not from this cell), elsewhere now (a local kernel may have been open for days)."""
-    from nbutils.environment import detect_platform
-
-    if (platform or detect_platform()).name != "kaggle":
-        return time.time()
-    try:
-        return process_start_time()
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
 
 
 class TimeBudget(TrainerCallback):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,3 +95,32 @@ def find_upstream(stage: str, given: str | os.PathLike = "", platform: Platform 
         f"No output of the '{stage}' notebook found (looked for {marker} in {looked}). "
         f"Run the '{stage}' notebook first; on Kaggle add its output with 'Add Input'."
     )
+
+
+def process_start_time() -> float:
+    """When this Python process (the notebook's kernel) started, as a Unix time."""
+    try:
+        import psutil
+
+        return psutil.Process(os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 -- psutil is optional: read /proc instead
+        with open("/proc/self/stat") as f:  # field 22: start time in clock ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def session_start(platform=None) -> float:
+    """When the time budget starts counting: on Kaggle the kernel's start (its 12 hours run from the
+    session start, not from this cell), elsewhere now (a local kernel may have been open for days).
+    Processes the notebook starts for DDP inherit the kernel's answer through NBUTILS_SESSION_START:
+    their own start is the fork, which may come hours into the session."""
+    if os.environ.get("NBUTILS_SESSION_START"):
+        return float(os.environ["NBUTILS_SESSION_START"])
+    if (platform or detect_platform()).name != "kaggle":
+        return time.time()
+    try:
+        return process_start_time()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()

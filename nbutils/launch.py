@@ -1,13 +1,18 @@
-"""Run a notebook's .py as a plain script, with its parameters from the command line or a file.
+"""Several processes for the training notebook: from inside the notebook, or its .py from a shell.
 
-This is how the training notebook runs on machines with several GPUs, one process per GPU:
+Inside the notebook (Kaggle's 2xT4): `decide` picks the mode from the GPU count and the memory
+plan, and `run_in_processes` runs the notebook's training function once per GPU through
+accelerate's notebook launcher, which forks the kernel: nothing may touch the GPU before it (no
+CUDA initialisation, no bitsandbytes import; preflight reads the GPUs through nvidia-smi).
 
-    accelerate launch --num_processes 2 -m nbutils.launch notebooks/02_train_qlora.py --max_steps 200
+From a shell, on any machine, the notebook's .py runs as a plain script, one process per GPU:
+
+    accelerate launch --multi_gpu --num_processes 2 -m nbutils.launch notebooks/02_train_qlora.py --max_steps 200
     torchrun --nproc_per_node 2 -m nbutils.launch notebooks/02_train_qlora.py --config run.yaml
 
-The launcher does what papermill does for a kernel, in-process: it reads the jupytext notebook,
-keeps the code cells, and injects the overrides right after the cell tagged `parameters`, cast to
-the type of each default. Unknown names are an error (a typo would otherwise be ignored silently).
+The script launcher does what papermill does for a kernel, in-process: it reads the jupytext
+notebook, keeps the code cells, and injects the overrides right after the cell tagged `parameters`,
+cast to the type of each default. Unknown names are an error (a typo would otherwise be ignored).
 """
 
 from __future__ import annotations
@@ -15,8 +20,101 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+MODES = ("auto", "ddp", "split", "single")
+
+
+@dataclass(frozen=True)
+class Launch:
+    mode: str  # "single" | "ddp" | "split"
+    processes: int  # processes this notebook starts itself (1: train in this kernel, or already one rank of many)
+    world_size: int  # processes training together, however they were started
+    why: str
+
+
+def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, plan: dict | None = None,
+           env: dict | None = None) -> Launch:
+    """How this run trains: DDP over the GPUs when one GPU holds the model, split when only all together do."""
+    env = os.environ if env is None else env
+    if multi_gpu not in MODES:
+        raise ValueError(f"multi_gpu={multi_gpu!r} is not one of {', '.join(MODES)}.")
+    if num_processes < 0 or (gpu_count and num_processes > gpu_count):
+        raise ValueError(f"num_processes={num_processes} but {gpu_count} GPU(s) are visible: use 0 (one per GPU) "
+                         f"or at most {gpu_count}.")
+    world = int(env.get("WORLD_SIZE", "1"))
+    if world > 1:
+        return Launch("ddp", 1, world, f"one of {world} processes started by accelerate launch / torchrun")
+    if multi_gpu == "split":
+        return Launch("split", 1, 1, f"one process, the model spread over {gpu_count} GPU(s) (device_map=auto): "
+                                     "fits bigger models, no speed-up")
+    fits = plan is None or plan.get("fits", True)
+    if multi_gpu == "single" or num_processes == 1:
+        return Launch("single", 1, 1, "one process (asked for)")
+    if num_processes > 1:
+        where = "GPUs" if gpu_count else "CPU processes (gloo)"
+        return Launch("ddp", num_processes, num_processes, f"{num_processes} {where} through the notebook launcher")
+    if gpu_count > 1 and (fits or multi_gpu == "ddp"):
+        return Launch("ddp", gpu_count, gpu_count, f"one process per GPU ({gpu_count}) through the notebook launcher: "
+                                                   "the memory plan says one GPU holds the model")
+    if gpu_count > 1:
+        return Launch("split", 1, 1, f"the memory plan says one GPU cannot hold it: spread over {gpu_count} GPUs in "
+                                     "one process (device_map=auto; fits, but no faster)")
+    return Launch("single", 1, 1, "one GPU" if gpu_count else "no GPU: one CPU process")
+
+
+def run_in_processes(fn, processes: int):
+    """fn() here when processes == 1 (its result is returned); else once per process through accelerate's
+    notebook launcher (fork), and None: the processes' results are the files the first one wrote.
+
+    Under `accelerate launch` / `torchrun` (this process is one rank of several) the ranks other than
+    the first stop after fn(): what follows in the notebook reads and shows the first rank's files."""
+    if processes <= 1:
+        result = fn()
+        if int(os.environ.get("RANK", "0")) > 0:
+            raise SystemExit(0)
+        return result
+    import torch
+
+    touched = [m for m in ("bitsandbytes",) if m in sys.modules]
+    if touched or torch.cuda.is_initialized():
+        what = f"{', '.join(touched)} was imported" if touched else "CUDA was initialised"
+        raise RuntimeError(
+            f"Cannot start {processes} processes from this notebook: {what} in an earlier cell, and the notebook "
+            "launcher forks this kernel, which needs a GPU nobody has touched yet. Restart the kernel and run the "
+            "cells in order (import nbutils.training, transformers' Trainer or peft only inside the training "
+            "function), or set num_processes=1 to train in this kernel on one GPU.")
+    from accelerate import notebook_launcher
+
+    def each_process():
+        if int(os.environ.get("RANK", "0")) > 0:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- one copy of the log; errors still reach stderr
+        fn()  # its result stays in the process (a model does not pickle); the files are the result
+
+    from nbutils.environment import session_start
+
+    saved = os.environ.get("NBUTILS_SESSION_START")
+    os.environ["NBUTILS_SESSION_START"] = str(session_start())  # the time budget counts from the kernel's start
+    try:
+        notebook_launcher(each_process, num_processes=processes, use_port=str(_free_port()))
+    finally:
+        if saved is None:
+            os.environ.pop("NBUTILS_SESSION_START")
+        else:
+            os.environ["NBUTILS_SESSION_START"] = saved
+    return None
+
+
+def _free_port() -> int:
+    """A free local port for the processes' rendezvous (29500, the default, may be held by another run)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def parameter_defaults(source: str) -> dict:

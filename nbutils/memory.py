@@ -72,7 +72,7 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
         out["largest_batch_that_fits"] = max(fits) if fits else 0
         if gpu_count > 1:
             split_fits = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
-            out["recommended_mode"] = ("ddp: launch one process per GPU with accelerate" if out["fits"] else
+            out["recommended_mode"] = ("ddp: one process per GPU (multi_gpu='auto' starts them)" if out["fits"] else
                                        "split: multi_gpu='split' (device_map=auto)" if split_fits else
                                        "neither: lower batch size or sequence length, or use a smaller model")
     return out

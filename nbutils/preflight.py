@@ -96,20 +96,13 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
     return Precision(dtype, attn, reason)
 
 
-def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict | None = None) -> str:
-    """How training will use the GPUs: 'ddp' (one process per GPU), 'split' (one model across GPUs) or 'single'."""
-    import os
+def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict | None = None,
+                  num_processes: int = 0) -> str:
+    """How training will use the GPUs, before the memory plan: 'ddp', 'split' or 'single', and why."""
+    from nbutils.launch import decide
 
-    env = os.environ if env is None else env
-    world = int(env.get("WORLD_SIZE", "1"))
-    if world > 1:
-        return f"ddp ({world} processes)"
-    if len(accels) > 1 and multi_gpu == "split":
-        return f"split (device_map=auto over {len(accels)} GPUs, one process: fits bigger models, no speed-up)"
-    if len(accels) > 1:
-        return (f"single (1 of {len(accels)} GPUs; for data parallel launch with accelerate, "
-                "or set multi_gpu='split' for a model too large for one GPU)")
-    return "single"
+    d = decide(multi_gpu, num_processes, len(accels), None, env)
+    return f"{d.mode}: {d.why}" + (" (unless the memory plan finds one GPU too small)" if d.processes > 1 else "")
 
 
 def versions() -> dict[str, str]:
@@ -137,7 +130,8 @@ def _writable(path: Path) -> bool:
 
 
 def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
-              accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto") -> dict:
+              accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto",
+              num_processes: int = 0) -> dict:
     """Print one table of where/what we run on; raise PreflightError for blockers."""
     platform = platform or detect_platform()
     accels = accelerators() if accels is None else accels
@@ -159,10 +153,15 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
         problems.append(f"working dir {platform.working_root} is not writable: nothing could be saved. "
                         "Set NBUTILS_WORKING_ROOT to a writable folder.")
     free_gb = shutil.disk_usage(platform.working_root).free / 2**30 if platform.working_root.exists() else 0.0
+    try:
+        mode = parallel_mode(accels, multi_gpu, num_processes=num_processes)
+    except ValueError as e:
+        problems.append(str(e))
+        mode = "blocked"
     gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
     info = {
         "platform": platform.name, "run_type": platform.run_type, "gpus": gpus, "gpu_count": len(accels),
-        "parallel_mode": parallel_mode(accels, multi_gpu),
+        "parallel_mode": mode,
         "precision": chosen.dtype if chosen else "blocked", "attention": chosen.attn_implementation if chosen else "-",
         **{f"version.{k}": v for k, v in vers.items()},
         "working_dir": str(platform.working_root), "free_disk_gb": round(free_gb, 1),

@@ -62,7 +62,8 @@ save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval los
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: plain log lines in a batch run, widgets plus the lines interactively; or widgets/log
-multi_gpu = "auto"  # auto/ddp: one process per GPU when launched with accelerate; split: one model over all GPUs
+multi_gpu = "auto"  # auto: DDP over 2+ GPUs when one holds the model, else split; or ddp / split / single
+num_processes = 0  # processes this notebook starts for DDP: 0 means one per GPU; 2 on the CPU runs gloo (as tests do)
 probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
 # %% [markdown]
@@ -71,61 +72,72 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # %%
 from nbutils.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes)
 
 # %% [markdown]
 # ## Check the configuration before loading anything
 # Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a
 # T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
-# whether this batch size fits the GPU, and the largest one that does.
+# whether this batch size fits the GPU, the largest one that does, and so how to use several
+# GPUs: data parallel (DDP) when one GPU holds the model, split across them when only all do.
 
 # %%
-import os
+import json
 
-from nbutils import data, environment, memory, modeling, trainconfig, training
+from nbutils import data, environment, evaluation, launch, memory, modeling, trainconfig
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
 manifest = data.load_manifest(data_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
+model_config = modeling.load_config(base_model)
+plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
+                   env["gpu_count"])
+run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
 cfg = trainconfig.TrainConfig(
     max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate, lora_r=lora_r,
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
-    resume=resume, seed=seed, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-model_config = modeling.load_config(base_model)
+    resume=resume, seed=seed, world_size=run.world_size)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
-plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
-                   env["gpu_count"])
 print(memory.table(plan))
+print(f"mode: {run.mode}, {run.why}; effective batch {cfg.effective_batch}")
 
 # %% [markdown]
 # ## More than one GPU
-# Kaggle's 2xT4 and rented multi-GPU machines run this same notebook data-parallel, one process
-# per GPU, each holding its own 4-bit copy; only the LoRA gradients are synchronised and only the
-# first process writes files. From a shell, run the notebook's `.py` as a script with the same
-# parameter names:
+# Kaggle's 2xT4 and rented multi-GPU machines train data-parallel: one process per GPU, each
+# holding its own 4-bit copy; only the LoRA gradients are synchronised, the effective batch is
+# per-device batch x grad_accum x processes, and only the first process writes files and prints
+# the log. From this notebook, accelerate's notebook launcher starts the processes by forking this
+# kernel, so no cell above may touch the GPU: preflight reads it through `nvidia-smi`, and the
+# Trainer (which imports bitsandbytes) is imported only inside the functions below. From a shell,
+# run the notebook's `.py` as a script with the same parameter names:
 #
 #     accelerate launch --multi_gpu --num_processes 2 -m nbutils.launch notebooks/02_train_qlora.py --max_steps 200
 #     torchrun --nproc_per_node 2 -m nbutils.launch notebooks/02_train_qlora.py --config run.yaml
 #
-# A model too large for one T4: `multi_gpu="split"` spreads its layers over all GPUs in one
-# process (fits, but no faster: the GPUs take turns). The memory plan above says which fits.
+# A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads
+# its layers over all GPUs in one process: it fits, but is no faster (the GPUs take turns).
+#
+# The next three cells define the steps each process runs; the cell after them runs them.
 
 # %% [markdown]
 # ## Load the model
 # The model loads in 4-bit (nf4, double quantization) with the compute dtype of the precision
-# rule. LoRA goes on every linear layer (alpha = r); its weights stay fp32 so the fp16 gradient
-# scaler works on a T4. Gradient checkpointing uses `use_reentrant=False`.
+# rule, on this process's own GPU. LoRA goes on every linear layer (alpha = r); its weights stay
+# fp32 so the fp16 gradient scaler works on a T4. Gradient checkpointing uses `use_reentrant=False`.
 
 # %%
-tokenizer = modeling.load_tokenizer(base_model)
-model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"],
-                           device_map="split" if multi_gpu == "split" else None)
-model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
-modeling.trainable_summary(model)
+def load_model():
+    tokenizer = modeling.load_tokenizer(base_model)
+    model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"],
+                               device_map="split" if run.mode == "split" else None)
+    model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
+    print(modeling.trainable_summary(model))
+    return model, tokenizer
+
 
 # %% [markdown]
 # ## Train
@@ -134,20 +146,22 @@ modeling.trainable_summary(model)
 # budget runs out, stops on a NaN loss keeping the last good checkpoint, and resumes from the
 # latest complete checkpoint when there is one. At each evaluation a few probe prompts are
 # generated under the degeneration guard; if most are garbage twice in a row, training stops
-# (`stopped_reason="degenerate"`) and the checkpoint is kept.
+# (`stopped_reason="degenerate"`) and the checkpoint is kept. Every stop is agreed by all processes.
 
 # %%
-run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
-from nbutils import evaluation
+def train_model(model, tokenizer):
+    from nbutils import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
-probe = evaluation.probe(tokenizer, evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)[0]) \
-    if probe_prompts else None
-result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"], run_config=run_config,
-                        probe=probe, progress=training.progress_mode(progress), memory_estimate_gb=plan["estimate_gb"])
-print(f"step {result['global_step']} ({result['stopped_reason']}): train loss {result['train_loss']:.4f}, "
-      f"eval loss {result['eval_loss']:.4f}")
-if result["peak_memory_gb"] is not None:  # on a GPU: the measured peak next to the plan's estimate
-    print(memory.table({**plan, "measured_peak_gb": result["peak_memory_gb"]}))
+    run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
+    probe = evaluation.probe(tokenizer, evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)[0]) \
+        if probe_prompts else None
+    result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
+                            run_config=run_config, probe=probe, progress=training.progress_mode(progress),
+                            memory_estimate_gb=plan["estimate_gb"])
+    if result["is_main"] and result["peak_memory_gb"] is not None:  # on a GPU: the measured peak beside the plan
+        print(memory.table({**plan, "measured_peak_gb": result["peak_memory_gb"]}))
+    return result, run_config
+
 
 # %% [markdown]
 # ## Save, then verify the checkpoint
@@ -158,13 +172,37 @@ if result["peak_memory_gb"] is not None:  # on a GPU: the measured peak next to 
 # and where the checkpoint is (relative, so it still works where 03 mounts this folder).
 
 # %%
-if result["is_main"]:
+def save_and_verify(model, tokenizer, result, run_config):
+    from nbutils import training
+
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
-    summary = training.write_summary(out, result, cfg, ckpt, plan)
+    training.write_summary(out, result, cfg, ckpt, plan)
     assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
     print("checkpoint", ckpt, "verified" if check["ok"] else f"MISSING {check['missing']}", check)
     assert check["ok"], f"checkpoint is missing {check['missing']}"
+
+
+# %% [markdown]
+# ## Run: here, or once per GPU
+# With one process the steps run in this kernel (and `model` stays here to play with); with
+# several, each process runs them on its own GPU and the first one writes the files.
+
+# %%
+def train_on_this_process():
+    model, tokenizer = load_model()
+    result, run_config = train_model(model, tokenizer)
+    if result["is_main"]:
+        save_and_verify(model, tokenizer, result, run_config)
+    return model, tokenizer
+
+
+trained = launch.run_in_processes(train_on_this_process, run.processes)
+if trained is not None:
+    model, tokenizer = trained
+summary = json.loads((out / "training_summary.json").read_text())  # written by the first process
+print(f"step {summary['global_step']} ({summary['stopped_reason']}) on {summary['world_size']} process(es): "
+      f"train loss {summary['train_loss']:.4f}, eval loss {summary['eval_loss']:.4f}")
 
 # %% [markdown]
 # ## Learning curves
@@ -172,6 +210,5 @@ if result["is_main"]:
 # %%
 from IPython.display import Image, display
 
-if result["is_main"]:
-    display(Image(str(out / "learning_curves.png")))
-    print(summary["diagnosis"])
+display(Image(str(out / "learning_curves.png")))
+print(summary["diagnosis"])

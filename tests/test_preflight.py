@@ -76,9 +76,13 @@ def test_preflight_blocks_unwritable_working_dir(tmp_path):
 
 
 def test_parallel_mode_reported():
-    from nbutils.preflight import parallel_mode
+    from nbutils.preflight import parallel_mode, preflight
 
-    assert parallel_mode([T4], env={}) == "single"
-    assert parallel_mode([T4, T4], env={}).startswith("single (1 of 2 GPUs")
+    assert parallel_mode([T4], env={}).startswith("single: one GPU")
+    two = parallel_mode([T4, T4], env={})
+    assert two.startswith("ddp: one process per GPU (2) through the notebook launcher") and "memory plan" in two
     assert parallel_mode([T4, T4], "split", env={}).startswith("split")
-    assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}) == "ddp (2 processes)"
+    assert parallel_mode([T4, T4], "single", env={}).startswith("single")
+    assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}).startswith("ddp: one of 2 processes started by accelerate")
+    with pytest.raises(PreflightError, match="num_processes=3 but 2 GPU"):
+        preflight(accels=[T4, T4], num_processes=3, show=False)

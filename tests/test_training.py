@@ -229,6 +229,8 @@ def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
     assert session_start(local) == pytest.approx(time.time(), abs=1)
     monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # no psutil: read /proc
     assert process_start_time() == pytest.approx(started, abs=1)
+    monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
+    assert session_start(kaggle) == session_start(local) == 1234.5
 
 
 def test_progress_mode_follows_the_platform(monkeypatch):
