@@ -47,6 +47,7 @@ def overhead(model, tok, label: str, repeats: int, new_tokens: int = 128) -> lis
     from nbutils.guard import DegenerationGuard
 
     _, enc = _task_batch(tok)
+    enc = enc.to(model.device)
     batch, width = enc["input_ids"].shape
     kw = dict(max_new_tokens=new_tokens, do_sample=True, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=None,
               suppress_tokens=[tok.eos_token_id, tok.pad_token_id, tok.bos_token_id])
