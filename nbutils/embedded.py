@@ -139,11 +139,12 @@ def _pretrain(model, tokenizer, corpus: list[str], steps: int, seed: int) -> lis
     return losses
 
 
-def build(out: Path, seed: int = 0, pretrain_steps: int = 400) -> dict:
+def build(out: Path | str, seed: int = 0, pretrain_steps: int = 400) -> dict:
     """Build tokenizer, pre-trained model and task data into `out`; returns the build info."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    out = Path(out)
     t0 = time.time()
     torch.manual_seed(seed)
     corpus = pretraining_corpus(seed=seed)
@@ -187,9 +188,23 @@ def ensure(seed: int = 0) -> Path:
 
                 shutil.rmtree(tmp)
             tmp.mkdir()
-            build(tmp, seed=seed)
+            _build_in_a_child(tmp, seed)
             tmp.rename(out)  # atomic: a crash mid-build never leaves a half-built default
     return out
+
+
+def _build_in_a_child(out: Path, seed: int) -> None:
+    """build() in a fresh Python process. Pre-training runs a backward pass, and autograd's first backward
+    queries the CUDA devices, after which a forked process can no longer use CUDA: built in the notebook
+    kernel itself, it would break accelerate's notebook launcher (2xT4) in 02 (seen on a GPU machine)."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    code = f"import sys; sys.path.insert(0, {root!r}); from nbutils.embedded import build; build(sys.argv[1], seed={seed})"
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"building the embedded default into {out} failed:\n{proc.stderr[-3000:]}")
 
 
 def resolve_model(base_model: str) -> str:

@@ -100,6 +100,14 @@ def run_in_processes(fn, processes: int):
     os.environ["NBUTILS_SESSION_START"] = str(session_start())  # the time budget counts from the kernel's start
     try:
         notebook_launcher(each_process, num_processes=processes, use_port=str(_free_port()))
+    except Exception as e:
+        if "Cannot re-initialize CUDA in forked subprocess" not in str(e):
+            raise
+        raise RuntimeError(
+            "The processes could not use the GPU: CUDA was touched in this kernel before the launch, though "
+            "torch.cuda.is_initialized() said no (a backward pass, or torch.cuda.is_available() / device_count(), "
+            "queries the devices and a fork cannot use CUDA after that). Restart the kernel and run the cells in "
+            "order, keeping all GPU work inside the training function; or set num_processes=1.") from e
     finally:
         if saved is None:
             os.environ.pop("NBUTILS_SESSION_START")
