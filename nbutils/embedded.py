@@ -193,7 +193,7 @@ def ensure(seed: int = 0) -> Path:
     return out
 
 
-def _build_in_a_child(out: Path, seed: int) -> None:
+def _build_in_a_child(out: Path, seed: int, pretrain_steps: int = 400) -> None:
     """build() in a fresh Python process. Pre-training runs a backward pass, and autograd's first backward
     queries the CUDA devices, after which a forked process can no longer use CUDA: built in the notebook
     kernel itself, it would break accelerate's notebook launcher (2xT4) in 02 (seen on a GPU machine)."""
@@ -201,7 +201,7 @@ def _build_in_a_child(out: Path, seed: int) -> None:
     import sys
 
     root = str(Path(__file__).resolve().parent.parent)
-    code = f"import sys; sys.path.insert(0, {root!r}); from nbutils.embedded import build; build(sys.argv[1], seed={seed})"
+    code = f"import sys; sys.path.insert(0, {root!r}); from nbutils.embedded import build; build(sys.argv[1], {seed}, {pretrain_steps})"
     proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"building the embedded default into {out} failed:\n{proc.stderr[-3000:]}")

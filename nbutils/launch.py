@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODES = ("auto", "ddp", "split", "single")
+# What a forked process says when the kernel queried CUDA before the fork (both seen on an H100, torch 2.11).
+FORK_CUDA_ERRORS = ("Cannot re-initialize CUDA in forked subprocess", "CUDA error: initialization error")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def run_in_processes(fn, processes: int):
     try:
         notebook_launcher(each_process, num_processes=processes, use_port=str(_free_port()))
     except Exception as e:
-        if "Cannot re-initialize CUDA in forked subprocess" not in str(e):
+        if not any(sign in str(e) for sign in FORK_CUDA_ERRORS):
             raise
         raise RuntimeError(
             "The processes could not use the GPU: CUDA was touched in this kernel before the launch, though "

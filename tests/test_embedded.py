@@ -33,3 +33,17 @@ def test_task_data_is_deterministic_and_not_in_pretraining():
     assert embedded.task_records(50, seed=1) == embedded.task_records(50, seed=1)
     corpus = " ".join(embedded.pretraining_corpus(200))
     assert "kind of word" not in corpus  # the question form is new to the base model
+
+
+def test_the_build_runs_in_a_child_process(tmp_path, monkeypatch):
+    """Pre-training runs a backward pass, after which a forked process cannot use CUDA (seen on an H100):
+    built in the notebook kernel, it would break 02's notebook launcher. So this process must not build."""
+    from nbutils import embedded
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("the embedded default was built in the calling process")
+
+    monkeypatch.setattr(embedded, "build", not_here)
+    embedded._build_in_a_child(tmp_path, seed=0, pretrain_steps=3)
+    info = json.loads((tmp_path / "info.json").read_text())
+    assert info["pretrain_steps"] == 3 and (tmp_path / "model" / "config.json").exists()

@@ -104,3 +104,20 @@ def test_processes_started_from_the_notebook_count_the_time_budget_from_the_kern
     assert run_in_processes(lambda: None, 2) is None
     assert float(seen["start"]) == pytest.approx(process_start_time(), abs=1) and seen["n"] == 2 and seen["port"] > 0
     assert "NBUTILS_SESSION_START" not in os.environ  # restored: a later run in this kernel decides afresh
+
+
+def test_a_cuda_failure_in_the_forked_processes_becomes_a_clear_error(monkeypatch):
+    import accelerate
+
+    from nbutils.launch import run_in_processes
+
+    def failing_launcher(fn, num_processes, use_port):  # what elastic_launch raises, in short (seen on an H100)
+        raise RuntimeError("each_process FAILED ... torch.AcceleratorError: CUDA error: initialization error")
+
+    monkeypatch.setattr(accelerate, "notebook_launcher", failing_launcher)
+    monkeypatch.delitem(sys.modules, "bitsandbytes", raising=False)
+    with pytest.raises(RuntimeError, match="CUDA was touched in this kernel before the launch.*Restart the kernel"):
+        run_in_processes(lambda: None, 2)
+    monkeypatch.setattr(accelerate, "notebook_launcher", lambda *a, **k: (_ for _ in ()).throw(ValueError("other")))
+    with pytest.raises(ValueError, match="other"):  # anything else goes through unchanged
+        run_in_processes(lambda: None, 2)
