@@ -53,12 +53,12 @@ def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, 
     if multi_gpu == "split":
         return Launch("split", 1, 1, f"one process, the model spread over {gpu_count} GPU(s) (device_map=auto): "
                                      "fits bigger models, no speed-up")
-    fits = plan is None or plan.get("fits", True)
     if multi_gpu == "single" or num_processes == 1:
         return Launch("single", 1, 1, "one process (asked for)")
     if num_processes > 1:
         where = "GPUs" if gpu_count else "CPU processes (gloo)"
         return Launch("ddp", num_processes, num_processes, f"{num_processes} {where} through the notebook launcher")
+    fits = plan is None or plan.get("fits", True)
     if gpu_count > 1 and (fits or multi_gpu == "ddp"):
         return Launch("ddp", gpu_count, gpu_count, f"one process per GPU ({gpu_count}) through the notebook launcher: "
                                                    "the memory plan says one GPU holds the model")
@@ -81,27 +81,26 @@ def run_in_processes(fn, processes: int):
         return result
     import torch
 
-    touched = [m for m in ("bitsandbytes",) if m in sys.modules]
-    if touched or torch.cuda.is_initialized():
-        what = f"{', '.join(touched)} was imported" if touched else "CUDA was initialised"
+    if "bitsandbytes" in sys.modules or torch.cuda.is_initialized():
+        what = "bitsandbytes was imported" if "bitsandbytes" in sys.modules else "CUDA was initialised"
         raise RuntimeError(
             f"Cannot start {processes} processes from this notebook: {what} in an earlier cell, and the notebook "
             "launcher forks this kernel, which needs a GPU nobody has touched yet. Restart the kernel and run the "
             "cells in order (import nbutils.training, transformers' Trainer or peft only inside the training "
             "function), or set num_processes=1 to train in this kernel on one GPU.")
     from accelerate import notebook_launcher
+    from accelerate.utils import patch_environment
+
+    from nbutils.environment import session_start
 
     def each_process():
         if int(os.environ.get("RANK", "0")) > 0:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- one copy of the log; errors still reach stderr
         fn()  # its result stays in the process (a model does not pickle); the files are the result
 
-    from nbutils.environment import session_start
-
-    saved = os.environ.get("NBUTILS_SESSION_START")
-    os.environ["NBUTILS_SESSION_START"] = str(session_start())  # the time budget counts from the kernel's start
-    try:
-        notebook_launcher(each_process, num_processes=processes, use_port=str(_free_port()))
+    try:  # the processes' time budget counts from the kernel's start, not from the fork
+        with patch_environment(NBUTILS_SESSION_START=session_start()):
+            notebook_launcher(each_process, num_processes=processes, use_port=str(_free_port()))
     except Exception as e:
         if not any(sign in str(e) for sign in FORK_CUDA_ERRORS):
             raise
@@ -110,11 +109,6 @@ def run_in_processes(fn, processes: int):
             "torch.cuda.is_initialized() said no (a backward pass, or torch.cuda.is_available() / device_count(), "
             "queries the devices and a fork cannot use CUDA after that). Restart the kernel and run the cells in "
             "order, keeping all GPU work inside the training function; or set num_processes=1.") from e
-    finally:
-        if saved is None:
-            os.environ.pop("NBUTILS_SESSION_START")
-        else:
-            os.environ["NBUTILS_SESSION_START"] = saved
     return None
 
 
