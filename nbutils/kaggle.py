@@ -48,7 +48,10 @@ NOTEBOOKS = (
     Notebook("02_train_qlora", "qlora-02-train-qlora", "QLoRA 02 Train QLoRA", True, ("qlora-01-data-prep",),
              "4-bit base + LoRA adapter, checkpointed"),
     Notebook("03_eval", "qlora-03-eval", "QLoRA 03 Eval", True, ("qlora-01-data-prep", "qlora-02-train-qlora"),
-             "base vs fine-tuned: task metric, eval loss, degeneration"),
+             "base vs fine-tuned: task metrics with intervals, eval loss, degeneration, chat"),
+    Notebook("04_export", "qlora-04-export", "QLoRA 04 Export", True,
+             ("qlora-01-data-prep", "qlora-02-train-qlora", "qlora-03-eval"),
+             "gate on 03, merged fp16 (verified), adapter + card, Hub push, GGUF"),
 )
 
 
