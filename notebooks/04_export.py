@@ -58,7 +58,7 @@ verify_prompts = 3  # eval prompts on which the merged model's logits are compar
 max_shard_size = "2GB"  # safetensors shard size of the merged model
 hub_repo = ""  # "<user>/<model>": push there with the HF_TOKEN secret; empty: no push
 hub_private = True
-hub_what = "adapter"  # adapter, merged or both
+hub_what = "adapter"  # adapter, merged, or both (the merged model then goes to "<hub_repo>-merged")
 gguf_type = ""  # e.g. q8_0, f16 (converter) or q4_k_m (needs llama-quantize); empty: no GGUF
 llama_cpp_dir = ""  # a llama.cpp checkout; empty: $LLAMA_CPP_DIR, /kaggle/working/llama.cpp, /content/llama.cpp
 
@@ -120,15 +120,16 @@ if export_merged and plan["device"] is None:
 from transformers import AutoTokenizer
 
 from nbutils import data, evaluation
-from nbutils.export import card
+from nbutils.export import card, hub
 
+repos = hub.targets(hub_repo, hub_what)
 facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
 prompts, _ = evaluation.prompts_and_references(data.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
 merged = None
 if export_merged:
     merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, plan["device"], max_shard_size=max_shard_size)
-    (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", hub_repo if hub_what != "adapter" else ""))
+    (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {out / 'merged'}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
           f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
 merged
@@ -143,7 +144,7 @@ from nbutils.export import adapter
 
 adapter_export = None
 if export_adapter:
-    adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", hub_repo))
+    adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", repos.get("adapter", "")))
 adapter_export
 
 # %% [markdown]
@@ -153,13 +154,9 @@ adapter_export
 # or written. Without a token or internet the step says why and skips.
 
 # %%
-from nbutils.export import hub
-
-folders = {"adapter": [out / "adapter"], "merged": [out / "merged"], "both": [out / "adapter", out / "merged"]}[hub_what]
-pushed = []
-for i, folder in enumerate(f for f in folders if f.exists()):
-    repo = hub_repo if i == 0 or not hub_repo else f"{hub_repo}-{folder.name}"
-    pushed.append(hub.push(str(folder), repo, private=hub_private))
+pushed = [hub.push(str(out / name), repo, private=hub_private) for name, repo in repos.items() if (out / name).exists()]
+if not repos:
+    print("[hub] skipped: hub_repo is empty: set it to '<your-username>/<model-name>' to push")
 
 # %% [markdown]
 # ## GGUF for llama.cpp and Ollama

@@ -236,3 +236,11 @@ def test_gguf_skips_without_llama_cpp(tmp_path, monkeypatch, capsys):
     assert "q4_k_m needs llama-quantize" in capsys.readouterr().out
     made = gguf.export_gguf(tmp_path, tmp_path / "gguf", "q8_0", str(fake))
     assert made.name == "model-q8_0.gguf" and made.read_text() == "GGUF"
+
+
+def test_push_targets():
+    assert hub.targets("", "both") == {}
+    assert hub.targets("me/m", "adapter") == {"adapter": "me/m"}
+    assert hub.targets("me/m", "both") == {"adapter": "me/m", "merged": "me/m-merged"}
+    with pytest.raises(ValueError, match="hub_what"):
+        hub.targets("me/m", "gguf")

@@ -48,6 +48,17 @@ def skip_reason(repo_id: str, token: str | None, internet: bool | None = None) -
     return None
 
 
+def targets(hub_repo: str, hub_what: str) -> dict[str, str]:
+    """Export folder name -> repo id: one folder to hub_repo; with 'both', the merged model to '<hub_repo>-merged'."""
+    if hub_what not in ("adapter", "merged", "both"):
+        raise ValueError(f"hub_what={hub_what!r}: use adapter, merged or both")
+    if not hub_repo:
+        return {}
+    if hub_what == "both":
+        return {"adapter": hub_repo, "merged": f"{hub_repo}-merged"}
+    return {hub_what: hub_repo}
+
+
 def push(folder: str, repo_id: str, private: bool = True, token_name: str = TOKEN_NAME,
          commit_message: str = "Upload from the QLoRA notebooks (04_export)") -> str | None:
     """Create the repo (private unless told otherwise) and upload the folder; the repo URL, or None when skipped."""

@@ -67,6 +67,9 @@ def plan_text(plan: dict) -> str:
             f"Free sessions: {sessions}.")
     if plan["device"] is None:
         text += " Export the adapter only (export_merged=False), or merge on a machine with more memory."
+    if plan["weights_gb"] > 8:  # a GGUF f16 beside the merged shards would pass Kaggle's output limit
+        text += (" Kaggle keeps at most 20 GB in /kaggle/working: with a GGUF as well, pick a quantized gguf_type "
+                 "or push and delete as you go.")
     return text
 
 
