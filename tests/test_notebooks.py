@@ -85,5 +85,6 @@ def test_export_writes_a_verified_merged_model_and_no_secret(runs):
     for path in export.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".md", ".jinja"):
             assert TOKEN not in path.read_text(), path
+    assert TOKEN not in (dest / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json").read_text()
     executed = (dest / "04_export.ipynb").read_text()
     assert "[hub] skipped: HF_HUB_OFFLINE is set" in executed and TOKEN not in executed
