@@ -88,3 +88,23 @@ def test_export_writes_a_verified_merged_model_and_no_secret(runs):
     assert TOKEN not in (dest / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json").read_text()
     executed = (dest / "04_export.ipynb").read_text()
     assert "[hub] skipped: HF_HUB_OFFLINE is set" in executed and TOKEN not in executed
+
+
+def test_export_gate_stops_a_worse_model_and_force_overrides(runs, tmp_path):
+    _, report, dest = runs[0]
+    worse = json.loads(json.dumps(report))
+    worse["metrics"]["metrics"]["exact_match"]["tuned"]["mean"] = 0.0  # crafted: tuned no better than base
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval_report.json").write_text(json.dumps(worse))
+    working = dest / "sandbox"
+    params = {"data_dir": str(working / "01_data_prep" / "working" / "data_prep"),
+              "adapter_dir": str(working / "02_train_qlora" / "working" / "train_qlora"),
+              "eval_dir": str(tmp_path / "eval")}
+    nb = [ROOT / "notebooks" / "04_export.ipynb"]
+    refused = harness.run(nb, tmp_path / "refused", params, internet=False, time_budget=600)[0]
+    assert [p.check for p in refused.failing] == ["cell-error"]
+    assert "GateRefused" in refused.failing[0].what and "does not beat the base on exact_match" in refused.failing[0].what
+    assert not (tmp_path / "refused" / "sandbox" / "04_export" / "working" / "export" / "merged").exists()
+    forced = harness.run(nb, tmp_path / "forced", {**params, "force": True}, internet=False, time_budget=600)[0]
+    assert forced.status == "passed", [str(p) for p in forced.problems]
+    assert "force=True: exporting anyway" in (tmp_path / "forced" / "04_export.ipynb").read_text()

@@ -59,6 +59,7 @@ def load_user_metric(spec: str) -> Callable[[list[str], list[str]], list[float]]
         raise ValueError(f"metric {spec!r}: {module_name} has no function {func_name}") from e
 
     def score(outputs: list[str], references: list[str]) -> list[float]:
+        """The user function on each pair, checked to return a number."""
         out = []
         for i, (o, r) in enumerate(zip(outputs, references)):
             value = func(o, r)

@@ -22,9 +22,11 @@ class GateDecision:
 
     @property
     def passed(self) -> bool:
+        """No reason to refuse."""
         return not self.reasons
 
     def message(self) -> str:
+        """One line: the decision, the figures, and why it failed if it did."""
         figures = (f"{self.metric}: tuned {self.tuned:.3f} vs base {self.base:.3f}; "
                    f"tuned degenerate rate {self.degenerate_rate:.1%}")
         if self.passed:

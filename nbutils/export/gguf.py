@@ -40,6 +40,7 @@ def _run(cmd: list[str]) -> None:
 
 
 def find_quantize(root: Path) -> str | None:
+    """llama-quantize built in the checkout, else on PATH."""
     for p in (root / "build" / "bin" / "llama-quantize", root / "llama-quantize"):
         if p.exists():
             return str(p)

@@ -17,6 +17,7 @@ TOKEN_NAME = "HF_TOKEN"
 
 
 def endpoint() -> str:
+    """The Hub's URL: $HF_ENDPOINT, else huggingface.co."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
