@@ -83,6 +83,7 @@ def prompts_for(tokenizer):
             for q in ("what kind of word is paris ?", "classify the word cake .", "tell me what owl is .")]
 
 
+@pytest.mark.integration
 def test_merged_model_reloads_and_matches_base_plus_adapter(tmp_path, trained_adapter):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,6 +100,7 @@ def test_merged_model_reloads_and_matches_base_plus_adapter(tmp_path, trained_ad
     assert gen["eos_token_id"] == tok.eos_token_id and gen["pad_token_id"] == tok.pad_token_id
 
 
+@pytest.mark.integration
 def test_verification_catches_a_model_without_the_adapter(tmp_path, trained_adapter):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

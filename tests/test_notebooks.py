@@ -14,6 +14,8 @@ import pytest
 
 from nbutils import harness
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
