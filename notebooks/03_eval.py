@@ -121,6 +121,7 @@ tuned
 
 # %%
 import pandas as pd
+from IPython.display import Image, display
 
 from nbutils import plots
 from nbutils.eval import metrics as task_metrics
@@ -128,7 +129,7 @@ from nbutils.eval import metrics as task_metrics
 scores = task_metrics.compare(metrics, {"base": [o["text"] for o in base_out], "tuned": [o["text"] for o in tuned_out]},
                               refs, n_boot=n_bootstrap, seed=seed)
 plots.plot_metric_comparison(scores, out / "metrics.png")
-pd.DataFrame(task_metrics.summary_rows(scores))
+display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metrics.png")))
 
 # %% [markdown]
 # ## Report
