@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval
+NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval notebooks/04_export
 
 .PHONY: setup test papermill-check lint sync bench clean
 

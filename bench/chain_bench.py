@@ -5,8 +5,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from nbutils import harness
+
 ROOT = Path(__file__).resolve().parent.parent
-CHAIN = ["01_data_prep", "02_train_qlora", "03_eval"]
+CHAIN = [Path(nb).stem for nb in harness.CHAIN]  # the notebooks `make papermill-check` runs, in order
 
 
 def run() -> list[dict]:

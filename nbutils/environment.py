@@ -19,7 +19,8 @@ COLAB_ROOTS = ("/content", "/content", "/tmp")
 # A notebook stage writes into <working_root>/<stage>; the next notebook looks for that folder
 # in its working root first (same session or local chain), then among attached inputs (Kaggle
 # mounts an upstream notebook's output under /kaggle/input/<slug>/).
-STAGE_MARKERS = {"data_prep": "manifest.json", "train_qlora": "training_summary.json", "eval": "eval_report.json"}
+STAGE_MARKERS = {"data_prep": "manifest.json", "train_qlora": "training_summary.json", "eval": "eval_report.json",
+                 "export": "export_summary.json"}
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from nbutils import sandbox
 from nbutils.nbchecks import SECRET_SHAPES, Problem, apply_allowances, check_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "notebooks/03_eval.ipynb"]
+CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "notebooks/03_eval.ipynb",
+         "notebooks/04_export.ipynb"]
 # What each of our notebooks must leave for the next one (stage folder, marker file).
 ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
-             "03_eval": ("eval", "eval_report.json")}
-UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir"}
+             "03_eval": ("eval", "eval_report.json"), "04_export": ("export", "export_summary.json")}
+UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir", "eval": "eval_dir"}
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
                               r"Segmentation fault|core dumped|Killed\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

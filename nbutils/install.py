@@ -48,6 +48,8 @@ NEEDED = {
     "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
     "tqdm": Need("4.70.1", "4.66", "tqdm"),
     "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
+    "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
+    "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
 MINIMUM = {name: need.minimum for name, need in NEEDED.items()}

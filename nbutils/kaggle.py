@@ -48,7 +48,10 @@ NOTEBOOKS = (
     Notebook("02_train_qlora", "qlora-02-train-qlora", "QLoRA 02 Train QLoRA", True, ("qlora-01-data-prep",),
              "4-bit base + LoRA adapter, checkpointed"),
     Notebook("03_eval", "qlora-03-eval", "QLoRA 03 Eval", True, ("qlora-01-data-prep", "qlora-02-train-qlora"),
-             "base vs fine-tuned: task metric, eval loss, degeneration"),
+             "base vs fine-tuned: task metrics with intervals, eval loss, degeneration, chat"),
+    Notebook("04_export", "qlora-04-export", "QLoRA 04 Export", True,
+             ("qlora-01-data-prep", "qlora-02-train-qlora", "qlora-03-eval"),
+             "gate on 03, merged fp16 (verified), adapter + card, Hub push, GGUF"),
 )
 
 
@@ -235,7 +238,21 @@ def _target(python_version: str) -> list[str]:
     return args
 
 
-def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch: str | None = None) -> dict[str, str]:
+# Pure-Python packages on PyPI as sdists only (no wheel for --only-binary to find): built into wheels
+# here first, then found through --find-links like any other wheel.
+SDIST_ONLY = ("rouge-score",)
+
+
+def build_sdist_wheels(dest: Path) -> list[str]:
+    """Wheels of the SDIST_ONLY pins in dest; the pip arguments that let the resolver find them."""
+    specs = [f"{n}=={PINS[n]}" for n in SDIST_ONLY if n in PINS]
+    if specs:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), *specs], check=True)
+    return ["--find-links", str(dest)]
+
+
+def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch: str | None = None,
+                    extra_args: tuple[str, ...] = ()) -> dict[str, str]:
     """name -> version of everything `pip install specs` needs on Kaggle, torch taken as installed (and left out).
 
     A dry-run resolve for the target Python/platform reads metadata only (no wheel downloads); torch
@@ -245,7 +262,8 @@ def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-qq",
-                        "--report", str(report), *_target(python_version), *specs, f"torch=={torch}"], check=True)
+                        "--report", str(report), *_target(python_version), *extra_args, *specs, f"torch=={torch}"],
+                       check=True)
         items = json.loads(report.read_text())["install"]
     return {item["metadata"]["name"]: item["metadata"]["version"] for item in items
             if not _excluded(item["metadata"]["name"])}
@@ -285,8 +303,9 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     dest.mkdir(parents=True)
     wheel = _build_nbutils_wheel(dest)
     specs = [f"{name}=={version}" for name, version in PINS.items()]
-    closure = resolve_closure(specs, python_version)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version),
+    links = build_sdist_wheels(dest)
+    closure = resolve_closure(specs, python_version, extra_args=tuple(links))
+    subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version), *links,
                     "-d", str(dest), *(f"{n}=={v}" for n, v in closure.items())], check=True)
     have = {_canonical(w.name.split("-")[0]) for w in dest.glob("*.whl")}
     missing = [n for n in closure if _canonical(n) not in have]

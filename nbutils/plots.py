@@ -38,3 +38,27 @@ def plot_length_histogram(lengths: list[int], cutoff: int, path: str | Path, tit
 
 
 length_histogram = plot_length_histogram  # the earlier name
+
+
+def plot_metric_comparison(block: dict, path: str | Path, title: str = "Base vs tuned (95% bootstrap interval)"):
+    """Grouped bars per metric (base, tuned) with their bootstrap intervals, from metrics.compare's block."""
+    plt = _pyplot()
+    names = list(block["metrics"])
+    models = [m for m in ("base", "tuned") if names and m in block["metrics"][names[0]]]
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names) + 2), 3.2))
+    width = 0.8 / max(1, len(models))
+    for i, model in enumerate(models):
+        entries = [block["metrics"][n][model] for n in names]
+        means = [e["mean"] for e in entries]
+        err = [[m - e["ci"][0] for m, e in zip(means, entries)], [e["ci"][1] - m for m, e in zip(means, entries)]]
+        ax.bar([j + i * width for j in range(len(names))], means, width=width, yerr=err, capsize=3, label=model)
+    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(names))],
+                  [n + (" *" if n == block["primary"] else "") for n in names])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("score (0-1)")
+    ax.set_title(title + " · * primary", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig

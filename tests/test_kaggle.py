@@ -90,7 +90,9 @@ def test_metadata_fields_and_chain():
     assert "machine_shape" not in m["01_data_prep"]
     assert m["02_train_qlora"]["kernel_sources"] == ["me/qlora-01-data-prep"]
     assert m["03_eval"]["kernel_sources"] == ["me/qlora-01-data-prep", "me/qlora-02-train-qlora"]
-    for stem in ("02_train_qlora", "03_eval"):
+    # 04 runs after 02 and 03 (and reads 01's eval prompts and manifest for the verification and the card).
+    assert m["04_export"]["kernel_sources"] == ["me/qlora-01-data-prep", "me/qlora-02-train-qlora", "me/qlora-03-eval"]
+    for stem in ("02_train_qlora", "03_eval", "04_export"):
         assert m[stem]["enable_gpu"] is True and m[stem]["machine_shape"] == "NvidiaTeslaT4"
     for meta in m.values():
         assert meta["enable_internet"] is True and meta["is_private"] is True  # explicit, never the client's default
@@ -175,7 +177,8 @@ def test_push_goes_in_chain_order_and_waits_for_each_run(fake_kaggle, tmp_path, 
     names = [(name, body.get("slug") or body.get("kernelSlug")) for name, body in fake_kaggle.calls]
     assert names == [("SaveKernel", "someone/qlora-01-data-prep"), ("GetKernelSessionStatus", "qlora-01-data-prep"),
                      ("SaveKernel", "someone/qlora-02-train-qlora"), ("GetKernelSessionStatus", "qlora-02-train-qlora"),
-                     ("SaveKernel", "someone/qlora-03-eval")]
+                     ("SaveKernel", "someone/qlora-03-eval"), ("GetKernelSessionStatus", "qlora-03-eval"),
+                     ("SaveKernel", "someone/qlora-04-export")]
 
 
 @needs_notebooks
@@ -291,7 +294,7 @@ def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
            "ensure_packages()  # old\n\n# %%\nx = 1\n")
     for nb in kaggle.NOTEBOOKS:
         (tmp_path / "notebooks" / f"{nb.stem}.py").write_text(old)
-    assert len(kaggle.sync_notebooks(tmp_path)) == 3
+    assert len(kaggle.sync_notebooks(tmp_path)) == len(kaggle.NOTEBOOKS)
     text = (tmp_path / "notebooks" / "03_eval.py").read_text()
     assert kaggle.badges_markdown("03_eval") in text and install.bootstrap_cell_source() in text
     assert text.endswith("# %%\nx = 1\n") and "(old)" not in text

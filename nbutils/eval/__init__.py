@@ -1,0 +1,1 @@
+"""Evaluation beyond exact match: text metrics with bootstrap intervals, and chatting with the tuned model."""

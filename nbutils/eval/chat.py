@@ -1,0 +1,55 @@
+"""Chat with the tuned model: a few prompts under the checkpoint's own chat template, answers streamed.
+
+Interactively the answer appears token by token (transformers' TextStreamer); in a batch run (papermill,
+Kaggle "Save & Run All") a stream of partial lines only clutters the log, so each answer prints whole.
+The degeneration guard stops an answer that loops, so a bad adapter cannot fill the cell with garbage.
+"""
+
+from __future__ import annotations
+
+
+def user_prompts(eval_ds, n: int = 3) -> list[str]:
+    """The last user message of the first n eval conversations (something the model was tuned for)."""
+    out = []
+    for row in eval_ds.select(range(min(n, len(eval_ds)))):
+        users = [m["content"] for m in row["messages"] if m["role"] == "user"]
+        if users:
+            out.append(users[-1])
+    return out
+
+
+def chat(model, tokenizer, prompts: list[str], max_new_tokens: int = 64, stream: bool | None = None,
+         system: str = "") -> list[str]:
+    """Answer each prompt (greedy), streaming when interactive; returns the answers."""
+    import torch
+    from transformers import StoppingCriteriaList, TextStreamer
+
+    from nbutils.environment import detect_platform
+    from nbutils.guard import DegenerationGuard
+
+    if not tokenizer.chat_template:
+        raise ValueError("the tokenizer has no chat template: load the tokenizer saved with the checkpoint "
+                         "(02 saves it next to the adapter), not the base model's")
+    stream = (not detect_platform().is_batch) if stream is None else stream
+    answers = []
+    for prompt in prompts:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
+        width = ids["input_ids"].shape[1]
+        guard = DegenerationGuard(tokenizer, prompt_length=width)
+        print(f"user: {prompt}\nmodel: ", end="", flush=True)
+        streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream else None
+        with torch.no_grad():
+            seq = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, streamer=streamer,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                 stopping_criteria=StoppingCriteriaList([guard]))
+        answer = tokenizer.decode(seq[0, width:], skip_special_tokens=True).strip()
+        if not stream:
+            print(answer, flush=True)
+        state = (guard.report() or [{}])[0]
+        if state.get("stopped"):
+            print(f"[guard] stopped this answer: {', '.join(state['reasons'])}", flush=True)
+        print()
+        answers.append(answer)
+    return answers

@@ -1,0 +1,145 @@
+"""Task metrics for generated answers: exact match, ROUGE-L (rouge-score), chrF (sacrebleu), or your own.
+
+`metrics="auto"` computes all three built-ins (they cost milliseconds) and makes the one that fits the
+references primary: exact match when the answers are short (median <= SHORT_ANSWER_WORDS words), else
+ROUGE-L. A comma-separated list names the metrics instead (the first is primary); `module:function` adds
+a user scorer called as `function(output: str, reference: str) -> float`.
+
+Every metric is a per-sample score in [0, 1] averaged over samples, so one bootstrap over samples gives
+its confidence interval, and the paired per-sample scores give tuned vs base win/tie/loss counts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+from collections.abc import Callable
+
+SHORT_ANSWER_WORDS = 3
+BUILTIN = ("exact_match", "rouge_l", "chrf")
+TIE_TOLERANCE = 1e-9
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def exact_match(outputs: list[str], references: list[str]) -> list[float]:
+    """1.0 where the output equals the reference after trimming whitespace and case, else 0.0."""
+    return [float(_norm(o) == _norm(r)) for o, r in zip(outputs, references)]
+
+
+def rouge_l(outputs: list[str], references: list[str]) -> list[float]:
+    """ROUGE-L F-measure per sample (rouge-score's own tokenizer: lowercased alphanumeric words)."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"])
+    return [scorer.score(r, o)["rougeL"].fmeasure for o, r in zip(outputs, references)]
+
+
+def chrf(outputs: list[str], references: list[str]) -> list[float]:
+    """Sentence-level chrF per sample (sacrebleu defaults: char 6-grams, beta 2), scaled to [0, 1]."""
+    from sacrebleu.metrics import CHRF
+
+    metric = CHRF()
+    return [metric.sentence_score(o, [r]).score / 100.0 for o, r in zip(outputs, references)]
+
+
+def load_user_metric(spec: str) -> Callable[[list[str], list[str]], list[float]]:
+    """A `module:function` scorer wrapped to the per-sample list form; errors name the spec and what to fix."""
+    module_name, _, func_name = spec.partition(":")
+    if not module_name or not func_name:
+        raise ValueError(f"metric {spec!r}: a user metric is written module:function, e.g. mytask.scoring:score")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except ImportError as e:
+        raise ValueError(f"metric {spec!r}: cannot import {module_name} ({e}); put the module on sys.path "
+                         "(the notebook's folder, or an attached dataset) and run again") from e
+    except AttributeError as e:
+        raise ValueError(f"metric {spec!r}: {module_name} has no function {func_name}") from e
+
+    def score(outputs: list[str], references: list[str]) -> list[float]:
+        """The user function on each pair, checked to return a number."""
+        out = []
+        for i, (o, r) in enumerate(zip(outputs, references)):
+            value = func(o, r)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"metric {spec!r} returned {type(value).__name__} for sample {i}; it must return a number")
+            out.append(float(value))
+        return out
+
+    return score
+
+
+def resolve(metrics: str | list[str], references: list[str]) -> tuple[list[str], str]:
+    """(metric names to compute, primary metric) for the parameter value and these references."""
+    if isinstance(metrics, str):
+        names = [m.strip() for m in metrics.split(",") if m.strip()]
+    else:
+        names = list(metrics)
+    if not names:
+        raise ValueError("metrics is empty: use 'auto', or names from exact_match, rouge_l, chrf, module:function")
+    if names == ["auto"]:
+        words = statistics.median(len(r.split()) for r in references) if references else 0
+        return list(BUILTIN), "exact_match" if words <= SHORT_ANSWER_WORDS else "rouge_l"
+    unknown = [n for n in names if n not in BUILTIN and ":" not in n]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}: choose from auto, {', '.join(BUILTIN)}, or module:function")
+    return names, names[0]
+
+
+def scorer(name: str) -> Callable[[list[str], list[str]], list[float]]:
+    """The per-sample scoring function for a metric name."""
+    return {"exact_match": exact_match, "rouge_l": rouge_l, "chrf": chrf}.get(name) or load_user_metric(name)
+
+
+def bootstrap_ci(scores: list[float], n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> list[float]:
+    """Percentile bootstrap interval of the mean over samples, [low, high]."""
+    import numpy as np
+
+    if not scores:
+        return [float("nan"), float("nan")]
+    values = np.asarray(scores, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
+
+
+def win_tie_loss(tuned: list[float], base: list[float]) -> dict[str, int]:
+    """Per sample: tuned scored higher (win), the same (tie) or lower (loss) than base."""
+    out = {"win": 0, "tie": 0, "loss": 0}
+    for t, b in zip(tuned, base):
+        out["tie" if abs(t - b) <= TIE_TOLERANCE else "win" if t > b else "loss"] += 1
+    return out
+
+
+def compare(metrics: str | list[str], outputs: dict[str, list[str]], references: list[str],
+            n_boot: int = 1000, seed: int = 0) -> dict:
+    """Every metric for base and tuned: mean, bootstrap interval, paired delta interval, win/tie/loss, per-sample."""
+    names, primary = resolve(metrics, references)
+    block: dict = {"primary": primary, "n_samples": len(references), "bootstrap": {"n": n_boot, "level": 0.95},
+                   "metrics": {}}
+    for name in names:
+        score = scorer(name)
+        per = {model: score(texts, references) for model, texts in outputs.items()}
+        entry = {model: {"mean": sum(s) / max(1, len(s)), "ci": bootstrap_ci(s, n_boot, seed)} for model, s in per.items()}
+        if "base" in per and "tuned" in per:
+            delta = [t - b for t, b in zip(per["tuned"], per["base"])]
+            entry["delta"] = {"mean": sum(delta) / max(1, len(delta)), "ci": bootstrap_ci(delta, n_boot, seed)}
+            entry["win_tie_loss"] = win_tie_loss(per["tuned"], per["base"])
+        entry["per_sample"] = {model: [round(v, 6) for v in s] for model, s in per.items()}
+        block["metrics"][name] = entry
+    return block
+
+
+def summary_rows(block: dict) -> list[dict]:
+    """One row per metric for display: base and tuned with intervals, delta, win/tie/loss."""
+    rows = []
+    for name, m in block["metrics"].items():
+        fmt = lambda e: f"{e['mean']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]"  # noqa: E731
+        wtl = m.get("win_tie_loss", {})
+        rows.append({"metric": name + (" (primary)" if name == block["primary"] else ""), "base": fmt(m["base"]),
+                     "tuned": fmt(m["tuned"]), "delta": fmt(m["delta"]) if "delta" in m else "",
+                     "win/tie/loss": f"{wtl.get('win', 0)}/{wtl.get('tie', 0)}/{wtl.get('loss', 0)}"})
+    return rows

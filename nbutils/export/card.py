@@ -1,0 +1,95 @@
+"""Model cards (README.md with Hub metadata) from what the chain wrote: 01's manifest, 02's summary, 03's report.
+
+Everything goes through `secrets.redact` before it is written: a card is meant to be published.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nbutils.secrets import redact
+
+HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
+         "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str) -> dict:
+    """The facts a card states, read from the three upstream folders (missing files give missing facts)."""
+    manifest = _read(Path(data_dir) / "manifest.json")
+    summary = _read(Path(adapter_dir) / "training_summary.json")
+    report = _read(Path(eval_dir) / "eval_report.json")
+    ckpt = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
+    params = _read(ckpt / "run_config.json").get("parameters", {}) or summary.get("config", {})
+    metrics = {}
+    for name, m in (report.get("metrics") or {}).get("metrics", {}).items():
+        metrics[name] = {k: {"mean": round(m[k]["mean"], 4), "ci": [round(v, 4) for v in m[k]["ci"]]}
+                         for k in ("base", "tuned") if k in m}
+        metrics[name]["win_tie_loss"] = m.get("win_tie_loss")
+    return redact({
+        "base_model": base_model,
+        "data": {"content_hash": manifest.get("content_hash"), "counts": manifest.get("counts"),
+                 "splits": {k: v for k, v in (manifest.get("splits") or {}).items() if isinstance(v, (int, float))}},
+        "hyperparameters": {k: params[k] for k in HYPER if k in params},
+        "training": {k: summary.get(k) for k in ("global_step", "stopped_reason", "train_loss", "eval_loss")},
+        "eval": {"n_samples": report.get("n_samples"),
+                 "primary_metric": (report.get("metrics") or {}).get("primary", "exact_match"), "metrics": metrics,
+                 **{f"{m}_{k}": report.get(m, {}).get(k) for m in ("base", "tuned")
+                    for k in ("task_metric", "eval_loss", "perplexity", "degenerate_rate", "eos_rate")}},
+    })
+
+
+def _front_matter(facts: dict, kind: str) -> str:
+    base = facts["base_model"]
+    lines = ["---", f"library_name: {'peft' if kind == 'adapter' else 'transformers'}", "pipeline_tag: text-generation",
+             "tags: [qlora, lora, fine-tuned]"]
+    if base and base != "embedded":  # a hub id links the card to its base model
+        lines.append(f"base_model: {base}")
+    return "\n".join(lines + ["---", ""])
+
+
+def _eval_table(ev: dict) -> list[str]:
+    rows = ["| metric | base | tuned | win/tie/loss |", "|---|---|---|---|"]
+    for name, m in ev["metrics"].items():
+        wtl = m.get("win_tie_loss") or {}
+        cell = lambda e: f"{e['mean']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]"  # noqa: E731
+        rows.append(f"| {name}{' (primary)' if name == ev['primary_metric'] else ''} | {cell(m['base'])} | "
+                    f"{cell(m['tuned'])} | {wtl.get('win', '-')}/{wtl.get('tie', '-')}/{wtl.get('loss', '-')} |")
+    for key, label in (("eval_loss", "eval loss"), ("perplexity", "perplexity"), ("degenerate_rate", "degenerate rate"),
+                       ("eos_rate", "EOS rate")):
+        b, t = ev.get(f"base_{key}"), ev.get(f"tuned_{key}")
+        if b is not None and t is not None:
+            rows.append(f"| {label} | {b:.4g} | {t:.4g} | |")
+    return rows
+
+
+def model_card(facts: dict, kind: str, repo_id: str = "") -> str:
+    """README.md for an 'adapter' or 'merged' export: usage, data, hyper-parameters, eval and degeneration figures."""
+    name = repo_id or "this folder"
+    base = facts["base_model"]
+    if kind == "adapter":
+        usage = ["```python", "from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer", "",
+                 f'model = AutoPeftModelForCausalLM.from_pretrained("{name}")  # loads the base model {base} too',
+                 f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```"]
+        what = f"A LoRA adapter (QLoRA-trained) for `{base}`; the base model is not included."
+    else:
+        usage = ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                 f'model = AutoModelForCausalLM.from_pretrained("{name}", dtype="float16")',
+                 f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
+                 'text = tokenizer.apply_chat_template([{"role": "user", "content": "..."}], tokenize=False, '
+                 'add_generation_prompt=True)', "```"]
+        what = f"`{base}` with a QLoRA adapter merged into its fp16 weights: loads without peft."
+    ev, data = facts["eval"], facts["data"]
+    lines = [_front_matter(facts, kind), f"# {repo_id or 'Fine-tuned model'}", "", what, "", "## Use", "", *usage, "",
+             "## Data", "", f"- content hash: `{data.get('content_hash')}`",
+             f"- counts: {json.dumps(data.get('counts'))}", f"- splits: {json.dumps(data.get('splits'))}", "",
+             "## Training", "", "| hyper-parameter | value |", "|---|---|",
+             *[f"| {k} | {v} |" for k, v in facts["hyperparameters"].items()],
+             *[f"| {k} | {v} |" for k, v in facts["training"].items() if v is not None], "",
+             f"## Evaluation ({ev.get('n_samples')} held-out prompts, 95% bootstrap intervals)", "", *_eval_table(ev), "",
+             "Degenerate rate: share of generations stopped or flagged as loops, token soup or empty output.", ""]
+    return redact("\n".join(lines))

@@ -1,0 +1,81 @@
+"""Push an export folder to the Hugging Face Hub: private by default, the token from `get_secret`, never shown.
+
+Without a repo name, a token or a way to reach the Hub, it says why and skips (returns None) instead of
+failing the run: a model that was merged and verified is still in the working dir. HF_ENDPOINT points it
+at another hub (a mirror, or a local fake one in the tests).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+from nbutils.secrets import WHERE, get_secret, redact
+
+TOKEN_NAME = "HF_TOKEN"
+
+
+def endpoint() -> str:
+    """The Hub's URL: $HF_ENDPOINT, else huggingface.co."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """A TCP connection to the endpoint's host opens (DNS alone says nothing with the internet off)."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def skip_reason(repo_id: str, token: str | None, internet: bool | None = None) -> str | None:
+    """Why a push cannot happen here, as a sentence with what to do; None when it can."""
+    from nbutils.environment import detect_platform
+
+    if not repo_id:
+        return "hub_repo is empty: set it to '<your-username>/<model-name>' to push"
+    if not token:
+        where = WHERE[detect_platform().name].format(name=TOKEN_NAME)
+        return f"no {TOKEN_NAME} secret (a write token from https://huggingface.co/settings/tokens); add it {where}"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return "HF_HUB_OFFLINE is set (an internet-off run): the export folders stay in the working dir to upload later"
+    if internet is False or (internet is None and not reachable(endpoint())):
+        return (f"{endpoint()} cannot be reached (internet off?): on Kaggle turn Settings > Internet on; "
+                "the export folders stay in the working dir to upload later")
+    return None
+
+
+def targets(hub_repo: str, hub_what: str) -> dict[str, str]:
+    """Export folder name -> repo id: one folder to hub_repo; with 'both', the merged model to '<hub_repo>-merged'."""
+    if hub_what not in ("adapter", "merged", "both"):
+        raise ValueError(f"hub_what={hub_what!r}: use adapter, merged or both")
+    if not hub_repo:
+        return {}
+    if hub_what == "both":
+        return {"adapter": hub_repo, "merged": f"{hub_repo}-merged"}
+    return {hub_what: hub_repo}
+
+
+def push(folder: str, repo_id: str, private: bool = True, token_name: str = TOKEN_NAME,
+         commit_message: str = "Upload from the QLoRA notebooks (04_export)") -> str | None:
+    """Create the repo (private unless told otherwise) and upload the folder; the repo URL, or None when skipped."""
+    token = get_secret(token_name, required=False)
+    why = skip_reason(repo_id, token)
+    if why:
+        print(f"[hub] skipped: {why}", flush=True)
+        return None
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint(), token=token)
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message)
+    except Exception as e:  # noqa: BLE001 -- re-raised with the token scrubbed from the message
+        raise RuntimeError(redact(f"push of {folder} to {repo_id} failed: {type(e).__name__}: {e}. Check that the token "
+                                  "has write access and the repo name is yours.")) from None
+    print(f"[hub] pushed {folder} to {url} ({'private' if private else 'public'})", flush=True)
+    return str(url)

@@ -1,0 +1,189 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Export: a model people can use
+#
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/04_export.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/04_export.ipynb)
+#
+# Fourth notebook of the suite. It exports what 02 trained, but only when 03 showed it is worth it:
+# a **gate** reads 03's report; then a **merged fp16 model** (the base reloaded in fp16, the adapter
+# merged in, verified against base + adapter), the **adapter alone** with a model card, an optional
+# **push to the Hugging Face Hub** (private by default) and an optional **GGUF** file for llama.cpp
+# and Ollama. Steps that cannot run here (no token, no internet, no llama.cpp) say why and skip.
+
+# %% [markdown]
+# ## Install
+# On Kaggle and Colab this installs only what the image lacks, pinned, and never reinstalls
+# torch. Locally (`make setup`) everything is already there and it does nothing.
+
+# %%
+# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
+import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
+
+if importlib.util.find_spec("nbutils") is None:
+    root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
+    wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
+    args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
+    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
+    pip.check_returncode()
+from nbutils.install import ensure_packages  # noqa: E402
+
+ensure_packages()  # installs only what is missing or too old, pinned; never torch
+
+# %% [markdown]
+# ## Parameters
+
+# %% tags=["parameters"]
+base_model = "embedded"  # must be the base model the adapter was trained on
+data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
+adapter_dir = ""  # output of 02; empty: found the same way
+eval_dir = ""  # output of 03; empty: found the same way
+output_dir = ""  # empty: <working dir>/export
+gate_metric = "auto"  # auto: 03's primary metric; or exact_match, rouge_l, chrf, a module:function 03 computed
+min_improvement = 0.0  # the tuned model must beat the base by more than this on gate_metric
+max_degenerate_rate = 0.2  # ... and have fewer degenerate generations than this share
+force = False  # export even when the gate refuses (it says so)
+export_merged = True  # the fp16 base with the adapter merged in: loads without peft, needs RAM for the whole model
+export_adapter = True  # the adapter alone: megabytes, loads on top of the base model
+verify_prompts = 3  # eval prompts on which the merged model's logits are compared with base + adapter
+max_shard_size = "2GB"  # safetensors shard size of the merged model
+hub_repo = ""  # "<user>/<model>": push there with the HF_TOKEN secret; empty: no push
+hub_private = True
+hub_what = "adapter"  # adapter, merged, or both (the merged model then goes to "<hub_repo>-merged")
+gguf_type = ""  # e.g. q8_0, f16 (converter) or q4_k_m (needs llama-quantize); empty: no GGUF
+llama_cpp_dir = ""  # a llama.cpp checkout; empty: $LLAMA_CPP_DIR, /kaggle/working/llama.cpp, /content/llama.cpp
+
+# %% [markdown]
+# ## Preflight
+
+# %%
+from nbutils.preflight import preflight
+
+env = preflight(load_in_4bit=False)
+
+# %% [markdown]
+# ## The gate
+# A model is exported only when 03's report says the tuned model beats the base on the chosen
+# metric and rarely degenerates. Otherwise the run stops here with the reason; `force=True`
+# exports anyway and says so.
+
+# %%
+from nbutils import environment
+from nbutils.export import gate
+
+data_dir = environment.find_upstream("data_prep", data_dir)
+adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
+eval_dir = environment.find_upstream("eval", eval_dir)
+out = environment.stage_dir("export", output_dir)
+decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rate, force=force)
+
+# %% [markdown]
+# ## Memory plan
+# Merging needs the base model in fp16, not the 4-bit weights used in training: merging into
+# quantized weights is lossy. That is 2 bytes per parameter (a 7B model: about 14 GB), more than
+# a T4's 15 GB once loading overhead counts, so a large model merges in CPU RAM (Kaggle gives 29 GB,
+# free Colab 12.7 GB). When it fits nowhere, export the adapter only.
+
+# %%
+import json
+from pathlib import Path
+
+from nbutils import checkpoints
+from nbutils.export import merge
+
+summary = json.loads((Path(adapter_dir) / "training_summary.json").read_text())
+ckpt = Path(adapter_dir) / summary["checkpoint_dir"]  # relative, so it works where the folder is mounted
+assert summary["checkpoint_complete"] and not checkpoints.missing_files(ckpt), \
+    f"{ckpt} is not a complete checkpoint: re-run 02 (it resumes)"
+plan = merge.memory_plan(base_model)
+print(merge.plan_text(plan))
+if export_merged and plan["device"] is None:
+    raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
+
+# %% [markdown]
+# ## Merged fp16 model
+# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
+# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
+# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
+# must stay within about two fp16 rounding steps of the largest logit.
+
+# %%
+from transformers import AutoTokenizer
+
+from nbutils import data, evaluation
+from nbutils.export import card, hub
+
+repos = hub.targets(hub_repo, hub_what)
+facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
+tokenizer = AutoTokenizer.from_pretrained(ckpt)
+prompts, _ = evaluation.prompts_and_references(data.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+merged = None
+if export_merged:
+    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, plan["device"], max_shard_size=max_shard_size)
+    (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
+    print(f"merged model in {out / 'merged'}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
+          f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
+merged
+
+# %% [markdown]
+# ## Adapter only
+# The light option: the LoRA weights, tokenizer and chat template, the run's configuration and a
+# model card, a few megabytes. Loading it needs the base model too.
+
+# %%
+from nbutils.export import adapter
+
+adapter_export = None
+if export_adapter:
+    adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", repos.get("adapter", "")))
+adapter_export
+
+# %% [markdown]
+# ## Push to the Hugging Face Hub
+# With `hub_repo` set and an `HF_TOKEN` secret (a write token), the chosen folders go to a
+# private repo unless `hub_private=False`. The token is read with `get_secret` and never printed
+# or written. Without a token or internet the step says why and skips.
+
+# %%
+pushed = [hub.push(str(out / name), repo, private=hub_private) for name, repo in repos.items() if (out / name).exists()]
+if not repos:
+    print("[hub] skipped: hub_repo is empty: set it to '<your-username>/<model-name>' to push")
+
+# %% [markdown]
+# ## GGUF for llama.cpp and Ollama
+# With `gguf_type` set and llama.cpp's converter available (see `nbutils/export/gguf.py` for how
+# to get it on Kaggle or Colab), the merged model becomes one `.gguf` file. Otherwise this skips.
+
+# %%
+from nbutils.export import gguf
+
+gguf_file = None
+if gguf_type and merged is None:
+    print("[gguf] skipped: GGUF is converted from the merged model; set export_merged=True")
+elif gguf_type:
+    gguf_file = gguf.export_gguf(out / "merged", out / "gguf", gguf_type, llama_cpp_dir)
+else:
+    print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert)")
+
+# %% [markdown]
+# ## Summary
+# `export_summary.json` records the gate, the memory plan, the verification and what was written
+# and pushed (secrets scrubbed).
+
+# %%
+from nbutils.export import summary as export_summary
+
+result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": plan, "merged": merged,
+          "adapter": adapter_export, "pushed": pushed, "gguf": str(gguf_file) if gguf_file else None, "facts": facts}
+export_summary.write_summary(out, result)
+{"gate": "forced" if decision.forced else "passed", "merged_max_abs_diff": merged and merged["max_abs_diff"],
+ "adapter_mb": adapter_export and adapter_export["size_mb"], "pushed": pushed, "gguf": result["gguf"]}
