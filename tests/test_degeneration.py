@@ -465,7 +465,7 @@ def test_ascii_fast_tokenizer_gives_the_same_tokens():
     """detect() tokenizes ASCII tails with a cheaper pattern: it must cut exactly where the Unicode one does."""
     import glob
 
-    from nbutils import degeneration as D
+    from nbutils.eval import detect as D
 
     files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:40]
     texts = [open(f, encoding="utf-8", errors="replace").read()[:6000] for f in files]

@@ -1,0 +1,1 @@
+"""Evaluation helpers: degeneration detection (`detect`, `soup`) and its stress set (`stress`, `corpus`)."""
