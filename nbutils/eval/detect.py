@@ -26,6 +26,7 @@ RECENT_CHARS = 400  # unicode and subword checks look only here: junk is judged 
 _SPECIAL = (r"<\|[^|<>\s]{1,40}\|>|</?s>|<(?:pad|unk|eos|bos|mask|eot|sep|cls|end_of_turn|start_of_turn)>"
             r"|\[(?:PAD|SEP|CLS|UNK|MASK|EOS|BOS)\]|<extra_id_\d+>")
 SPECIAL_RE = re.compile(_SPECIAL, re.I)
+PARTIAL_SPECIAL_RE = re.compile(r"<\|[^|<>\s]{0,40}\|?$|</?[a-z_]{0,13}$|\[[A-Z]{0,4}$")  # cut off in the middle of <|user|>
 SPECIAL_RUN_RE = re.compile(rf"(?:(?:{_SPECIAL})\s*){{4,}}$", re.I)  # special tokens, over and over, at the end
 END_MARK_RE = re.compile(r"end|eos|eot|</s>|stop", re.I)  # end-of-text markers: what follows them is padding
 CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -60,7 +61,8 @@ _CONT = "\u0080-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u01
 MOJIBAKE_RE = re.compile(f"[\u00c2-\u00df][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
 CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordinary in text and source files
 # Invisible characters after ASCII (where no script needs them), or ones no script needs at all.
-INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200f]|[\ufeff\u2060-\u2064]")
+# Bidi marks (U+200E, U+200F) are ordinary in Hebrew and Arabic text next to Latin, and left alone.
+INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
 COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
@@ -260,7 +262,7 @@ def detect(text: str) -> Verdict:
         return Verdict(True, ["empty"], m)
     tail = text[-TAIL_CHARS:]
     if "<" in tail or "[" in tail:
-        tail = SPECIAL_RE.sub(" ", tail)
+        tail = SPECIAL_RE.sub(" ", PARTIAL_SPECIAL_RE.sub("", tail))
     if not tail.strip() and not SPECIAL_RE.sub("", text).strip():
         return Verdict(True, ["special-tokens-only"], m)
     recent = tail[-RECENT_CHARS:]
@@ -277,7 +279,7 @@ def detect(text: str) -> Verdict:
     normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
     tokens = (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
     last = tail[-1:]
-    loop = _loop(tail, tokens, m, partial=last.isalnum() or unicodedata.category(last)[0] == "M")
+    loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
     if not loop and (p := _char_period(recent)):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"
         m.update(loop_period_chars=p)
