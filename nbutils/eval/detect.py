@@ -202,17 +202,18 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
         if all(_separator(c) for t in unit if t != "\n" for c in t):
-            return reps >= 8 and span >= 100
+            return reps >= 8 and span >= 200  # about 100 characters: spaces between tokens are counted
         return reps >= (16 if "\n" in unit else 8) and span >= 16
     if not exact:
-        return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 3 if counting else 5)
+        return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 5)
     if p <= 2:
         return reps >= 5 and span >= 16
     if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ...
         return reps >= 6 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
-    return span >= 32
+    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third.
+    return span >= 32 and reps >= (2 if span >= 100 * reps else 2.5)
 
 
 def _script(c: str) -> str:

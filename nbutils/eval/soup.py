@@ -59,7 +59,7 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
         else:
             bare = n if bare is None else bare
             lines += t == "\n"
-            other += t != "\n" and not c.isalnum()  # punctuation and numbers
+            other += t != "\n" and (not c.isalnum() or "\u3040" <= c <= "\ufaff")  # punctuation, numbers, CJK
         nxt = t
     if n < 16:
         return None
