@@ -35,6 +35,8 @@ _NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
               **{w: _CONJ for w in _CONJ}, "to": _PREP | _AUX | _CONJ}
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
+# A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney".
+MIDCAP_RE = re.compile(r"(?<=[a-z] )[A-Z][a-z]{2,}\b(?! [A-Z])")
 _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
                     "sw th tr ts tw vl wh wr zh".split())
 
@@ -47,7 +49,7 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
     for t in reversed(tokens):
         if n == 24:
             break
-        c = t[0]
+        c = t.lstrip("_")[:1] or t[0]  # _private_name is a word
         span, chars = span + 1, chars + len(t) + 1
         if c.isalpha() and not "\u3040" <= c <= "\ufaff":
             if t in FUNCTION_WORDS:
@@ -70,13 +72,16 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
                 break
             bare += 1
     bad += len(TITLE_FW_RE.findall(recent[-chars:]))  # "is and The once": a function word capitalized mid-sentence
+    caps = len(MIDCAP_RE.findall(recent[-chars:]))
     m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),
-             bad_pairs=bad, bare_words=bare)
+             bad_pairs=bad, bare_words=bare, mid_caps=caps)
     if other >= 0.25 * span or lines >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
     if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
-    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or function < 0.25 * n)):
+    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 1 or function < 0.25 * n)):
+        return "word-soup"
+    if bare >= 16 and caps >= 3:  # no punctuation for 16 words, yet capitalized words keep turning up alone
         return "word-soup"
     return None
 
