@@ -63,7 +63,7 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
             lines += t == "\n"
             other += t != "\n" and (not c.isalnum() or "\u3040" <= c <= "\ufaff")  # punctuation, numbers, CJK
         nxt = t
-    if n < 16:
+    if n < 16 and not (n >= 12 and short >= 0.75 * n):  # a short text, unless it is nearly all fragments
         return None
     if bare is None:  # no punctuation in the window: how far back does the bare run go (up to 40 words)?
         bare = n
