@@ -60,7 +60,9 @@ def run() -> list[dict]:
                              f"tuning sample {tune['classes'][cls]['recall']:.3f}"})
     loops = [s for s in bad if s.cls in LOOP_CLASSES]
     loop_recall = sum(gflags[id(s)] for s in loops) / len(loops)
-    agree = sum(gflags[k] == flags[k] for k in flags) / len(flags)
+    # Empty output never reaches the guard (the row ends at once), so agreement is counted on the other texts.
+    said = [id(s) for s in healthy + bad if s.cls != "empty"]
+    agree = sum(gflags[k] == flags[k] for k in said) / len(said)
     n_h = len(healthy)
     rows += [
         {"bench": "degeneration", "metric": f"detect recall, all classes (n={len(bad)})", "value": round(ours["recall"], 3),
@@ -75,9 +77,10 @@ def run() -> list[dict]:
         {"bench": "degeneration", "metric": f"guard false stops, healthy at any prefix (n={n_h})", "value": round(guard["fp"], 4),
          "target": "<= 0.005", "note": f"per script/kind: {_worst(guard['fp_groups'])} (<= 0.01); structured "
                                         f"{guard['fp_structured']:.4f} (<= 0.01)"},
-        {"bench": "degeneration", "metric": "guard and post-hoc detect agree (same texts)", "value": round(agree, 4),
-         "note": f"guard stops, detect clean: {sum(gflags[k] and not flags[k] for k in flags)}; detect flags, guard "
-                 f"ran on: {sum(flags[k] and not gflags[k] for k in flags)} of {len(flags)}; "
+        {"bench": "degeneration", "metric": "guard and post-hoc detect agree (same non-empty texts)",
+         "value": round(agree, 4),
+         "note": f"guard stops, detect clean: {sum(gflags[k] and not flags[k] for k in said)}; detect flags, guard "
+                 f"ran on: {sum(flags[k] and not gflags[k] for k in said)} of {len(said)}; "
                  f"{time.perf_counter() - t0:.0f} s"},
     ]
     return rows
