@@ -84,7 +84,9 @@ def _catalog(path: str) -> list[tuple[str, str]]:
             cat = gettext.GNUTranslations(f)._catalog
     except (OSError, ValueError, UnicodeDecodeError):
         return []
-    return [(k, v) for k, v in cat.items() if isinstance(k, str) and k and isinstance(v, str) and v.strip()]
+    # A key with a context is "context\x04message": the message is what a program prints.
+    return [(k.split("\x04")[-1], v) for k, v in cat.items() if isinstance(k, str) and k and isinstance(v, str)
+            and v.strip()]
 
 
 def translations() -> list[Doc]:
