@@ -131,7 +131,7 @@ def logs() -> list[Doc]:
         if len(text := _read(path, 200_000)) > 1000:
             docs.append(Doc("log", path, text))
     ids = sorted({k for p in sorted(glob.glob(f"{LOCALE_DIRS[0]}/de/LC_MESSAGES/*.mo")) for k, _ in _catalog(p)
-                  if 20 <= len(k) <= 160 and "\n" not in k.strip()})
+                  if 20 <= len(k) <= 160 and k.isprintable()})
     for i in range(20 if ids else 0):
         docs.append(Doc("log", f"logging-{i}", _generated_log(random.Random(i), ids)))
     return docs

@@ -73,15 +73,18 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
             bare += 1
     bad += len(TITLE_FW_RE.findall(recent[-chars:]))  # "is and The once": a function word capitalized mid-sentence
     caps = len(MIDCAP_RE.findall(recent[-chars:]))
+    snake = sum("_" in w.strip("_") for w in words)
     m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),
-             bad_pairs=bad, bare_words=bare, mid_caps=caps)
+             bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
     if other >= 0.25 * span or lines >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
     if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
     if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 1 or function < 0.25 * n)):
         return "word-soup"
-    if bare >= 16 and caps >= 3:  # no punctuation for 16 words, yet capitalized words keep turning up alone
+    if snake >= 0.2 * n and other < 0.15 * span and function < 0.25 * n:  # identifiers strung together, no code
+        return "word-soup"
+    if bare >= 16 and (caps >= 3 or caps >= 1 and function < 0.3 * n):  # capitalized words alone, no punctuation
         return "word-soup"
     return None
 
