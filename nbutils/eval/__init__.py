@@ -1,1 +1,1 @@
-"""Evaluation helpers: degeneration detection (`detect`, `soup`) and its stress set (`stress`, `corpus`)."""
+"""Evaluation helpers: degeneration verdicts (`detect`, `soup`) and their stress set (`corpus`, `stress`, `scorecard`)."""
