@@ -84,6 +84,9 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
         return "word-soup"
     if snake >= 0.2 * n and other < 0.15 * span and function < 0.25 * n:  # identifiers strung together, no code
         return "word-soup"
+    # Grammar broken twice, or capitalized words turning up alone among few function words.
+    if (bad >= 2 and (caps >= 1 or function < 0.25 * n)) or (caps >= 4 and function < 0.25 * n):
+        return "word-soup"
     if bare >= 16 and (caps >= 3 or caps >= 1 and function < 0.3 * n):  # capitalized words alone, no punctuation
         return "word-soup"
     return None
