@@ -21,18 +21,6 @@ from nbutils.degeneration import (
     whisper_rule,
 )
 
-DEGENERATE = {
-    "char-repeat": "The answer is: " + "a" * 40,
-    "token-repeat": "Sure. " + "hello " * 12,
-    "loop": "Here is my plan. I will go to the store. I will go to the store. I will go to the store. ",
-    "counting-loop": "Steps: " + " ".join(f"Step {i}: add the flour to the bowl." for i in range(41, 48)),
-    "word-soup": "apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog silver "
-                 "tiger marble lamp echo violin candle basket",
-    "subword-soup": "The Ġcat Ġsat Ġon Ġthe Ġmat",
-    "unicode-junk": "Résumé: CafÃ© rÃ©sumÃ© naÃ¯ve faÃ§ade",
-    "empty": "  \n ",
-    "special-tokens-only": "<|end|><|pad|></s>",
-}
 MULTI_LINE_LOOP = "def f():\n    return 1\n" + "x = compute(a, b)\nprint(x, 'done')\n" * 4
 PROMPT_ECHO = "\n".join(["Translate the following sentence into French: the cat is on the table."] * 4)
 HEALTHY = {
@@ -57,12 +45,6 @@ HEALTHY = {
 }
 
 
-@pytest.mark.parametrize("reason", sorted(DEGENERATE))
-def test_each_class_is_caught(reason):
-    v = detect(DEGENERATE[reason])
-    assert v.degenerate and reason in v.reasons, v
-
-
 @pytest.mark.parametrize("text", [MULTI_LINE_LOOP, PROMPT_ECHO])
 def test_multi_line_loops_and_prompt_echo(text):
     assert detect(text).degenerate
@@ -79,33 +61,6 @@ def test_thresholds_do_not_grow_with_length():
     assert len(long) > 1400 and not detect(long).degenerate
     assert detect(long + " " + "I will stop now. " * 3).degenerate  # the same rule fires on short and long text
     assert detect("I will stop now. " * 3).degenerate
-
-
-def test_cli_prints_one_verdict_per_line_and_a_summary(tmp_path):
-    path = tmp_path / "gen.jsonl"
-    path.write_text(json.dumps({"text": "fine answer."}) + "\n" + json.dumps({"text": "ha " * 20}) + "\n{oops\n")
-    out = subprocess.run([sys.executable, "-m", "nbutils.degeneration", "check", str(path)], capture_output=True,
-                         text=True)
-    lines = [json.loads(x) for x in out.stdout.splitlines()]
-    assert out.returncode == 0 and len(lines) == 4
-    assert lines[0]["degenerate"] is False and lines[1]["degenerate"] is True and "error" in lines[2]
-    assert lines[3]["summary"]["checked"] == 2 and lines[3]["summary"]["unreadable_lines"] == 1
-
-
-def test_circuit_breaker_message():
-    breaker = CircuitBreaker(min_samples=4, max_share=0.5)
-    breaker.update(["good answer.", "ok " * 20])
-    with pytest.raises(DegenerationError, match=r"3 of the first 4 generations \(75%\).*no EOS|EOS"):
-        breaker.update(["la " * 20, "<|end|><|end|>"])
-
-
-def test_summarize_counts_no_eos_and_tokens_saved():
-    rows = [{"tokens": 32, "eos": False, "verdict": Verdict(True, ["loop"]), "guard_stopped": False},
-            {"tokens": 8, "eos": False, "verdict": Verdict(True, ["loop"]), "guard_stopped": True},
-            {"tokens": 3, "eos": True, "verdict": Verdict(False), "guard_stopped": False}]
-    s = summarize(rows, max_new_tokens=32)
-    assert s["no_eos_at_max"] == 1 and s["tokens_saved"] == 24 and s["reasons"] == {"loop": 2}
-    assert s["eos_rate"] == pytest.approx(1 / 3) and s["degenerate_rate"] == pytest.approx(2 / 3)
 
 
 def test_guard_stops_only_the_looping_row_on_the_embedded_tokenizer():
@@ -465,7 +420,7 @@ def test_ascii_fast_tokenizer_gives_the_same_tokens():
     """detect() tokenizes ASCII tails with a cheaper pattern: it must cut exactly where the Unicode one does."""
     import glob
 
-    from nbutils import degeneration as D
+    from nbutils.eval import detect as D
 
     files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:40]
     texts = [open(f, encoding="utf-8", errors="replace").read()[:6000] for f in files]
@@ -479,3 +434,80 @@ def test_ascii_fast_tokenizer_gives_the_same_tokens():
         assert D.ASCII_TOKEN_RE.findall(norm) == D.TOKEN_RE.findall(norm)
         checked += 1
     assert checked >= 30
+
+
+# ---- where the text ends, punctuation, counting formats, scripts --------------------------------------------------
+
+SENTENCE = "The adapter weights are saved next to the tokenizer so that the notebook can resume. "  # ~85 chars
+CUT_LOOPS = {  # name: (healthy prefix, unit, copies); every cut of the last copy must be flagged
+    "issue example": ("", "specify how encoding and errors: ", 30),
+    "75-char period after prose": (PROSE * 3, SENTENCE, 18),
+    "multi-sentence cycle": (PROSE, "It works. Then it stops. Then it works again, as before. ", 6),
+    "prompt echo": ("Sure, here it is.\n", "### Instruction:\nSummarize the following text in two lines.\n\n", 5),
+    "commas": ("", ", ", 300),
+    "spaced commas": ("", " ,", 300),
+    "commas after a word": ("x", " ,", 100),
+    "code lines": ("def f(x):\n    return x\n", "for i in range(n):\n    total += weights[i] * values[i]\n", 4),
+    "vietnamese NFD": ("", "Mô hình được nạp ở chế độ bốn bit. ", 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUT_LOOPS))
+def test_loop_verdict_does_not_depend_on_where_the_text_ends(name):
+    import unicodedata
+
+    prefix, unit, copies = CUT_LOOPS[name]
+    if "NFD" in name:
+        unit = unicodedata.normalize("NFD", unit)
+    body = prefix + unit * copies
+    missed = [c for c in range(len(unit)) if not detect(body + unit[:c]).degenerate]
+    assert not missed, (name, missed)
+
+
+@pytest.mark.parametrize("form", ["[{n}]", "({n})", "{n})", "<{n}>", "{{{n}}}", "#{n}", "{n}.", "— {n} —", "№{n}",
+                                  "Step {n}: mix the dough.", "- [{n}] item", "| {n} | yes |"])
+def test_counting_loops_in_any_bracket_or_separator_at_every_cut(form):
+    text = "Here are the references: " + " ".join(form.format(n=n) for n in range(29, 75))
+    last = form.format(n=75)
+    missed = [c for c in range(len(last) + 1) if not detect(text + " " + last[:c]).degenerate]
+    assert not missed, missed
+    assert "counting-loop" in detect(text).reasons or "loop" in detect(text).reasons
+
+
+@pytest.mark.parametrize("text", [", " * 300, " ," * 300, "x " + ", " * 100, "Well" + "!?" * 60, "ok" + " ." * 150])
+def test_punctuation_loops_are_token_repeats(text):
+    assert detect(text).degenerate and "token-repeat" in detect(text).reasons
+
+
+SCRIPTS = {
+    "vietnamese": "Mô hình được nạp ở chế độ bốn bit để vừa với một GPU T4. Sau đó chỉ các bộ chuyển đổi nhỏ được "
+                  "huấn luyện, còn trọng số của mô hình gốc được giữ nguyên. Người dùng mới có thể chạy lại sổ tay.",
+    "hindi": "मॉडल को चार बिट में लोड किया जाता है ताकि वह एक T4 पर आ सके। इसके बाद केवल छोटे एडाप्टर प्रशिक्षित किए "
+             "जाते हैं और मूल मॉडल के भार स्थिर रहते हैं।",
+    "thai": "โมเดลถูกโหลดแบบสี่บิตเพื่อให้พอดีกับการ์ด T4 หลังจากนั้นจะฝึกเฉพาะอะแดปเตอร์ขนาดเล็ก "
+            "ส่วนน้ำหนักของโมเดลหลักจะคงที่ ผู้ใช้สามารถเริ่มใหม่ได้",
+    "arabic with harakat": "يُحَمَّلُ النَّمُوذَجُ بِأَرْبَعِ بِتَّاتٍ لِيَتَّسِعَ فِي بِطَاقَةٍ وَاحِدَةٍ، ثُمَّ تُدَرَّبُ "
+                           "المُحَوِّلَاتُ الصَّغِيرَةُ فَقَط وَتَبْقَى أَوْزَانُ النَّمُوذَجِ الأَصْلِيِّ ثَابِتَةً.",
+    "ukrainian": "Модель завантажується у чотирьох бітах, щоб поміститися на T4. Потім навчаються лише невеликі "
+                 "адаптери, а ваги базової моделі залишаються замороженими.",
+    "chinese": HEALTHY["chinese"],
+    "english": HEALTHY["license"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_scripts_with_combining_marks_are_healthy_at_every_prefix(name, form):
+    import unicodedata
+
+    text = unicodedata.normalize(form, SCRIPTS[name])
+    flagged = [k for k in range(40, len(text) + 1, 7) if detect(text[:k]).degenerate]
+    assert not flagged and not detect(text).degenerate, (name, form, detect(text[:flagged[0]]) if flagged else None)
+
+
+@pytest.mark.parametrize("ruler", ["~" * 40, "-" * 60, "=" * 30, "—" * 30, "＝" * 30, "─" * 50, "_" * 40, "ー" * 20,
+                                   "ـ" * 20, "· " * 20])
+def test_rulers_are_judged_the_same_in_every_script(ruler):
+    verdicts = {name: detect(text + "\n\n" + ruler + "\n\n" + text).degenerate for name, text in SCRIPTS.items()}
+    assert set(verdicts.values()) == {False}, verdicts
+    assert all(detect(ruler * 6).degenerate for _ in [0])  # a ruler as long as a page is not layout

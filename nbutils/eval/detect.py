@@ -1,0 +1,300 @@
+"""Is a generation garbage? Loops, token soup, unicode junk, empty output: detected cheaply, as it streams.
+
+`detect(text)` judges the end of a text (its last TAIL_CHARS characters, so a check costs the same
+at token 50 and at token 5000) with rules whose thresholds are counts of repeats and shares of a
+fixed-size window, never a compression ratio (zlib's ratio grows with length: long healthy text
+crosses Whisper's 2.4). Loops are found on a normalized token stream (numbers become one token)
+whose last token may be cut short, so the verdict does not depend on where in its last period a
+loop was cut off (`max_new_tokens` stops a generation anywhere). Letters with combining marks
+(Vietnamese in NFD, Devanagari, Thai, Arabic harakat) are parts of words, and rulers are judged
+by the same rule in every script. `nbutils.guard.DegenerationGuard` runs the same function inside
+`model.generate` on each row's text tail, so the guard and a post-hoc check agree.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import zlib
+from dataclasses import dataclass, field
+
+from nbutils.eval.soup import soup
+
+TAIL_CHARS = 1600  # loops with a period up to ~500 characters are visible; the cost stays flat
+RECENT_CHARS = 400  # unicode and subword checks look only here: junk is judged where it is
+
+_SPECIAL = (r"<\|[^|<>\s]{1,40}\|>|</?s>|<(?:pad|unk|eos|bos|mask|eot|sep|cls|end_of_turn|start_of_turn)>"
+            r"|\[(?:PAD|SEP|CLS|UNK|MASK|EOS|BOS)\]|<extra_id_\d+>")
+SPECIAL_RE = re.compile(_SPECIAL, re.I)
+PARTIAL_SPECIAL_RE = re.compile(r"<\|[^|<>\s]{0,40}\|?$|</?[a-z_]{0,13}$|\[[A-Z]{0,4}$")  # cut off in the middle of <|user|>
+SPECIAL_RUN_RE = re.compile(rf"(?:(?:{_SPECIAL})\s*){{4,}}$", re.I)  # special tokens, over and over, at the end
+END_MARK_RE = re.compile(r"end|eos|eot|</s>|stop", re.I)  # end-of-text markers: what follows them is padding
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+
+
+def _mark_class() -> str:
+    """Every combining mark (Mn, Mc, Me) below U+20000 as a character-class body: marks belong to their letter."""
+    ranges, start = [], None
+    for c in range(0x300, 0x20001):
+        mark = c < 0x20000 and unicodedata.category(chr(c))[0] == "M"
+        if mark and start is None:
+            start = c
+        elif not mark and start is not None:
+            ranges.append(f"{chr(start)}-{chr(c - 1)}")
+            start = None
+    return "".join(ranges)
+
+
+MARKS = _mark_class()
+_LETTERS = rf"(?:[^\W\d_{CJK}][{MARKS}]*)+"  # a letter and its marks: Vietnamese in NFD, Devanagari, Thai, harakat
+# Hex literals, words, numbers, newlines, single punctuation; a CJK character is a token (no spaces there).
+TOKEN_RE = re.compile(rf"0[xX][0-9a-fA-F]+|\\[xuU][0-9a-fA-F]+|[{CJK}]|_*{_LETTERS}(?:_+{_LETTERS})*_*|\d+|\n"
+                      r"|[^\w\s]")
+# The same tokens for lowercased ASCII text, about 40% cheaper (\x1c-\x1f are whitespace to Unicode's \s).
+ASCII_TOKEN_RE = re.compile(r"0x[0-9a-f]+|\\[xu][0-9a-f]+|_*[a-z]+(?:_+[a-z]+)*_*|\d+|\n|[^\w\s\x1c-\x1f]", re.A)
+# Whole numbers as TOKEN_RE sees them (Step 41, Q41, 0x1f); escapes and digits inside names (x1d4b0) are left alone.
+NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d+)(?=st\b|nd\b|rd\b|th\b|\W|$)")
+SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
+# UTF-8 read as Latin-1/cp1252: a lead byte (Â-ð) followed by continuation bytes (U+0080-U+00BF or their cp1252 glyphs).
+_CONT = "\u0080-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d\u2018\u2019" \
+        "\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u017e\u0178"
+MOJIBAKE_RE = re.compile(f"[\u00c2-\u00df][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
+CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordinary in text and source files
+# Invisible characters after ASCII (where no script needs them), or ones no script needs at all.
+# Bidi marks (U+200E, U+200F) are ordinary in Hebrew and Arabic text next to Latin, and left alone.
+INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
+COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
+PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
+RUN_RE = re.compile(r"(.)\1{9,}", re.S)
+DIGIT_RE = re.compile(r"[\d\\]")
+NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
+BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
+SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
+WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
+
+@dataclass
+class Verdict:
+    degenerate: bool
+    reasons: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _special_run(text: str) -> bool:
+    """<pad><pad><pad><pad> at the end with no end-of-text marker before: the model says nothing, forever."""
+    run = SPECIAL_RUN_RE.search(text)
+    if not run:
+        return False
+    before = SPECIAL_RE.findall(text[:run.start()][-40:])
+    marks = SPECIAL_RE.findall(run.group()) + before[-1:]
+    return not any(END_MARK_RE.search(t) for t in marks) and len(set(marks)) <= 2
+
+
+def _is_word(tok: str) -> bool:
+    """A token made of letters (an identifier counts; numbers, hex literals and punctuation do not)."""
+    return tok.lstrip("_")[:1].isalpha() and tok[:2] not in ("0x", "0X")
+
+
+def _char_runs(text: str, start: int, truncated: bool, m: dict) -> bool:
+    """A run of one character (or of blank lines) longer than healthy text ever has."""
+    worst = 0.0
+    for match in RUN_RE.finditer(text, start):
+        c, n, s = match.group(1), len(match.group(0)), match.start()
+        if _separator(c):
+            line_start = text.rfind("\n", 0, s) + 1
+            prev = text[text.rfind("\n", 0, max(0, line_start - 1)) + 1:max(0, line_start - 1)].strip()
+            if line_start == s and (n <= _width(prev) + 2 or (s == 0 and truncated)):
+                continue  # reStructuredText underline, as long as its title (or whose title is out of view)
+            limit = 100
+        elif c.isspace():
+            limit = 160  # indentation; blank lines are counted below
+        elif c.isdigit() or text[max(0, s - 2):s] in ("0x", "0X"):
+            limit = 41  # git's null hash is 40 zeros; 0xffff... masks
+        elif c.isalpha() and not c.isascii():
+            limit = 10  # 中中中中中中中中中中
+        else:
+            limit = 24
+        worst = max(worst, n / limit)
+    blank = max((g.count("\n") for g in BLANK_RE.findall(text, start)), default=0)
+    blank = max(blank, 8 * bool(WHITESPACE_RE.search(text, start)))
+    m.update(char_run=round(worst, 2), blank_lines=blank)
+    return worst >= 1 or blank >= 8
+
+
+def _separator(c: str) -> bool:
+    """A ruler character in any script: dashes, lines, dots, arrows, box drawing, and their full-width forms."""
+    c = unicodedata.normalize("NFKC", c)[:1] or c
+    return c in SEPARATORS or unicodedata.category(c) in ("Pd", "Pc", "Sm", "Sk") or "\u2190" <= c <= "\u2bff"
+
+
+def _width(line: str) -> int:
+    """Columns a line takes in a monospace font: wide (CJK) characters count two, combining marks none."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def _char_period(text: str) -> int:
+    """A short period at the character level, for repeats that have no token boundaries: hahaha, 你好你好, 353353."""
+    last = text[-1:]
+    for p in range(2, min(33, len(text))):
+        if text[-1 - p] != last:
+            continue
+        unit = text[-p:]
+        need = max(5 * p, 42) if unit.isdigit() else max(2 * p, 24)  # the last need+p characters have period p
+        if len(text) < need + p or text[-need:] != text[-need - p:-p]:
+            continue
+        if unit.isdigit() or (sum(c.isalpha() for c in unit) >= max(2, 0.4 * p)
+                              and any(_is_word(t) for t in TOKEN_RE.findall(unit))):
+            return p
+    return 0
+
+
+def _number(match: re.Match) -> str:
+    return match.group(1) or NUM
+
+
+def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str | None:
+    """Tail periodicity on normalized tokens (numbers are NUM): 'token-repeat', 'loop' or 'counting-loop'.
+
+    partial: the text ends inside a word or number, so its last token may be cut short. It is left
+    out of the search and must be the start of the token one period before it: the verdict is the
+    same wherever in its last period a loop was cut off.
+    """
+    cut = tokens[-1] if partial and tokens else ""
+    rev, nums = (tokens[-2::-1] if cut else tokens[::-1]), None
+    n, p = len(rev), 0
+    while n >= 4:
+        try:
+            p = rev.index(rev[0], p + 1, n // 2 + 1)  # candidate period: where the last token occurred before
+        except ValueError:
+            return None
+        if cut and not rev[p - 1].startswith(cut):
+            continue
+        run = 0
+        while run < n - p and rev[run] == rev[run + p]:
+            run += 1
+        if run < p:
+            continue  # not even two copies
+        unit, span_nums, exact, counting = rev[:p], [], True, False
+        numbers = unit.count(NUM)
+        if numbers:  # compare the actual numbers: the same template with new numbers is a counting loop
+            if nums is None:
+                nums = [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)][:-1 if cut == NUM else None]
+            span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
+            exact = all(a == b for a, b in zip(span_nums, span_nums[numbers:]))
+            for k in range(numbers):
+                vals = [int(v) for v in span_nums[k::numbers] if v.isdigit()]
+                steps = {b - a for a, b in zip(vals, vals[1:])}
+                counting |= len(vals) >= 3 and len(steps) == 1 and 0 not in steps
+        span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
+        words = {t for t in unit if _is_word(t)}
+        if _enough(unit, words, (run + p) / p, span, exact, counting):
+            m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span)
+            if not exact:
+                return "counting-loop"
+            return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
+    return None
+
+
+def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool) -> bool:
+    """Is a periodic tail long enough to be a loop? Repeats and characters needed, by the kind of unit."""
+    p, numbers = len(unit), unit.count(NUM)
+    code_ish = sum(not t[0].isalnum() and t != "\n" and t != NUM for t in unit) >= 0.35 * p
+    if not words and numbers:  # a number said again and again, or counted: [29] [30] [31]
+        return (exact or counting) and reps >= 10 and span >= 40
+    if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
+        if all(_separator(c) for t in unit if t != "\n" for c in t):
+            return reps >= 8 and span >= 200  # about 100 characters: spaces between tokens are counted
+        return reps >= (16 if "\n" in unit else 8) and span >= 16
+    if not exact:
+        return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 5)
+    if p <= 2:
+        return reps >= 5 and span >= 16
+    if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ...
+        return reps >= 6 and span >= 40
+    if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
+        return reps >= 3 and span >= 24
+    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third.
+    return span >= 32 and reps >= (2 if span >= 100 * reps else 2.5)
+
+
+def _script(c: str) -> str:
+    if c < "\u0250":
+        return "latin" if c.isalpha() else "other"
+    if "\u3040" <= c <= "\ufaff" or "\u1100" <= c <= "\u11ff" or "\u3130" <= c <= "\u318f":
+        return "cjk"
+    if not c.isalpha():
+        return "symbol" if unicodedata.category(c)[0] == "S" else "other"  # punctuation separates, like spaces
+    return unicodedata.name(c, "? ?").split(" ", 1)[0].lower()  # "LATIN" (U+1EA1) is "latin" (U+00E0)
+
+
+def _script_switches(text: str) -> float:
+    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter)."""
+    score, prev = 0.0, None
+    for c in text:
+        s = "other" if c.isspace() or c.isdigit() or c.isascii() and not c.isalpha() else _script(c)
+        if s == "other":
+            prev = None
+            continue
+        if prev and s != prev:
+            score += 0.25 if {s, prev} == {"latin", "cjk"} else 1
+        prev = s
+    return score
+
+
+def _unicode_junk(text: str, m: dict) -> bool:
+    """Replacement characters, control and invisible characters, mojibake, private-use and stacked marks."""
+    control = len(CONTROL_RE.findall(text))
+    if text.isascii():
+        m.update(control=control)
+        return control >= 2
+    counts = {
+        "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
+        "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
+        "stacked_marks": len(COMBINING_RUN_RE.findall(text)), "script_switches": _script_switches(text[-120:]),
+    }
+    m.update(counts)
+    return (counts["replacement"] >= 2 or control >= 2 or counts["invisible"] >= 3 or counts["mojibake"] >= 2
+            or counts["private_use"] >= 3 or counts["stacked_marks"] >= 2 or counts["script_switches"] >= 8)
+
+
+def detect(text: str) -> Verdict:
+    """Verdict on one text; only its last TAIL_CHARS characters are examined."""
+    m: dict[str, float] = {"chars": len(text)}
+    if not text.strip():
+        return Verdict(True, ["empty"], m)
+    tail = text[-TAIL_CHARS:]
+    if "<" in tail or "[" in tail:
+        tail = SPECIAL_RE.sub(" ", PARTIAL_SPECIAL_RE.sub("", tail))
+    if not tail.strip() and not SPECIAL_RE.sub("", text).strip():
+        return Verdict(True, ["special-tokens-only"], m)
+    recent = tail[-RECENT_CHARS:]
+    reasons = []
+    if text.rstrip().endswith((">", "]")) and _special_run(text[-RECENT_CHARS:]):
+        reasons.append("token-repeat")
+    if _unicode_junk(recent, m):
+        reasons.append("unicode-junk")
+    if (not recent.isascii() or "##" in recent) and len(SUBWORD_RE.findall(recent)) >= 3:  # ASCII: only ## can match
+        reasons.append("subword-soup")
+    if _char_runs(tail, len(tail) - len(recent), len(text) > len(tail), m):
+        reasons.append("char-repeat")
+    low = tail.lower()
+    normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
+    tokens = (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
+    last = tail[-1:]
+    loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
+    if not loop and (p := _char_period(recent)):
+        loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"
+        m.update(loop_period_chars=p)
+    if loop:
+        reasons.append(loop)
+    kind = None if loop else soup(tokens, recent, m)
+    if kind and kind not in reasons:
+        reasons.append(kind)
+    return Verdict(bool(reasons), reasons, m)
+
+
+def whisper_rule(text: str, threshold: float = 2.4) -> bool:
+    """Whisper's fallback rule, for comparison: empty, or zlib compression ratio above 2.4."""
+    raw = text.encode("utf-8")
+    return not text.strip() or len(raw) / len(zlib.compress(raw)) > threshold
+
+
