@@ -48,15 +48,16 @@ NEEDED = {
     "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
     "tqdm": Need("4.70.1", "4.66", "tqdm"),
     "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
+    "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
 MINIMUM = {name: need.minimum for name, need in NEEDED.items()}
 # What the images usually ship (versions vary, often older): the plan still checks the real versions.
 USUALLY_PREINSTALLED = {
     "kaggle": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-               "beautifulsoup4", "tqdm", "ipywidgets"),
+               "beautifulsoup4", "tqdm", "ipywidgets", "filelock"),
     "colab": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-              "beautifulsoup4", "tqdm", "ipywidgets", "peft"),
+              "beautifulsoup4", "tqdm", "ipywidgets", "peft", "filelock"),
 }
 # Never installed or upgraded here: the platform's torch matches its CUDA driver.
 NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")

@@ -187,12 +187,18 @@ def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_p
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
-    ckpt = tmp_path / "trainer" / "checkpoint-10"
-    ckpt.mkdir(parents=True)
-    (ckpt / "run_config.json").write_text(json.dumps({"parameters": {"lora_r": 4}, "data_manifest_hash": "abc"}))
-    checkpoints.mark_complete(ckpt)
-    with pytest.raises(ValueError, match="lora_r: checkpoint has 4, this run 8.*data_manifest_hash"):
-        _train(prepared_data, tmp_path, _cfg(), run_config={"parameters": {"lora_r": 8}, "data_manifest_hash": "xyz"})
+    cfg = _cfg(max_steps=10, eval_strategy="no", save_steps=5)
+    run_config = training.run_config(cfg, {}, {"content_hash": "abc"}, base_model="embedded")
+    _train(prepared_data, tmp_path, cfg, run_config=run_config)
+    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3, lora_r=4)
+    changed = training.run_config(other, {}, {"content_hash": "xyz"}, base_model="embedded")
+    with pytest.raises(checkpoints.ResumeMismatchError) as err:
+        _train(prepared_data, tmp_path, other, run_config=changed)
+    msg = str(err.value)
+    for line in ("data_manifest_hash: checkpoint has 'abc', this run 'xyz'", "learning_rate: checkpoint has 0.003, this run 0.001",
+                 "lora_r: checkpoint has 16, this run 4", "new output_dir", "resume=False"):
+        assert line in msg, msg
+    assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
 
 
 def test_run_config_carries_parameters_versions_and_data_hash():
