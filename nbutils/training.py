@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from nbutils import batching, checkpoints, curves
-from nbutils.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget
+from nbutils.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
 from nbutils.checkpoints import unwrap  # noqa: F401  (re-exported: notebooks call training.unwrap)
 from nbutils.train import diskspace, faultpoints, runlock
 from nbutils.train import manifest as mf
@@ -144,8 +144,14 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     )
     _plain_tqdm_bar(trainer)
     main = trainer.is_world_process_zero()
+    refused = None
     if main:
-        runlock.acquire(output_dir)
+        try:
+            runlock.acquire(output_dir)
+        except runlock.RunLockedError as e:
+            refused = e
+    if agree(refused is not None):  # every rank stops, not only the first: the others would wait for it forever
+        raise refused or runlock.RunLockedError(f"{output_dir} is in use by another run (see the first process's error)")
     try:
         resume = _pick_resume(cfg, output_dir, settings, model, main)
         resume_step = checkpoints.checkpoint_step(resume) if resume else None  # read now: rotation may delete it

@@ -118,8 +118,7 @@ def reference(ctx, prepared_data, tmp_path_factory):
     """An uninterrupted run, evaluation off: the weights every resumed run must reproduce bit for bit."""
     out = tmp_path_factory.mktemp("reference")
     assert run(ctx, prepared_data, out, cfg_kw={}) == 0
-    finished(out)
-    return adapter(out)
+    return adapter(out), finished(out)
 
 
 def kill_points(n: int, seed: int = 14) -> list[str]:
@@ -139,8 +138,10 @@ def test_sigkill_anywhere_then_one_rerun_reaches_the_target_bit_identical(ctx, p
     assert code == -9, f"the kill at {kill_at} did not happen (exit {code})"
     log = tmp_path / "rerun.log"
     assert run(ctx, prepared_data, out, cfg_kw={}, log=str(log)) == 0, log.read_text()[-3000:]  # first rerun: no loop
-    finished(out)
-    assert same_weights(adapter(out), reference), f"resumed after a kill at {kill_at}: weights differ"
+    summary = finished(out)
+    assert same_weights(adapter(out), reference[0]), f"resumed after a kill at {kill_at}: weights differ"
+    # The summary's loss covers the whole run (from the checkpoint's log history), not the last process's steps.
+    assert summary["train_loss"] == pytest.approx(reference[1]["train_loss"], rel=1e-9)
     assert not list(out.rglob("*.tmp-*")) and not list(out.rglob(".trash-*"))
 
 
@@ -173,7 +174,27 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(ctx, prepared_data, re
     assert f"skipped {newest}: " in text and reason in text, text[-3000:]
     assert "resuming from" in text and "checkpoint-4 (step 4, verified)" in text
     assert finished(out)["global_step"] == STEPS  # not 999, not 120 + more
-    assert same_weights(adapter(out), reference)
+    assert same_weights(adapter(out), reference[0])
+
+
+EVAL_TOLERANCE = 1e-3  # max |difference| of any LoRA weight after 12 steps; measured: see the README
+
+
+def test_resume_with_evaluation_on_matches_within_tolerance(ctx, prepared_data, tmp_path):
+    """bitsandbytes' CPU path repacks the 4-bit weights when evaluation switches the model to eval mode, which
+    is lossy: an uninterrupted run and a resumed one evaluate at different moments, so they differ slightly."""
+
+    with_eval = {"eval_strategy": "steps", "eval_steps": SAVE}
+    ref, out = tmp_path / "reference", tmp_path / "run"
+    assert run(ctx, prepared_data, ref, cfg_kw=with_eval) == 0
+    assert run(ctx, prepared_data, out, cfg_kw=with_eval, kill_at="step:6") == -9
+    assert run(ctx, prepared_data, out, cfg_kw=with_eval) == 0
+    a, b = adapter(ref), adapter(out)
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    scale = max(float(a[k].abs().max()) for k in a)
+    print(f"eval on: max |LoRA weight difference| {worst:.3g} (largest weight {scale:.3g})")
+    assert worst <= EVAL_TOLERANCE
+    assert finished(out)["train_loss"] == pytest.approx(finished(ref)["train_loss"], rel=1e-2)
 
 
 def test_second_run_into_the_same_output_dir_is_refused(ctx, prepared_data, tmp_path):

@@ -201,6 +201,16 @@ def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
     assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
 
 
+def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
+    _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
+    _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
+                                                      resume=False))
+    assert fresh["resumed_from_step"] is None and fresh["global_step"] == 10
+    aside = list(tmp_path.glob("trainer.before-*"))
+    assert len(aside) == 1 and [p.name for p in checkpoints.checkpoint_dirs(aside[0])] == ["checkpoint-5", "checkpoint-10"]
+    assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh["settings"]) == []
+
+
 def test_run_config_carries_parameters_versions_and_data_hash():
     cfg = training.run_config(_cfg(), {"version.torch": "2.5", "precision": "fp16"}, {"content_hash": "abc"},
                               base_model="embedded")
