@@ -113,9 +113,10 @@ def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: di
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if diskspace.is_no_space(e):
-            size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / diskspace.MB if dest.exists() else 0
-            raise diskspace.DiskFullError(diskspace.message(dest.parent, max(size, 1) * 2, None,
-                                                            f". The final checkpoint was not saved ({e})")) from e
+            need = diskspace.final_mb(sum(p.numel() for p in model.parameters() if p.requires_grad))
+            raise diskspace.DiskFullError(diskspace.message(
+                dest.parent, need, None, f". The final checkpoint was not saved; the Trainer checkpoints are intact: "
+                f"rerun after freeing space (it resumes and saves again). (The writer said: {e})")) from None
         raise
     _swap_in(tmp, dest)
     return dest

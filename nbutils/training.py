@@ -114,21 +114,14 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
           callbacks: list | None = None) -> dict:
     """Train (resuming from the newest verified checkpoint if any) and return what the summary needs.
 
-    The main process holds the output_dir lock from here until write_summary (or its own exit).
-    probe(model) -> bool is called at each evaluation (True: degenerate generations); `callbacks`
-    are extra TrainerCallbacks; clock/session_start drive the time budget (fakes in tests).
-    """
-    from datasets import Dataset
+    The main process holds the output_dir lock until write_summary. probe(model) -> True at an evaluation means
+    degenerate generations; `callbacks`: extra TrainerCallbacks; clock/session_start drive the time budget."""
     from transformers import Trainer
 
     output_dir = Path(output_dir)
     plan = plan or {"strategy": "length_grouped"}
     settings = mf.settings(cfg, run_config)
-    cols = ["input_ids", "labels", "length"]
-    train_rows, eval_rows = train_ds.select_columns(cols), eval_ds.select_columns(cols)
-    if plan["strategy"] == "packed":  # eval too: the Trainer uses one collator for both
-        train_rows = Dataset.from_list(batching.pack(list(train_rows), plan["block_size"]))
-        eval_rows = Dataset.from_list(batching.pack(list(eval_rows), plan["block_size"]))
+    train_rows, eval_rows = _rows(train_ds, plan), _rows(eval_ds, plan)  # eval packed too: one collator for both
     stop = StopReason()
     peak = PeakMemory(estimate_gb=memory_estimate_gb)
     probe_cb = Probe(probe, stop) if probe is not None else None
@@ -144,14 +137,7 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     )
     _plain_tqdm_bar(trainer)
     main = trainer.is_world_process_zero()
-    refused = None
-    if main:
-        try:
-            runlock.acquire(output_dir)
-        except runlock.RunLockedError as e:
-            refused = e
-    if agree(refused is not None):  # every rank stops, not only the first: the others would wait for it forever
-        raise refused or runlock.RunLockedError(f"{output_dir} is in use by another run (see the first process's error)")
+    _lock(output_dir, main)
     try:
         resume = _pick_resume(cfg, output_dir, settings, model, main)
         resume_step = checkpoints.checkpoint_step(resume) if resume else None  # read now: rotation may delete it
@@ -182,6 +168,25 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         "seconds": round(time.time() - t0, 1), "log_history": trainer.state.log_history, "peak_memory_gb": peak.peak_gb,
         "run_peak_memory_gb": peak.run_peak_gb, "is_main": main, "settings": settings, "cfg": cfg,
     }
+
+
+def _rows(ds, plan: dict):
+    from datasets import Dataset
+
+    rows = ds.select_columns(["input_ids", "labels", "length"])
+    return Dataset.from_list(batching.pack(list(rows), plan["block_size"])) if plan["strategy"] == "packed" else rows
+
+
+def _lock(output_dir: Path, main: bool) -> None:
+    """The main process takes the output_dir lock; if it is refused, every rank stops (the others would wait forever)."""
+    refused = None
+    if main:
+        try:
+            runlock.acquire(output_dir)
+        except runlock.RunLockedError as e:
+            refused = e
+    if agree(refused is not None):
+        raise refused or runlock.RunLockedError(f"{output_dir} is in use by another run (see the first process's error)")
 
 
 def _pick_resume(cfg: TrainConfig, output_dir: Path, settings: dict, model, main: bool) -> Path | None:

@@ -271,3 +271,27 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
     monkeypatch.setattr(torch, "save", real_save)  # space freed
     _, _, resumed = _train(prepared_data, out, _cfg(), run_config=rc)
     assert resumed["resumed_from_step"] == 4 and resumed["global_step"] == STEPS
+
+
+def test_full_disk_during_the_final_save(prepared_data, tmp_path, monkeypatch):
+    from test_training import _train
+
+    from nbutils import training
+    from nbutils.train.diskspace import DiskFullError
+
+    out = tmp_path / "run"
+    model, tok, result = _train(prepared_data, out, _cfg())
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(tok), "save_pretrained", full_disk)
+    with pytest.raises(DiskFullError, match=r"disk full at .*run: needs ~\d+ MB, \d+ MB free; .*final checkpoint was not saved"):
+        training.save_checkpoint(model, tok, out, {}, result)
+    assert not list(out.glob("checkpoint*")) and checkpoints.read_summary(out)["stopped_reason"] == "disk_full"
+    assert checkpoints.problems(out / "trainer" / f"checkpoint-{STEPS}", resumable=True) == []
+    monkeypatch.undo()  # space freed: the rerun finds the finished run and saves the final checkpoint
+    model, tok, again = _train(prepared_data, out, _cfg())
+    assert again["resumed_from_step"] == STEPS
+    assert training.save_checkpoint(model, tok, out, {}, again) == out / "checkpoint"
+    assert checkpoints.problems(out / "checkpoint") == []

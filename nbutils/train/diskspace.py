@@ -41,6 +41,11 @@ def checkpoint_mb(trainable_params: int) -> float:
     return trainable_params * 12 / MB + TOKENIZER_ALLOWANCE_MB
 
 
+def final_mb(trainable_params: int) -> float:
+    """The final checkpoint: fp32 LoRA weights, tokenizer and run files."""
+    return trainable_params * 4 / MB + TOKENIZER_ALLOWANCE_MB
+
+
 def needed_mb(ckpt_mb: float, keep: int | None) -> float:
     """The kept checkpoints, the one being written, and the final adapter with its temp copy."""
     return ckpt_mb * ((keep or 1) + 2)
@@ -54,8 +59,9 @@ def free_mb(folder: Path) -> float:
 
 
 def message(folder: Path, need_mb: float, keep: int | None, detail: str = "") -> str:
+    now = f" (now {keep})" if keep is not None else ""
     return (f"disk full at {folder}: needs ~{need_mb:.0f} MB, {free_mb(folder):.0f} MB free; free space or lower "
-            f"save_total_limit (now {keep}){detail}")
+            f"save_total_limit{now}{detail}")
 
 
 def check(folder: Path, need_mb: float, keep: int | None) -> str | None:
