@@ -25,6 +25,8 @@ ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
 RUN_FILES = ["run_config.json", "trainer_state.json"]
 RESUME_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth"]  # Trainer checkpoints only: what resume restores
+# Settings a resume may change on purpose: training longer. The schedule is recomputed for the new length.
+EXTENDABLE = ("max_steps", "num_epochs")
 
 
 class CheckpointError(RuntimeError):
@@ -146,7 +148,9 @@ def discard(path: Path) -> None:
 def missing_files(path: Path, resumable: bool = False) -> list[str]:
     """Files a usable checkpoint needs that are not there, by name (resumable: also what resume restores)."""
     need = ADAPTER_FILES + TOKENIZER_FILES + RUN_FILES + [MARKER] + (RESUME_FILES if resumable else [])
-    return [name for name in need if not (Path(path) / name).exists()]
+    # Under several processes each rank saves its own rng_state_<rank>.pth instead of rng_state.pth.
+    return [name for name in need if not (Path(path) / name).exists()
+            and not (name == "rng_state.pth" and any(Path(path).glob("rng_state_*.pth")))]
 
 
 def problems(path: Path, resumable: bool = False) -> list[str]:

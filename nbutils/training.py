@@ -81,6 +81,10 @@ class MarkComplete(TrainerCallback):
         self.run_config, self.settings, self.keep, self.verified = run_config, settings or {}, keep, set()
 
     def on_save(self, args, state, control, **kw):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank has written its rng_state_<rank>.pth before the manifest lists the folder
         if not state.is_world_process_zero:
             return
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -207,6 +211,11 @@ def _pick_resume(cfg: TrainConfig, output_dir: Path, settings: dict, model, main
     resume = checkpoints.find_resumable(output_dir)
     if resume is not None:
         changed = checkpoints.resume_mismatch(resume, settings)
+        longer = [c for c in changed if c.split(":")[0] in checkpoints.EXTENDABLE]
+        if longer:
+            print(f"[train] training longer ({'; '.join(longer)}): the learning-rate schedule is recomputed for the new "
+                  "length from here on, so the result differs from a run planned that long from the start")
+        changed = [c for c in changed if c not in longer]
         if changed:
             raise checkpoints.ResumeMismatchError(
                 f"{resume} was trained with other settings, and resuming it would mix two runs:\n- "
