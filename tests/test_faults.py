@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 STEPS, SAVE = 12, 4  # checkpoints at 4, 8, 12; rotation (keep 2) deletes checkpoint-4 at step 12
 CFG = dict(max_steps=STEPS, save_steps=SAVE, eval_strategy="no", logging_steps=2, warmup_steps=0)
-N_RANDOM_KILLS = 16
+N_RANDOM_KILLS = 12
 # (fault point, how many times it is passed in one uninterrupted run): where a kill can land.
 POINTS = {"load": 1, "train": 1, "step": STEPS, "save": 3, "manifest": 4, "marker": 4, "rotate": 1,
           "final_save": 1, "verify": 1}

@@ -257,3 +257,14 @@ def test_progress_mode_follows_the_platform(monkeypatch):
     assert training.progress_mode("log") == "log" and training.progress_mode("widgets") == "widgets"
     with pytest.raises(ValueError):
         training.progress_mode("bars")
+
+
+def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, tmp_path):
+    from nbutils import memory
+    from nbutils.train import diskspace
+
+    _train(prepared_data, tmp_path, _cfg(max_steps=5, eval_strategy="no", save_steps=5))
+    ckpt = tmp_path / "trainer" / "checkpoint-5"
+    weights = sum((ckpt / n).stat().st_size for n in ("adapter_model.safetensors", "optimizer.pt")) / diskspace.MB
+    planned = memory.plan(modeling.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
+    assert 0.8 < weights / planned < 1.25, (weights, planned)  # LoRA weights + two Adam states, 12 bytes a parameter
