@@ -197,6 +197,31 @@ def test_resume_with_evaluation_on_matches_within_tolerance(ctx, prepared_data, 
     assert finished(out)["train_loss"] == pytest.approx(finished(ref)["train_loss"], rel=1e-2)
 
 
+def test_resume_with_evaluation_on_without_4bit_is_bit_identical(prepared_data, tmp_path):
+    """The control for the tolerance above: the same resume with a 16/32-bit base model matches bit for bit,
+    so the drift comes from the 4-bit path. (A time-budget stop, in process: no kill needed to show it.)"""
+    import itertools
+
+    from nbutils import data as nbdata
+    from nbutils import modeling, training
+
+    def train(out, budget_min=690.0, **kw):
+        tok = modeling.load_tokenizer("embedded")
+        model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=8, seed=0)
+        split = lambda name: nbdata.load_split(prepared_data, name)  # noqa: E731
+        result = training.train(model, tok, split("train"), split("eval"), _cfg(eval_strategy="steps", eval_steps=SAVE,
+                                                                               time_budget_min=budget_min),
+                                out, run_config={}, **kw)
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, result
+
+    reference, _ = train(tmp_path / "reference")
+    ticks = itertools.count()  # a fake clock: the 7 s budget runs out after a few steps
+    _, stopped = train(tmp_path / "run", budget_min=0.12, clock=lambda: next(ticks), session_start=0)
+    assert stopped["stopped_reason"] == "time_budget" and 0 < stopped["global_step"] < STEPS
+    resumed, result = train(tmp_path / "run")
+    assert result["resumed_from_step"] == stopped["global_step"] and same_weights(resumed, reference)
+
+
 def test_second_run_into_the_same_output_dir_is_refused(ctx, prepared_data, tmp_path):
     from test_training import _train
 
