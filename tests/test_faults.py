@@ -31,7 +31,9 @@ STEPS, SAVE = 12, 4  # checkpoints at 4, 8, 12; rotation (keep 2) deletes checkp
 CFG = dict(max_steps=STEPS, save_steps=SAVE, eval_strategy="no", logging_steps=2, warmup_steps=0)
 N_RANDOM_KILLS = 12
 # (fault point, how many times it is passed in one uninterrupted run): where a kill can land.
-POINTS = {"load": 1, "train": 1, "step": STEPS, "save": 3, "manifest": 4, "marker": 4, "rotate": 1,
+# "write": inside one of the Trainer's torch.save calls (optimizer, scheduler, RNG state; 3 per save), half
+# the file written: the kill lands mid-file, as a real one can.
+POINTS = {"load": 1, "train": 1, "step": STEPS, "write": 9, "save": 3, "manifest": 4, "marker": 4, "rotate": 1,
           "final_save": 1, "verify": 1}
 
 
@@ -50,6 +52,8 @@ def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log:
         os.dup2(fd, 2)
     if kill_at:
         os.environ[faultpoints.ENV] = kill_at
+        if kill_at.startswith("write:"):
+            _kill_mid_write(int(kill_at.split(":")[1]))
     from transformers import TrainerCallback
 
     from nbutils import data as nbdata
@@ -72,6 +76,26 @@ def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log:
     training.write_summary(Path(out), result, cfg, ckpt)
     check = checkpoints.verify(ckpt, "embedded")
     assert check["ok"], check
+
+
+def _kill_mid_write(nth: int) -> None:
+    """Patch torch.save (in this child only): the nth call writes half its bytes, then the process is SIGKILLed."""
+    import signal
+
+    import torch
+
+    real, calls = torch.save, []
+
+    def save(obj, f, *a, **k):
+        calls.append(f)
+        if len(calls) == nth:
+            buf = io.BytesIO()
+            real(obj, buf)
+            Path(f).write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(obj, f, *a, **k)
+
+    torch.save = save
 
 
 @pytest.fixture(scope="module")
