@@ -152,7 +152,7 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
             restore_finished(trainer, resume)
         else:
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    except Exception as e:
+    except BaseException as e:  # KeyboardInterrupt too: an interrupted cell must not keep output_dir locked
         if main and diskspace.is_no_space(e):
             _stop_on_disk_full(trainer, cfg, output_dir, settings, e)
         if main:
@@ -196,12 +196,11 @@ def _lock(output_dir: Path, main: bool) -> None:
 def _pick_resume(cfg: TrainConfig, output_dir: Path, settings: dict, model, main: bool) -> Path | None:
     """The newest verified checkpoint of this same run, or None; refuses one trained with other settings."""
     trainer_dir = output_dir / "trainer"
-    if main:
-        need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)),
-                                   cfg.save_total_limit)
-        problem = diskspace.check(output_dir, need, cfg.save_total_limit)
-        if problem:
-            raise diskspace.DiskFullError(problem)
+    need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)),
+                               cfg.save_total_limit)
+    problem = diskspace.check(output_dir, need, cfg.save_total_limit) if main else None
+    if agree(problem is not None):  # every rank stops, as for the lock
+        raise diskspace.DiskFullError(problem or f"disk full at {output_dir} (see the first process's error)")
     if not cfg.resume:
         if main and checkpoints.checkpoint_dirs(trainer_dir):
             aside = trainer_dir.with_name(f"trainer.before-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -232,8 +231,6 @@ def _stop_on_disk_full(trainer, cfg: TrainConfig, output_dir: Path, settings: di
     trainer_dir = output_dir / "trainer"
     last, _ = checkpoints.newest_verified(trainer_dir)
     checkpoints.clean_unverified(trainer_dir, checkpoints.checkpoint_step(last) if last else None)
-    for tmp in trainer_dir.glob("tmp-checkpoint-*"):
-        checkpoints.discard(tmp)
     size = sum(p.stat().st_size for p in last.rglob("*") if p.is_file()) / diskspace.MB if last else \
         diskspace.checkpoint_mb(sum(p.numel() for p in trainer.model.parameters() if p.requires_grad))
     kept = f"{last} (step {checkpoints.checkpoint_step(last)}) is intact" if last else "no checkpoint was saved yet"
