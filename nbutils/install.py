@@ -50,15 +50,16 @@ NEEDED = {
     "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
     "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
     "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
+    "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
 MINIMUM = {name: need.minimum for name, need in NEEDED.items()}
 # What the images usually ship (versions vary, often older): the plan still checks the real versions.
 USUALLY_PREINSTALLED = {
     "kaggle": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-               "beautifulsoup4", "tqdm", "ipywidgets"),
+               "beautifulsoup4", "tqdm", "ipywidgets", "filelock"),
     "colab": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-              "beautifulsoup4", "tqdm", "ipywidgets", "peft"),
+              "beautifulsoup4", "tqdm", "ipywidgets", "peft", "filelock"),
 }
 # Never installed or upgraded here: the platform's torch matches its CUDA driver.
 NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")

@@ -62,9 +62,12 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
     and which multi-GPU mode to use: DDP when one GPU holds the model, split when only all together do."""
     shape = Shape.from_config(model_config)
     est = estimate(shape, seq_len, batch, lora_r)
+    from nbutils.train.diskspace import checkpoint_mb
+
     out = {"estimate_gb": round(est["total"] / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in est.items() if k != "total"},
-           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len}
+           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len,
+           "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
         budget = gpu_memory_gb * GB * 0.92  # leave room for fragmentation
         fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r)["total"] <= budget]

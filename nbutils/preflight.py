@@ -177,3 +177,16 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     info["gpu_capability"] = min(a.capability for a in accels) if accels else None
     info["gpu_memory_gb"] = min(a.memory_gb for a in accels) if accels else None
     return info
+
+
+def check_disk(output_dir: str | Path, checkpoint_mb: float, keep: int | None) -> float:
+    """Free space of the filesystem holding output_dir against the checkpoints the run keeps; PreflightError if short."""
+    from nbutils.train import diskspace
+
+    need = diskspace.needed_mb(checkpoint_mb, keep)
+    problem = diskspace.check(Path(output_dir), need, keep)
+    if problem:
+        raise PreflightError(problem)
+    print(f"disk: {diskspace.free_mb(Path(output_dir)):,.0f} MB free at {output_dir}; checkpoints need ~{need:,.0f} MB "
+          f"({keep} kept + one being written + the final adapter)")
+    return need

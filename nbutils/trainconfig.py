@@ -23,6 +23,7 @@ class TrainConfig:
     save_strategy: str = "steps"
     eval_steps: int = 20
     save_steps: int = 20
+    save_total_limit: int = 2  # Trainer checkpoints kept (newest verified, by step); the last verified one always is
     logging_steps: int = 10
     load_best_model_at_end: bool = False
     optim: str = "adamw_torch"

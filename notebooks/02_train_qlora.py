@@ -59,6 +59,7 @@ per_device_batch_size = 16
 grad_accum = 1
 eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
+save_total_limit = 2  # Trainer checkpoints kept: the newest that verify, by step; lower it on a small disk
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: plain log lines in a batch run, widgets plus the lines interactively; or widgets/log
@@ -70,7 +71,7 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # ## Preflight
 
 # %%
-from nbutils.preflight import preflight
+from nbutils.preflight import check_disk, preflight
 
 env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes)
 
@@ -80,6 +81,7 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 # T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
 # whether this batch size fits the GPU, the largest one that does, and so how to use several
 # GPUs: data parallel (DDP) when one GPU holds the model, split across them when only all do.
+# The disk check reads the filesystem of `output_dir` against the checkpoints the run will keep.
 
 # %%
 import json
@@ -98,12 +100,14 @@ cfg = trainconfig.TrainConfig(
     max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate, lora_r=lora_r,
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
+    save_total_limit=save_total_limit,
     precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
     resume=resume, seed=seed, world_size=run.world_size)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(memory.table(plan))
 print(f"mode: {run.mode}, {run.why}; effective batch {cfg.effective_batch}")
+check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's disk, before any hour is spent
 
 # %% [markdown]
 # ## More than one GPU
@@ -166,8 +170,9 @@ def train_model(model, tokenizer):
 # %% [markdown]
 # ## Save, then verify the checkpoint
 # Adapter, tokenizer and run configuration together, written atomically (a temp folder, fsync,
-# then a rename; a `COMPLETE` marker is written last); then the checkpoint is checked file by
-# file and reloaded to generate a few tokens, so a broken save shows now. After a NaN stop the
+# then a rename; a manifest of every file's size and SHA-256, then a `COMPLETE` marker, are written
+# last); then the checkpoint is checked file by file against its manifest and reloaded to generate
+# a few tokens, so a broken save shows now. After a NaN stop the
 # last good checkpoint becomes the final one. `training_summary.json` says why training stopped
 # and where the checkpoint is (relative, so it still works where 03 mounts this folder).
 
@@ -179,8 +184,8 @@ def save_and_verify(model, tokenizer, result, run_config):
     training.write_summary(out, result, cfg, ckpt, plan)
     assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
-    print("checkpoint", ckpt, "verified" if check["ok"] else f"MISSING {check['missing']}", check)
-    assert check["ok"], f"checkpoint is missing {check['missing']}"
+    print("checkpoint", ckpt, "verified" if check["ok"] else f"DAMAGED {check['problems']}", check)
+    assert check["ok"], f"checkpoint failed verification: {check['problems']}"
 
 
 # %% [markdown]

@@ -75,7 +75,6 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit)
 # The base model is expected to do badly here: it is only flagged, never aborted.
 
 # %%
-import json
 from pathlib import Path
 
 from nbutils import data, environment, evaluation, modeling, report
@@ -102,9 +101,11 @@ base
 # %%
 from peft import PeftModel
 
-summary = json.loads((Path(adapter_dir) / "training_summary.json").read_text())
-ckpt = Path(adapter_dir) / summary["checkpoint_dir"]  # relative, so it works where the folder is mounted
-assert summary["checkpoint_complete"], f"{ckpt} is not a complete checkpoint: re-run 02 (it resumes)"
+from nbutils import checkpoints
+
+# The summary must parse and the checkpoint must match its manifest (sizes, SHA-256, step); a damaged
+# final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so.
+ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
 model = PeftModel.from_pretrained(model, ckpt)
 model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None

@@ -86,3 +86,14 @@ def test_parallel_mode_reported():
     assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}).startswith("ddp: one of 2 processes started by accelerate")
     with pytest.raises(PreflightError, match="num_processes=3 but 2 GPU"):
         preflight(accels=[T4, T4], num_processes=3, show=False)
+
+
+def test_disk_check_reads_the_output_dir_filesystem(tmp_path, monkeypatch):
+    from nbutils.preflight import check_disk
+    from nbutils.train import diskspace
+
+    assert check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2) == 40
+    monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
+    with pytest.raises(PreflightError, match=r"disk full at .*train_qlora: needs ~40 MB, 25 MB free; free space or "
+                                             r"lower save_total_limit \(now 2\)"):
+        check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2)

@@ -187,12 +187,28 @@ def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_p
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
-    ckpt = tmp_path / "trainer" / "checkpoint-10"
-    ckpt.mkdir(parents=True)
-    (ckpt / "run_config.json").write_text(json.dumps({"parameters": {"lora_r": 4}, "data_manifest_hash": "abc"}))
-    checkpoints.mark_complete(ckpt)
-    with pytest.raises(ValueError, match="lora_r: checkpoint has 4, this run 8.*data_manifest_hash"):
-        _train(prepared_data, tmp_path, _cfg(), run_config={"parameters": {"lora_r": 8}, "data_manifest_hash": "xyz"})
+    cfg = _cfg(max_steps=10, eval_strategy="no", save_steps=5)
+    run_config = training.run_config(cfg, {}, {"content_hash": "abc"}, base_model="embedded")
+    _train(prepared_data, tmp_path, cfg, run_config=run_config)
+    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3, lora_r=4)
+    changed = training.run_config(other, {}, {"content_hash": "xyz"}, base_model="embedded")
+    with pytest.raises(checkpoints.ResumeMismatchError) as err:
+        _train(prepared_data, tmp_path, other, run_config=changed)
+    msg = str(err.value)
+    for line in ("data_manifest_hash: checkpoint has 'abc', this run 'xyz'", "learning_rate: checkpoint has 0.003, this run 0.001",
+                 "lora_r: checkpoint has 16, this run 4", "new output_dir", "resume=False"):
+        assert line in msg, msg
+    assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
+
+
+def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
+    _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
+    _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
+                                                      resume=False))
+    assert fresh["resumed_from_step"] is None and fresh["global_step"] == 10
+    aside = list(tmp_path.glob("trainer.before-*"))
+    assert len(aside) == 1 and [p.name for p in checkpoints.checkpoint_dirs(aside[0])] == ["checkpoint-5", "checkpoint-10"]
+    assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh["settings"]) == []
 
 
 def test_run_config_carries_parameters_versions_and_data_hash():
@@ -241,3 +257,14 @@ def test_progress_mode_follows_the_platform(monkeypatch):
     assert training.progress_mode("log") == "log" and training.progress_mode("widgets") == "widgets"
     with pytest.raises(ValueError):
         training.progress_mode("bars")
+
+
+def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, tmp_path):
+    from nbutils import memory
+    from nbutils.train import diskspace
+
+    _train(prepared_data, tmp_path, _cfg(max_steps=5, eval_strategy="no", save_steps=5))
+    ckpt = tmp_path / "trainer" / "checkpoint-5"
+    weights = sum((ckpt / n).stat().st_size for n in ("adapter_model.safetensors", "optimizer.pt")) / diskspace.MB
+    planned = memory.plan(modeling.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
+    assert 0.8 < weights / planned < 1.25, (weights, planned)  # LoRA weights + two Adam states, 12 bytes a parameter

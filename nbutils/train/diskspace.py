@@ -1,0 +1,71 @@
+"""Disk space for checkpoints: what a run needs, and one clear error when a save runs out of it.
+
+A full disk surfaces as many different exceptions: OSError ENOSPC from Python writes, and from
+torch.save's C++ writer RuntimeErrors such as 'basic_ios::clear: iostream error' or
+'unexpected pos 240960 vs 240852'. `is_no_space` recognises them all, also when chained.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+MB = 2**20
+TOKENIZER_ALLOWANCE_MB = 20  # tokenizer.json of real models is 2-17 MB
+_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_NO_SPACE_TEXT = ("no space left", "disk quota", "iostream error", "unexpected pos", "file write failed")
+
+
+class DiskFullError(OSError):
+    """A save ran out of disk space; the message says where, how much is needed and what to do."""
+
+
+def is_no_space(exc: BaseException | None) -> bool:
+    """True when the exception (or one it was raised from) means the disk is full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DiskFullError):
+            return True
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS:
+            return True
+        if any(t in str(exc).lower() for t in _NO_SPACE_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def checkpoint_mb(trainable_params: int) -> float:
+    """One Trainer checkpoint: fp32 LoRA weights (4 bytes) + two Adam states (8 bytes) + tokenizer and state."""
+    return trainable_params * 12 / MB + TOKENIZER_ALLOWANCE_MB
+
+
+def final_mb(trainable_params: int) -> float:
+    """The final checkpoint: fp32 LoRA weights, tokenizer and run files."""
+    return trainable_params * 4 / MB + TOKENIZER_ALLOWANCE_MB
+
+
+def needed_mb(ckpt_mb: float, keep: int | None) -> float:
+    """The kept checkpoints, the one being written, and the final adapter with its temp copy."""
+    return ckpt_mb * ((keep or 1) + 2)
+
+
+def free_mb(folder: Path) -> float:
+    folder = Path(folder)
+    while not folder.exists():
+        folder = folder.parent
+    return shutil.disk_usage(folder).free / MB
+
+
+def message(folder: Path, need_mb: float, keep: int | None, detail: str = "") -> str:
+    now = f" (now {keep})" if keep is not None else ""
+    return (f"disk full at {folder}: needs ~{need_mb:.0f} MB, {free_mb(folder):.0f} MB free; free space or lower "
+            f"save_total_limit{now}{detail}")
+
+
+def check(folder: Path, need_mb: float, keep: int | None) -> str | None:
+    """A clear problem line when the filesystem holding `folder` has less free space than needed, else None."""
+    if free_mb(folder) < need_mb:
+        return message(folder, need_mb, keep, " before training starts, so no hours are lost on a save that fails")
+    return None
