@@ -130,7 +130,7 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         model=model, processing_class=tokenizer,
         args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress),
         train_dataset=train_rows, eval_dataset=eval_rows,
-        data_collator=batching.make_collator(plan, tokenizer.pad_token_id), callbacks=callbacks,
+        data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
     )
     _plain_tqdm_bar(trainer)
     resume = checkpoints.find_resumable(output_dir) if cfg.resume else None
@@ -160,6 +160,11 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         "log_history": trainer.state.log_history, "peak_memory_gb": peak.peak_gb, "run_peak_memory_gb": peak.run_peak_gb,
         "is_main": trainer.is_world_process_zero(),
     }
+
+
+def _attention(model) -> str:
+    """The model's attention implementation: the packed mask differs for eager (Gemma-2) and sdpa."""
+    return getattr(getattr(checkpoints.unwrap(model), "config", None), "_attn_implementation", None) or "sdpa"
 
 
 def _step_of(checkpoint: Path) -> int:

@@ -49,6 +49,7 @@ seed = 0
 smoke = False
 precision = "auto"  # auto: bf16 from compute capability 8.0 up, fp16 on a T4, fp32 on CPU
 load_in_4bit = True
+attn_implementation = "auto"  # auto: sdpa where the model supports it, eager where not (Gemma-2), FA2 on cc>=8.0
 max_steps = 80  # -1 trains num_epochs instead
 num_epochs = 1.0
 learning_rate = 3e-3  # high because the embedded model is tiny; 1e-4 to 2e-4 for real 0.5B-8B models
@@ -72,7 +73,8 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # %%
 from nbutils.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes,
+                base_model=base_model, attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## Check the configuration before loading anything

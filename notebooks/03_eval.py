@@ -49,6 +49,7 @@ seed = 0
 smoke = False
 precision = "auto"
 load_in_4bit = True
+attn_implementation = "auto"  # auto: sdpa where the model supports it, eager where not (Gemma-2), FA2 on cc>=8.0
 max_new_tokens = 32
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
 guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
@@ -61,7 +62,8 @@ breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
 # %%
 from nbutils.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_model,
+                attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## Base model first
