@@ -28,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-from nbutils import chatformat, readers
+from nbutils import chatformat, defaults, readers
 
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
 COLUMN_PAIRS, ROLES, to_messages = readers.COLUMN_PAIRS, readers.ROLES, readers.to_messages  # re-exported
@@ -230,7 +230,17 @@ def _no_progress_bars():
             enable_progress_bars()
 
 
-def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int = 256, eval_fraction: float = 0.1,
+def _model_config(tokenizer):
+    """The model config beside the tokenizer (for max_seq_len="auto"), or None."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(tokenizer.name_or_path)
+    except Exception:  # noqa: BLE001 -- a bare tokenizer folder, a hub id offline: no caps from the model
+        return None
+
+
+def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int | str = "auto", eval_fraction: float = 0.1,
             seed: int = 0, max_records: int | None = None, train_on_prompt: bool = False, fmt: str = "auto",
             strict: bool = False, truncate: bool = False, batch_size: int = 16, columns: dict | None = None,
             verbose: bool = True) -> dict:
@@ -294,7 +304,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         if verbose:
             print(f"[data] {path}: read as {formats[path]} ({why}), {counts['records'] - before} records")
 
-    keep, truncated, fixes = [], 0, {}
+    keep, truncated, fixes, seq_why = [], 0, {}, "given"
     ds = Dataset.from_list(rows) if rows else None
     if ds is not None:
         # Batched map: the Rust tokenizer encodes 1000 texts per call, on all cores. A second process
@@ -311,7 +321,11 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
                 tokenizer.pad_token_id in ids for ids in ds["input_ids"][:]):
             raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
                             "tokenizer.pad_token to a token the data never uses (not EOS), then run again.")
-        plot_length_histogram([n for n, e in zip(lengths, errors) if not e], max_seq_len, out_dir / "lengths.png")
+        usable = [n for n, e in zip(lengths, errors) if not e]
+        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, _model_config(tokenizer), batch_size)
+        if verbose:
+            print(f"[max_seq_len] {max_seq_len} ({seq_why})")
+        plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
         for i, (n, err) in enumerate(zip(lengths, errors)):
             if err:
                 bad(rows[i]["source"], rows[i]["line"], err)
@@ -358,7 +372,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "tokens": chatformat.describe(tokenizer),  # pad, EOS, end of turn, stop ids: what 02 and 03 use too
         "role_fixes": fixes,  # system text merged into the first user turn, same-role turns merged
         "train_on_prompt": train_on_prompt,
-        "max_seq_len": max_seq_len,
+        "max_seq_len": max_seq_len, "max_seq_len_why": seq_why,
         "seed": seed,
         "token_lengths": length_stats(kept_lengths),
         "content_hash": digest.hexdigest()[:16],
@@ -414,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--format", default="auto", choices=["auto", *readers.FORMATS])
     p.add_argument("--tokenizer", default="embedded", help="path or hub id; default: the embedded default's")
-    p.add_argument("--max-seq-len", type=int, default=256)
+    p.add_argument("--max-seq-len", type=lambda v: v if v == "auto" else int(v), default="auto",
+                   help="auto: covers 99%% of records, capped by the model and a T4's memory")
     p.add_argument("--eval-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-records", type=int, default=None)

@@ -54,7 +54,7 @@ seed = 0
 smoke = False
 format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
 columns = ""  # "" auto-detects (prompt/response, question/answer, ...); else "user=COL,assistant=COL[,system=COL]"
-max_seq_len = 256
+max_seq_len = "auto"  # auto: covers 99% of records, capped by the model's positions and a T4's memory
 eval_fraction = 0.1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
 strict = False  # True: stop at the first bad record instead of quarantining it

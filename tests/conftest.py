@@ -35,3 +35,11 @@ def twin():
     from tests.twins import families
 
     return families.ensure
+
+
+@pytest.fixture(scope="session")
+def tok(embedded_dir):
+    """The embedded default's prepared tokenizer."""
+    from nbutils.modeling import load_tokenizer
+
+    return load_tokenizer("embedded")
