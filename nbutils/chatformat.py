@@ -159,3 +159,52 @@ def normalize_roles(msgs: list[dict], rules: dict) -> tuple[list[dict], dict]:
                 out.append(m)
         msgs = out
     return msgs, merged
+
+
+# --- labels ------------------------------------------------------------------------------------
+
+def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[int, int]]]:
+    """Full text and the character spans of every assistant turn, each through its end-of-turn marker.
+
+    A turn's span starts where the prompt rendered with add_generation_prompt ends (so what the
+    template adds after it, e.g. an empty <think></think>, is taught too), or, when the template
+    renders that turn differently inside a longer conversation, where the answer's text starts.
+    It ends with the end-of-turn token that follows the answer (<|eot_id|>, <|im_end|>, <|end|>...),
+    whatever the template adds after the last turn (Phi-3 adds EOS there only); when the template
+    closes the last answer with nothing, the end-of-turn token is appended.
+    """
+    text = render(msgs)
+    spans, pos = [], 0
+    last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        prefix = render(msgs[:i], True) if i else _empty_prefix(render)
+        body = m["content"].strip()
+        upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
+        upto = upto[: upto.rfind(body) + len(body)] if body in upto else upto  # the turn rendered as the last one
+        start = len(prefix) if text.startswith(prefix) and text.startswith(upto) and len(prefix) >= pos else None
+        at = text.find(body, pos if start is None else start)
+        if at < 0:
+            raise ValueError("template-error: an answer is not in the rendered conversation")
+        start = at if start is None else start
+        after = at + len(body)
+        close = text.find(eot, after)
+        if close >= 0 and not text[after:close].strip():
+            end = close + len(eot)
+        elif i == last and not text[after:].strip():
+            text += eot  # the model must learn to stop
+            end = len(text)
+        else:
+            end = after
+        spans.append((start, end))
+        pos = end
+    return text, spans
+
+
+def _empty_prefix(render) -> str:
+    """What precedes a conversation's first answer when it has no prompt (BOS, the assistant marker)."""
+    try:
+        return render([], True)
+    except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
+        return ""

@@ -8,7 +8,8 @@ quarantine.jsonl as too-long, counted under too_long). The manifest's counts add
 
 Output folder (what 02 and 03 read):
   train/, eval/      HF datasets with columns messages, input_ids, labels, length
-  manifest.json      counts, splits, template, tokenizer, token-length stats, content hash, batching plan
+  manifest.json      counts, splits, template, tokens (pad, EOS, end of turn, stop ids), role fixes,
+                     max_seq_len and why, token-length stats, content hash, batching plan
   quarantine.jsonl   {"source", "line", "reason"} per record kept out; reason = "<stable-id>: <detail>"
   lengths.png        token-length histogram with the cut-off marked
 
@@ -33,6 +34,7 @@ from nbutils import chatformat, defaults, readers
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
 COLUMN_PAIRS, ROLES, to_messages = readers.COLUMN_PAIRS, readers.ROLES, readers.to_messages  # re-exported
 FALLBACK_TEMPLATE = chatformat.FALLBACK_TEMPLATE  # re-exported: set on tokenizers without a template
+target_spans = chatformat.target_spans  # re-exported
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
 
 
@@ -83,53 +85,6 @@ def control_tokens(tokenizer, template: str) -> re.Pattern | None:
     return re.compile("|".join(map(re.escape, sorted(toks, key=len, reverse=True)))) if toks else None
 
 
-def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[int, int]]]:
-    """Full text and the character spans of every assistant turn, each through its end-of-turn marker.
-
-    A turn's span starts where the prompt rendered with add_generation_prompt ends (so what the
-    template adds after it, e.g. an empty <think></think>, is taught too), or, when the template
-    renders that turn differently inside a longer conversation, where the answer's text starts.
-    It ends with the end-of-turn token that follows the answer (<|eot_id|>, <|im_end|>, <|end|>...),
-    whatever the template adds after the last turn (Phi-3 adds EOS there only); when the template
-    closes the last answer with nothing, the end-of-turn token is appended.
-    """
-    text = render(msgs)
-    spans, pos = [], 0
-    last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        prefix = render(msgs[:i], True) if i else _empty_prefix(render)
-        body = m["content"].strip()
-        upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
-        upto = upto[: upto.rfind(body) + len(body)] if body in upto else upto  # the turn rendered as the last one
-        start = len(prefix) if text.startswith(prefix) and text.startswith(upto) and len(prefix) >= pos else None
-        at = text.find(body, pos if start is None else start)
-        if at < 0:
-            raise ValueError("template-error: an answer is not in the rendered conversation")
-        start = at if start is None else start
-        after = at + len(body)
-        close = text.find(eot, after)
-        if close >= 0 and not text[after:close].strip():
-            end = close + len(eot)
-        elif i == last and not text[after:].strip():
-            text += eot  # the model must learn to stop
-            end = len(text)
-        else:
-            end = after
-        spans.append((start, end))
-        pos = end
-    return text, spans
-
-
-def _empty_prefix(render) -> str:
-    """What precedes a conversation's first answer when it has no prompt (BOS, the assistant marker)."""
-    try:
-        return render([], True)
-    except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
-        return ""
-
-
 def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -> dict:
     """Batched tokenization with completion-only labels (a datasets.map function).
 
@@ -148,7 +103,7 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
             for m in msgs:
                 if control and (hit := control.search(m["content"])):
                     raise ValueError(f"control-token: {hit.group(0)} in {m['role']} text")
-            text, sp = target_spans(render, msgs, eot)
+            text, sp = chatformat.target_spans(render, msgs, eot)
             err = ""
         except Exception as e:  # noqa: BLE001 -- jinja raises anything (TemplateError, TypeError, ...)
             text, sp = "", []
@@ -167,8 +122,7 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
         starts, ends = [a for a, _ in offs], [b for _, b in offs]  # non-decreasing: bisect finds each span
         lab, n = [IGNORE_INDEX] * len(ids), 0
         for s, e in sp:
-            # From the token that contains the span's first character: a token straddling the
-            # prompt/answer boundary (a merge of the marker's newline with the answer) is kept.
+            # From the token holding the span's first character: one straddling the boundary is kept.
             i0, i1 = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
             n += i0 < len(starts) and starts[i0] < s
             lab[i0:i1] = ids[i0:i1]
@@ -228,16 +182,6 @@ def _no_progress_bars():
     finally:
         if not was_disabled:
             enable_progress_bars()
-
-
-def _model_config(tokenizer):
-    """The model config beside the tokenizer (for max_seq_len="auto"), or None."""
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(tokenizer.name_or_path)
-    except Exception:  # noqa: BLE001 -- a bare tokenizer folder, a hub id offline: no caps from the model
-        return None
 
 
 def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int | str = "auto", eval_fraction: float = 0.1,
@@ -322,7 +266,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
             raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
                             "tokenizer.pad_token to a token the data never uses (not EOS), then run again.")
         usable = [n for n, e in zip(lengths, errors) if not e]
-        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, _model_config(tokenizer), batch_size)
+        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), batch_size)
         if verbose:
             print(f"[max_seq_len] {max_seq_len} ({seq_why})")
         plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")

@@ -68,3 +68,13 @@ def max_new_tokens(value, tokenizer, references: list[str]) -> tuple[int, str]:
     longest = max((len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references), default=0)
     n = min(1024, max(16, math.ceil(1.5 * longest) + 4))
     return n, f"auto: longest reference answer {longest} tokens -> {n}"
+
+
+def model_config_of(tokenizer):
+    """The model config beside the tokenizer (for max_seq_len="auto"), or None."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(tokenizer.name_or_path)
+    except Exception:  # noqa: BLE001 -- a bare tokenizer folder, a hub id offline: no caps from the model
+        return None
