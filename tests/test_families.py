@@ -1,8 +1,9 @@
 """The family matrix: for every family twin, 01 -> 02 -> 03 under `python -m nbutils.harness run` with
 smoke=True, then the checkpoint reloads with its own tokenizer and chat template.
 
-Two chains run at a time (one per core; each process uses one math thread): about 6 minutes for all
-families on 2 idle cores. `pytest -m families` runs only this matrix.
+Two chains run at a time (one per core; each process uses one math thread), at batch size 4: the
+real embedding sizes (up to 262144 x 64) make the logits the big cost. `pytest -m families` runs
+only this matrix.
 """
 
 import json
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.families]
 
 def _chain(name: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "base_model", str(folder),
-           "-p", "smoke", "True", "--no-internet", "--out", str(out)]
+           "-p", "smoke", "True", "-p", "batch_size", "4", "-p", "per_device_batch_size", "4", "--no-internet",
+           "--out", str(out)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
