@@ -198,7 +198,7 @@ def build_model(fam: Family, tokenizer):
               pad_token_id=ids(fam.pad), eos_token_id=fam.gen_eos if isinstance(fam.gen_eos, int) else fam.gen_eos[0])
     cfg = getattr(transformers, fam.arch)(**{**kw, **SHAPE, **fam.config})
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).to(torch.bfloat16)  # saved as the real ones are
     model.generation_config = GenerationConfig(bos_token_id=ids(fam.bos), eos_token_id=fam.gen_eos,
                                                pad_token_id=ids(fam.pad))
     return model
