@@ -21,7 +21,14 @@ def diagnose(log_history: list[dict]) -> str:
     if last > best * 1.1 and best_step != evals[-1][0] and train[-1][1] < best:
         return f"overfit from step {best_step}: eval loss rose from {best:.4f} to {last:.4f} while train loss kept falling"
     if last > 0.8 * first:
-        return f"underfit: eval loss fell only from {first:.4f} to {last:.4f}; train longer or raise the learning rate"
+        lr = max((h["learning_rate"] for h in log_history if "learning_rate" in h), default=None)
+        if lr is None:
+            advice = "train longer or raise the learning rate"
+        elif lr >= 1e-3:  # already far above the 1e-4..5e-4 range where LoRA on real models is stable
+            advice = f"the learning rate ({lr:.1e}) is already high: train longer, or check the labels and data"
+        else:
+            advice = f"train longer, or raise the learning rate from {lr:.1e} (up to about 5e-4 for LoRA)"
+        return f"underfit: eval loss fell only from {first:.4f} to {last:.4f}; {advice}"
     return f"well fit: eval loss fell from {first:.4f} to {last:.4f} and did not rise"
 
 

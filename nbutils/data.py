@@ -8,7 +8,8 @@ quarantine.jsonl as too-long, counted under too_long). The manifest's counts add
 
 Output folder (what 02 and 03 read):
   train/, eval/      HF datasets with columns messages, input_ids, labels, length
-  manifest.json      counts, splits, template, tokenizer, token-length stats, content hash, batching plan
+  manifest.json      counts, splits, template, tokens (pad, EOS, end of turn, stop ids), role fixes,
+                     max_seq_len and why, token-length stats, content hash, batching plan
   quarantine.jsonl   {"source", "line", "reason"} per record kept out; reason = "<stable-id>: <detail>"
   lengths.png        token-length histogram with the cut-off marked
 
@@ -28,19 +29,12 @@ import re
 import sys
 from pathlib import Path
 
-from nbutils import readers
+from nbutils import chatformat, defaults, readers
 
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
 COLUMN_PAIRS, ROLES, to_messages = readers.COLUMN_PAIRS, readers.ROLES, readers.to_messages  # re-exported
-# Used when a tokenizer has no chat template (base models): plain markers, EOS after each answer.
-# Used when a tokenizer has no chat template (base models): plain markers, EOS right after each answer.
-FALLBACK_TEMPLATE = (
-    "{{ bos_token or '' }}{% for m in messages %}{% if not loop.first %}{{ '\n\n' }}{% endif %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}"
-    "{% elif m['role'] == 'user' %}{{ '### User:\n' + m['content'] }}"
-    "{% else %}{{ '### Assistant:\n' + m['content'] + eos_token }}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '\n\n### Assistant:\n' }}{% endif %}"
-)
+FALLBACK_TEMPLATE = chatformat.FALLBACK_TEMPLATE  # re-exported: set on tokenizers without a template
+target_spans = chatformat.target_spans  # re-exported
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
 
 
@@ -51,10 +45,12 @@ class DataError(ValueError):
 # --- rendering and labels ----------------------------------------------------------------------
 
 def template_for(tokenizer) -> tuple[str, str]:
-    """(template, name): the tokenizer's own chat template, or our documented fallback."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.chat_template, "tokenizer"
-    return FALLBACK_TEMPLATE, "fallback"
+    """(template, name): the tokenizer's own chat template, or the fallback, which is then set on the
+    tokenizer so the probe, 03 and every checkpoint render what training saw."""
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template, tokenizer.template_source = FALLBACK_TEMPLATE, "fallback"
+    name = getattr(tokenizer, "template_source", None)
+    return tokenizer.chat_template, name or ("fallback" if tokenizer.chat_template == FALLBACK_TEMPLATE else "tokenizer")
 
 
 def check_tokenizer(tokenizer) -> None:
@@ -89,48 +85,6 @@ def control_tokens(tokenizer, template: str) -> re.Pattern | None:
     return re.compile("|".join(map(re.escape, sorted(toks, key=len, reverse=True)))) if toks else None
 
 
-def target_spans(render, msgs: list[dict], eos: str) -> tuple[str, list[tuple[int, int]]]:
-    """Full text and the character spans of every assistant turn (its end-of-turn marker included).
-
-    A turn's span runs from the end of the prompt rendered with add_generation_prompt up to the
-    end of the conversation rendered through that turn. Templates that render earlier turns
-    differently inside a longer conversation (e.g. dropping past reasoning) fall back to finding
-    the answer's text. EOS is appended if the template does not end the last answer with it.
-    """
-    text = render(msgs)
-    spans, pos = [], 0
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        prefix = render(msgs[:i], True) if i else _empty_prefix(render)
-        upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
-        if text.startswith(prefix) and text.startswith(upto) and pos <= len(prefix) < len(upto):
-            start, end = len(prefix), len(upto)
-        else:
-            start = text.find(m["content"], pos)
-            if start < 0:
-                raise ValueError("template-error: an answer is not in the rendered conversation")
-            end = start + len(m["content"])
-            nxt = text.find(eos, end)
-            end = nxt + len(eos) if nxt >= 0 and not text[end:nxt].strip() else end
-        eos_at = text.rfind(eos, start, end)
-        end = eos_at + len(eos) if eos_at >= 0 else end  # the target stops at EOS, whatever follows it
-        spans.append((start, end))
-        pos = end
-    if not text.rstrip().endswith(eos):
-        text += eos  # EOS must end the last target, whatever the template does
-        spans[-1] = (spans[-1][0], len(text))
-    return text, spans
-
-
-def _empty_prefix(render) -> str:
-    """What precedes a conversation's first answer when it has no prompt (BOS, the assistant marker)."""
-    try:
-        return render([], True)
-    except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
-        return ""
-
-
 def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -> dict:
     """Batched tokenization with completion-only labels (a datasets.map function).
 
@@ -138,13 +92,18 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
     record (a template that refuses it, a control token in its text) never stops the batch.
     """
     render, control = renderer(tokenizer, template), control_tokens(tokenizer, template)
-    texts, spans, errors = [], [], []
+    rules, eot = chatformat.role_rules(render), chatformat.end_of_turn(tokenizer)
+    texts, spans, errors, fixed, merges = [], [], [], [], {"system": [], "turns": []}
     for msgs in batch["messages"]:
+        msgs, merged = chatformat.normalize_roles(msgs, rules)
+        fixed.append(msgs)
+        for k in merges:
+            merges[k].append(merged[k])
         try:
             for m in msgs:
                 if control and (hit := control.search(m["content"])):
                     raise ValueError(f"control-token: {hit.group(0)} in {m['role']} text")
-            text, sp = target_spans(render, msgs, tokenizer.eos_token)
+            text, sp = chatformat.target_spans(render, msgs, eot)
             err = ""
         except Exception as e:  # noqa: BLE001 -- jinja raises anything (TemplateError, TypeError, ...)
             text, sp = "", []
@@ -154,18 +113,23 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
         spans.append(sp)
         errors.append(err)
     input_ids, offsets = _tokenize(tokenizer, texts)
-    labels = []
+    labels, straddles = [], []
     for ids, offs, sp in zip(input_ids, offsets, spans):
         if train_on_prompt:
             labels.append(list(ids))
+            straddles.append(0)
             continue
-        starts = [a for a, _ in offs]  # non-decreasing: bisect finds the tokens of each span
-        lab = [IGNORE_INDEX] * len(ids)
+        starts, ends = [a for a, _ in offs], [b for _, b in offs]  # non-decreasing: bisect finds each span
+        lab, n = [IGNORE_INDEX] * len(ids), 0
         for s, e in sp:
-            i0, i1 = bisect.bisect_left(starts, s), bisect.bisect_left(starts, e)
+            # From the token holding the span's first character: one straddling the boundary is kept.
+            i0, i1 = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
+            n += i0 < len(starts) and starts[i0] < s
             lab[i0:i1] = ids[i0:i1]
         labels.append(lab)
-    return {"input_ids": input_ids, "labels": labels, "length": [len(i) for i in input_ids], "error": errors}
+        straddles.append(n)
+    return {"messages": fixed, "input_ids": input_ids, "labels": labels, "length": [len(i) for i in input_ids],
+            "error": errors, "merged_system": merges["system"], "merged_turns": merges["turns"], "straddled": straddles}
 
 
 def _tokenize(tokenizer, texts: list[str]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
@@ -220,7 +184,7 @@ def _no_progress_bars():
             enable_progress_bars()
 
 
-def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int = 256, eval_fraction: float = 0.1,
+def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int | str = "auto", eval_fraction: float = 0.1,
             seed: int = 0, max_records: int | None = None, train_on_prompt: bool = False, fmt: str = "auto",
             strict: bool = False, truncate: bool = False, batch_size: int = 16, columns: dict | None = None,
             verbose: bool = True) -> dict:
@@ -244,6 +208,8 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         tokenizer = load_tokenizer(tokenizer)
     check_tokenizer(tokenizer)
     template, template_name = template_for(tokenizer)
+    if verbose:
+        print(chatformat.describe_line(tokenizer))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     quarantine, rows, seen, formats = [], [], set(), {}
@@ -282,7 +248,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         if verbose:
             print(f"[data] {path}: read as {formats[path]} ({why}), {counts['records'] - before} records")
 
-    keep, truncated = [], 0
+    keep, truncated, fixes, seq_why = [], 0, {}, "given"
     ds = Dataset.from_list(rows) if rows else None
     if ds is not None:
         # Batched map: the Rust tokenizer encodes 1000 texts per call, on all cores. A second process
@@ -292,7 +258,18 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
                     fn_kwargs={"tokenizer": tokenizer, "template": template, "train_on_prompt": train_on_prompt},
                     desc="tokenize")
         lengths, errors = ds["length"][:], ds["error"][:]  # lists: datasets' lazy Column indexes slowly
-        plot_length_histogram([n for n, e in zip(lengths, errors) if not e], max_seq_len, out_dir / "lengths.png")
+        fixes = {k: sum(v for v, e in zip(ds[col][:], errors) if not e) for k, col in
+                 (("system_merged", "merged_system"), ("turns_merged", "merged_turns"),
+                  ("boundary_tokens_kept", "straddled"))}
+        if getattr(tokenizer, "pad_reason", "").startswith("the last ordinary") and any(
+                tokenizer.pad_token_id in ids for ids in ds["input_ids"][:]):
+            raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
+                            "tokenizer.pad_token to a token the data never uses (not EOS), then run again.")
+        usable = [n for n, e in zip(lengths, errors) if not e]
+        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), batch_size)
+        if verbose:
+            print(f"[max_seq_len] {max_seq_len} ({seq_why})")
+        plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
         for i, (n, err) in enumerate(zip(lengths, errors)):
             if err:
                 bad(rows[i]["source"], rows[i]["line"], err)
@@ -336,8 +313,10 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "template": template_name,
         "tokenizer": getattr(tokenizer, "name_or_path", ""),
         "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
+        "tokens": chatformat.describe(tokenizer),  # pad, EOS, end of turn, stop ids: what 02 and 03 use too
+        "role_fixes": fixes,  # system text merged into the first user turn, same-role turns merged
         "train_on_prompt": train_on_prompt,
-        "max_seq_len": max_seq_len,
+        "max_seq_len": max_seq_len, "max_seq_len_why": seq_why,
         "seed": seed,
         "token_lengths": length_stats(kept_lengths),
         "content_hash": digest.hexdigest()[:16],
@@ -393,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--format", default="auto", choices=["auto", *readers.FORMATS])
     p.add_argument("--tokenizer", default="embedded", help="path or hub id; default: the embedded default's")
-    p.add_argument("--max-seq-len", type=int, default=256)
+    p.add_argument("--max-seq-len", type=lambda v: v if v == "auto" else int(v), default="auto",
+                   help="auto: covers 99%% of records, capped by the model and a T4's memory")
     p.add_argument("--eval-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-records", type=int, default=None)

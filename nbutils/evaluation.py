@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from nbutils import batching
+from nbutils import batching, chatformat
 from nbutils.degeneration import CircuitBreaker, detect, summarize
 
 
@@ -26,9 +26,12 @@ def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tupl
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = 16,
-             guard: str = "flag", breaker: CircuitBreaker | None = None, eos_token_id: int | None = None) -> list[dict]:
+             guard: str = "flag", breaker: CircuitBreaker | None = None,
+             eos_token_id: int | list[int] | None = None) -> list[dict]:
     """Greedy generation with left padding. guard: 'off', 'flag' (stop degenerate rows, keep going) or
-    'abort' (also raise DegenerationError through the circuit breaker when most early outputs are garbage)."""
+    'abort' (also raise DegenerationError through the circuit breaker when most early outputs are garbage).
+    Stops on any of eos_token_id; by default the union of EOS, the template's end-of-turn token and the
+    model's generation_config.eos_token_id (nbutils.chatformat.stop_ids)."""
     import torch
     from transformers import StoppingCriteriaList
 
@@ -37,7 +40,8 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
     if guard not in ("off", "flag", "abort"):
         raise ValueError(f"guard={guard!r} is not one of off, flag, abort")
     breaker = breaker if breaker is not None else (CircuitBreaker() if guard == "abort" else None)
-    eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+    eos = chatformat.stop_ids(tokenizer, model) if eos_token_id is None else eos_token_id
+    stops = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
     out = []
@@ -54,8 +58,9 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
             states = watch.report() if watch else [{}] * len(seq)
             texts = []
             for row, state in zip(seq[:, width:].tolist(), states):
-                stopped = eos in row
-                row = row[: row.index(eos)] if stopped else row
+                cut = next((k for k, t in enumerate(row) if t in stops), None)
+                stopped = cut is not None
+                row = row[:cut] if stopped else row
                 row = [t for t in row if t != tokenizer.pad_token_id]
                 text = tokenizer.decode(row, skip_special_tokens=True).strip()
                 verdict = detect(tokenizer.decode(row, skip_special_tokens=False))  # marker loops count too

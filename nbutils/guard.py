@@ -62,7 +62,11 @@ class DegenerationGuard(StoppingCriteria):
                  eos_token_id: int | list[int] | None = None, detect_every: int = 32, stop: bool = True):
         self.tokenizer, self.check_every, self.detect_every = tokenizer, check_every, detect_every
         self.prompt_length, self.stop = prompt_length, stop
-        eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+        if eos_token_id is None:  # EOS, the template's end-of-turn token and the generation config's stops
+            from nbutils.chatformat import stop_ids
+
+            eos_token_id = stop_ids(tokenizer)
+        eos = eos_token_id
         self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
         self.rows: list[RowState] = []
         self._start, self._done = 0, None

@@ -14,19 +14,13 @@ from nbutils import embedded
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def load_tokenizer(base_model: str):
-    """Tokenizer with a pad token distinct from EOS (else EOS gets masked and never learnt)."""
+def load_tokenizer(base_model: str, verbose: bool = False):
+    """Tokenizer prepared by nbutils.chatformat: a pad that is not EOS (and not new), a chat template always."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(embedded.resolve_model(base_model))
-    if tok.pad_token is None or tok.pad_token_id == tok.eos_token_id:
-        # Reuse an existing non-EOS special token rather than growing the vocabulary.
-        candidate = tok.unk_token if tok.unk_token and tok.unk_token != tok.eos_token else None
-        if candidate is None:
-            tok.add_special_tokens({"pad_token": "<|pad|>"})
-        else:
-            tok.pad_token = candidate
-    return tok
+    from nbutils import chatformat
+
+    return chatformat.prepare_tokenizer(AutoTokenizer.from_pretrained(embedded.resolve_model(base_model)), verbose)
 
 
 def load_config(base_model: str):
@@ -36,11 +30,32 @@ def load_config(base_model: str):
     return AutoConfig.from_pretrained(embedded.resolve_model(base_model))
 
 
+def choose_attention(config, requested: str = "auto", preferred: str = "sdpa") -> str:
+    """`requested` unless it is "auto"; else `preferred` (preflight's: flash_attention_2 at capability >= 8.0
+    when installed, else sdpa) where the model class supports it, sdpa where it does, eager otherwise
+    (Gemma-2: sdpa cannot apply its logit soft-capping, so transformers refuses it)."""
+    if requested != "auto":
+        return requested
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if cls is None:
+        return "eager"
+    if preferred == "flash_attention_2" and getattr(cls, "_supports_flash_attn", False):
+        return "flash_attention_2"
+    return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
+
+
 def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = True,
-              attn_implementation: str = "sdpa", device_map=None):
-    """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule."""
+              attn_implementation: str = "auto", device_map=None, preferred_attention: str = "sdpa"):
+    """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule.
+
+    attn_implementation="auto" picks per model class (see choose_attention); preferred_attention is
+    preflight's env["attention"]."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    attn_implementation = choose_attention(load_config(base_model), attn_implementation, preferred_attention)
 
     dtype = getattr(torch, DTYPES[precision])
     quant = None

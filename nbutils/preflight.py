@@ -131,8 +131,11 @@ def _writable(path: Path) -> bool:
 
 def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
               accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto",
-              num_processes: int = 0) -> dict:
-    """Print one table of where/what we run on; raise PreflightError for blockers."""
+              num_processes: int = 0, base_model: str | None = None, attn_implementation: str = "auto") -> dict:
+    """Print one table of where/what we run on; raise PreflightError for blockers.
+
+    With base_model, "attention" is the implementation that model will load with: attn_implementation
+    unless it is "auto", else what its class supports (nbutils.modeling.choose_attention)."""
     platform = platform or detect_platform()
     accels = accelerators() if accels is None else accels
     vers = versions()
@@ -158,11 +161,19 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     except ValueError as e:
         problems.append(str(e))
         mode = "blocked"
+    attention = chosen.attn_implementation if chosen else "-"
+    if base_model is not None and chosen is not None:
+        from nbutils.modeling import choose_attention, load_config
+
+        try:
+            attention = choose_attention(load_config(base_model), attn_implementation, attention)
+        except (OSError, ValueError) as e:  # an unreachable hub id: the load itself will say more
+            attention = f"{attn_implementation} (config not readable: {str(e)[:80]})"
     gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
     info = {
         "platform": platform.name, "run_type": platform.run_type, "gpus": gpus, "gpu_count": len(accels),
         "parallel_mode": mode,
-        "precision": chosen.dtype if chosen else "blocked", "attention": chosen.attn_implementation if chosen else "-",
+        "precision": chosen.dtype if chosen else "blocked", "attention": attention,
         **{f"version.{k}": v for k, v in vers.items()},
         "working_dir": str(platform.working_root), "free_disk_gb": round(free_gb, 1),
     }

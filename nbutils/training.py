@@ -137,7 +137,7 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         model=model, processing_class=tokenizer,
         args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress),
         train_dataset=train_rows, eval_dataset=eval_rows,
-        data_collator=batching.make_collator(plan, tokenizer.pad_token_id), callbacks=callbacks,
+        data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
     )
     _plain_tqdm_bar(trainer)
     main = trainer.is_world_process_zero()
@@ -179,6 +179,11 @@ def _rows(ds, plan: dict):
 
     rows = ds.select_columns(["input_ids", "labels", "length"])
     return Dataset.from_list(batching.pack(list(rows), plan["block_size"])) if plan["strategy"] == "packed" else rows
+
+
+def _attention(model) -> str:
+    """The model's attention implementation: the packed mask differs for eager (Gemma-2) and sdpa."""
+    return getattr(getattr(checkpoints.unwrap(model), "config", None), "_attn_implementation", None) or "sdpa"
 
 
 def _lock(output_dir: Path, main: bool) -> None:

@@ -54,7 +54,7 @@ seed = 0
 smoke = False
 format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
 columns = ""  # "" auto-detects (prompt/response, question/answer, ...); else "user=COL,assistant=COL[,system=COL]"
-max_seq_len = 256
+max_seq_len = "auto"  # auto: covers 99% of records, capped by the model's positions and a T4's memory
 eval_fraction = 0.1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
 strict = False  # True: stop at the first bad record instead of quarantining it
@@ -75,10 +75,13 @@ env = preflight(load_in_4bit=False)
 # ## Read, validate and tokenize
 # Every record read is kept, or quarantined with its file, line and reason, or counted as a
 # duplicate or as too long; the counts add up. Each record becomes chat messages and is rendered
-# with the tokenizer's chat template (a plain `### User:` / `### Assistant:` template for base
-# models without one). EOS ends every answer so the model learns to stop, and the pad token is
-# not EOS, so padding never masks the EOS out of the loss. Labels cover the answers only
-# (completion-only) unless `train_on_prompt=True`.
+# with the tokenizer's chat template (for base models without one, a plain `### User:` /
+# `### Assistant:` template, set on the tokenizer so 02, 03 and the checkpoint use it too). Every
+# answer is labelled through the token its turn ends with (`<|eot_id|>`, `<|im_end|>`,
+# `<end_of_turn>`, or EOS), so the model learns to stop; the pad token is never EOS and never a new
+# token. A system message is merged into the first user turn where the template refuses it. Labels
+# cover the answers only (completion-only) unless `train_on_prompt=True`. `max_seq_len="auto"`
+# covers 99% of the records and says how many it leaves out.
 
 # %%
 from nbutils import data, embedded, environment, modeling
@@ -109,7 +112,7 @@ if quarantined is not None:
 # ## What the model will see
 # A few training examples exactly as tokenized, special tokens included; [bracketed] text is
 # masked out of the loss (label -100), the rest is what the model learns to write. Check that
-# each answer ends with the EOS token outside the brackets.
+# each answer ends with its end-of-turn token outside the brackets.
 
 # %%
 train = data.load_split(out, "train")

@@ -49,9 +49,10 @@ seed = 0
 smoke = False
 precision = "auto"  # auto: bf16 from compute capability 8.0 up, fp16 on a T4, fp32 on CPU
 load_in_4bit = True
+attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
 max_steps = 80  # -1 trains num_epochs instead
 num_epochs = 1.0
-learning_rate = 3e-3  # high because the embedded model is tiny; 1e-4 to 2e-4 for real 0.5B-8B models
+learning_rate = "auto"  # auto: 2e-4 for real 0.5B-8B models, 3e-3 for toy ones like the embedded default
 lora_r = 16  # LoRA rank; alpha is set equal to r
 lora_dropout = 0.0
 use_rslora = False
@@ -73,7 +74,8 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # %%
 from nbutils.preflight import check_disk, preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes,
+                base_model=base_model, attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## Check the configuration before loading anything
@@ -86,7 +88,7 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 # %%
 import json
 
-from nbutils import data, environment, evaluation, launch, memory, modeling, trainconfig
+from nbutils import data, defaults, environment, evaluation, launch, memory, modeling, trainconfig
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
@@ -96,8 +98,9 @@ model_config = modeling.load_config(base_model)
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
                    env["gpu_count"])
 run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
+lr, lr_why = defaults.learning_rate(learning_rate, model_config)
 cfg = trainconfig.TrainConfig(
-    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate, lora_r=lora_r,
+    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, lora_r=lora_r,
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     save_total_limit=save_total_limit,
@@ -107,6 +110,7 @@ trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capabil
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(memory.table(plan))
 print(f"mode: {run.mode}, {run.why}; effective batch {cfg.effective_batch}")
+print(f"learning rate {lr:g} ({lr_why})")
 check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's disk, before any hour is spent
 
 # %% [markdown]
@@ -157,7 +161,8 @@ def train_model(model, tokenizer):
     from nbutils import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
     run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
-    probe = evaluation.probe(tokenizer, evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)[0]) \
+    prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
+    probe = evaluation.probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0]) \
         if probe_prompts else None
     result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
                             run_config=run_config, probe=probe, progress=training.progress_mode(progress),

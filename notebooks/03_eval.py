@@ -50,7 +50,8 @@ seed = 0
 smoke = False
 precision = "auto"
 load_in_4bit = True
-max_new_tokens = 32
+attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
+max_new_tokens = "auto"  # auto: 1.5x the longest reference answer (in tokens), at least 16
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
 guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
 breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations
@@ -65,7 +66,8 @@ chat_prompts = []  # prompts for the chat at the end; empty: the first eval ques
 # %%
 from nbutils.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit)
+env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_model,
+                attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## Base model first
@@ -77,7 +79,7 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit)
 # %%
 from pathlib import Path
 
-from nbutils import data, environment, evaluation, modeling, report
+from nbutils import data, defaults, environment, evaluation, modeling, report
 from nbutils.degeneration import CircuitBreaker
 
 data_dir = environment.find_upstream("data_prep", data_dir)
@@ -86,6 +88,8 @@ out = environment.stage_dir("eval", output_dir)
 eval_ds = data.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
+max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
+print(f"max_new_tokens {max_new_tokens} ({why})")
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,

@@ -27,3 +27,19 @@ def prepared_data(tmp_path_factory, embedded_dir):
     out = tmp_path_factory.mktemp("data_prep")
     data.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def twin():
+    """twin(name) -> folder of a family twin (tests/twins/families.py), built once and cached."""
+    from tests.twins import families
+
+    return families.ensure
+
+
+@pytest.fixture(scope="session")
+def tok(embedded_dir):
+    """The embedded default's prepared tokenizer."""
+    from nbutils.modeling import load_tokenizer
+
+    return load_tokenizer("embedded")

@@ -374,3 +374,28 @@ def test_packed_collator_takes_unpacked_eval_rows(tok, tiny_model):
     with torch.no_grad():
         a, b = tiny_model(**batch), tiny_model(**plain)
     assert abs(a.loss.item() - b.loss.item()) < 1e-5
+
+
+def test_a_token_straddling_the_prompt_answer_boundary_is_kept_in_the_labels(tok):
+    # The generation prompt ends with a space that BPE merges into the answer's first word ("Ġcity").
+    tpl = ("{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + '\\n' }}"
+           "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+           "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}")
+    msgs = [{"role": "user", "content": "what is oslo ?"}, {"role": "assistant", "content": "city"}]
+    out = data.encode_batch({"messages": [msgs]}, tok, tpl, train_on_prompt=False)
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    targets = tok.decode([t for t, lab in zip(ids, labels) if lab != data.IGNORE_INDEX])
+    assert targets.strip().startswith("city") and out["straddled"] == [1]
+
+
+def test_system_text_is_merged_where_the_template_refuses_it(tok, tmp_path):
+    no_system = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                 + tok.chat_template)
+    strict = copy.deepcopy(tok)
+    strict.chat_template = no_system
+    conv = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a ?"},
+                         {"role": "assistant", "content": "one"}]}
+    m = data.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False)
+    assert m["counts"]["quarantined"] == 0 and m["role_fixes"]["system_merged"] == 1
+    row = next(r for r in _rows(tmp_path / "out") if r["messages"][0]["content"].startswith("be brief"))
+    assert row["messages"][0] == {"role": "user", "content": "be brief\n\na ?"}

@@ -1,0 +1,210 @@
+"""One chat format from data to inference: the tokenizer's pad, end-of-turn and stop tokens, and its template.
+
+`prepare_tokenizer` is applied wherever a tokenizer is loaded (01, 02, 03), so all three see the
+same thing, and whatever it sets is saved with every checkpoint (`tokenizer.save_pretrained`):
+- pad: the tokenizer's own if it is not EOS; else an existing reserved or fine-tune pad token
+  (Llama-3's <|finetune_right_pad_id|>, Pythia's <|padding|>, Phi's <|placeholder1|>); else unk;
+  else the last ordinary token of the vocabulary. Never a new token: a new row past the
+  embedding matrix is the `IndexError: index out of range in self` of a first padded batch.
+- template: a tokenizer without one (base models) gets FALLBACK_TEMPLATE set on it, so the probe,
+  03 and anyone loading the checkpoint render exactly what training saw.
+- stops: generation stops on the union of EOS, the template's end-of-turn token (<|eot_id|>,
+  <|im_end|>, <end_of_turn>, <|end|>) and the model's generation_config.eos_token_id list.
+(A flat module: `nbutils/data` is taken by data.py until the subpackage layout of issue #18.)
+"""
+
+from __future__ import annotations
+
+import re
+
+# Used when a tokenizer has no chat template (base models): plain markers, EOS right after each answer.
+FALLBACK_TEMPLATE = (
+    "{{ bos_token or '' }}{% for m in messages %}{% if not loop.first %}{{ '\n\n' }}{% endif %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}"
+    "{% elif m['role'] == 'user' %}{{ '### User:\n' + m['content'] }}"
+    "{% else %}{{ '### Assistant:\n' + m['content'] + eos_token }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '\n\n### Assistant:\n' }}{% endif %}"
+)
+# Pad tokens families ship for fine-tuning, best first; then reserved/placeholder/unused specials.
+PAD_NAMES = ("<|finetune_right_pad_id|>", "<|padding|>", "<|pad|>", "<pad>", "[PAD]", "<|finetune_pad|>")
+RESERVED = re.compile(r"reserved|placeholder|unused", re.IGNORECASE)
+PROBE = [{"role": "user", "content": "ping"}, {"role": "assistant", "content": "pong"}]
+
+
+def _specials(tokenizer) -> dict[int, str]:
+    """id -> content of the special added tokens."""
+    return {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+
+
+def choose_pad(tokenizer) -> tuple[str, str]:
+    """(pad token, why) by the rules in the module docstring; never a token the tokenizer lacks."""
+    eos, template = tokenizer.eos_token, getattr(tokenizer, "chat_template", None) or ""
+    if tokenizer.pad_token is not None and tokenizer.pad_token != eos:
+        return tokenizer.pad_token, "the tokenizer's own"
+    specials = _specials(tokenizer)
+    for name in PAD_NAMES:
+        if name in specials.values() and name != eos:
+            return name, "a pad token the family ships"
+    unused = [c for i, c in sorted(specials.items()) if RESERVED.search(c) and c not in template]
+    if unused:
+        return unused[0], "a reserved special token"
+    if tokenizer.unk_token is not None and tokenizer.unk_token != eos:
+        return tokenizer.unk_token, "the unk token"
+    taken = set(specials)
+    last = next(i for i in range(len(tokenizer) - 1, -1, -1) if i not in taken)
+    return tokenizer.convert_ids_to_tokens(last), "the last ordinary token (checked absent from the data)"
+
+
+def prepare_tokenizer(tokenizer, verbose: bool = False):
+    """Set pad (never EOS, never new) and the fallback template when there is none; returns the tokenizer."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no EOS token: the model could never learn to stop. Set "
+                         "tokenizer.eos_token to the token the model ends its answers with.")
+    pad, why = choose_pad(tokenizer)
+    tokenizer.pad_token = pad
+    tokenizer.pad_reason = why
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = FALLBACK_TEMPLATE
+        tokenizer.template_source = "fallback"
+    elif getattr(tokenizer, "template_source", None) is None:
+        tokenizer.template_source = "fallback" if tokenizer.chat_template == FALLBACK_TEMPLATE else "tokenizer"
+    if verbose:
+        print(describe_line(tokenizer))
+    return tokenizer
+
+
+def end_of_turn(tokenizer) -> str:
+    """The special token the template closes an assistant turn with (EOS when it uses none)."""
+    try:
+        text = tokenizer.apply_chat_template(PROBE, tokenize=False)
+    except Exception:  # noqa: BLE001 -- a template that needs more than a plain turn: EOS is the safe answer
+        return tokenizer.eos_token
+    tail = text[text.rfind("pong") + 4:]
+    specials = set(_specials(tokenizer).values()) | {tokenizer.eos_token}
+    found = [(tail.find(s), s) for s in specials if s and s in tail]
+    return min(found)[1] if found else tokenizer.eos_token
+
+
+def stop_ids(tokenizer, model=None) -> list[int]:
+    """End-of-turn, EOS and the model's generation_config.eos_token_id, in that order, no repeats."""
+    ids = [tokenizer.convert_tokens_to_ids(end_of_turn(tokenizer)), tokenizer.eos_token_id]
+    config = getattr(model, "generation_config", None) if model is not None else _generation_config(tokenizer)
+    gen = getattr(config, "eos_token_id", None)
+    ids += gen if isinstance(gen, (list, tuple)) else [gen]
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def _generation_config(tokenizer):
+    """The generation config saved beside the tokenizer (a model folder), if any."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(tokenizer.name_or_path)
+    except Exception:  # noqa: BLE001 -- no file, no folder, a hub id offline: no extra stop ids
+        return None
+
+
+def describe(tokenizer, model=None) -> dict:
+    """The tokens the suite chose, for the manifest and the printout."""
+    eot = end_of_turn(tokenizer)
+    return {"pad_token": tokenizer.pad_token, "pad_id": tokenizer.pad_token_id,
+            "pad_reason": getattr(tokenizer, "pad_reason", ""), "eos_token": tokenizer.eos_token,
+            "eos_id": tokenizer.eos_token_id, "end_of_turn": eot, "end_of_turn_id": tokenizer.convert_tokens_to_ids(eot),
+            "stop_ids": stop_ids(tokenizer, model), "template": getattr(tokenizer, "template_source", "tokenizer")}
+
+
+def describe_line(tokenizer) -> str:
+    d = describe(tokenizer)
+    return (f"[tokenizer] pad {d['pad_token']!r} (id {d['pad_id']}, {d['pad_reason']}), EOS {d['eos_token']!r}, "
+            f"end of turn {d['end_of_turn']!r}, template: {d['template']}")
+
+
+# --- roles a template accepts ------------------------------------------------------------------
+
+def role_rules(render) -> dict:
+    """What the template does with a system message and with two user turns in a row."""
+    def ok(msgs, marker=None):
+        try:
+            text = render(msgs)
+        except Exception:  # noqa: BLE001 -- templates raise anything (TemplateError via raise_exception)
+            return False
+        return marker is None or marker in text
+
+    sys_msgs = [{"role": "system", "content": "SYSMARK"}, *PROBE]
+    two_users = [{"role": "user", "content": "a"}, *PROBE]
+    return {"system": ok(sys_msgs, "SYSMARK"), "consecutive": ok(two_users)}
+
+
+def normalize_roles(msgs: list[dict], rules: dict) -> tuple[list[dict], dict]:
+    """Merge the system text into the first user turn and same-role turns, where the template needs it.
+
+    Returns the messages as the template can render them and what was merged ({"system": 0|1, "turns": n}).
+    """
+    merged = {"system": 0, "turns": 0}
+    msgs = [dict(m) for m in msgs]
+    if not rules["system"] and msgs and msgs[0]["role"] == "system":
+        system, msgs = msgs[0]["content"], msgs[1:]
+        if msgs and msgs[0]["role"] == "user":
+            msgs[0]["content"] = f"{system}\n\n{msgs[0]['content']}"
+        else:
+            msgs.insert(0, {"role": "user", "content": system})
+        merged["system"] = 1
+    if not rules["consecutive"]:
+        out = []
+        for m in msgs:
+            if out and out[-1]["role"] == m["role"]:
+                out[-1]["content"] += "\n\n" + m["content"]
+                merged["turns"] += 1
+            else:
+                out.append(m)
+        msgs = out
+    return msgs, merged
+
+
+# --- labels ------------------------------------------------------------------------------------
+
+def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[int, int]]]:
+    """Full text and the character spans of every assistant turn, each through its end-of-turn marker.
+
+    A turn's span starts where the prompt rendered with add_generation_prompt ends (so what the
+    template adds after it, e.g. an empty <think></think>, is taught too), or, when the template
+    renders that turn differently inside a longer conversation, where the answer's text starts.
+    It ends with the end-of-turn token that follows the answer (<|eot_id|>, <|im_end|>, <|end|>...),
+    whatever the template adds after the last turn (Phi-3 adds EOS there only); when the template
+    closes the last answer with nothing, the end-of-turn token is appended.
+    """
+    text = render(msgs)
+    spans, pos = [], 0
+    last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        prefix = render(msgs[:i], True) if i else _empty_prefix(render)
+        body = m["content"].strip()
+        upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
+        upto = upto[: upto.rfind(body) + len(body)] if body in upto else upto  # the turn rendered as the last one
+        start = len(prefix) if text.startswith(prefix) and text.startswith(upto) and len(prefix) >= pos else None
+        at = text.find(body, pos if start is None else start)
+        if at < 0:
+            raise ValueError("template-error: an answer is not in the rendered conversation")
+        start = at if start is None else start
+        after = at + len(body)
+        close = text.find(eot, after)
+        if close >= 0 and not text[after:close].strip():
+            end = close + len(eot)
+        elif i == last and not text[after:].strip():
+            text += eot  # the model must learn to stop
+            end = len(text)
+        else:
+            end = after
+        spans.append((start, end))
+        pos = end
+    return text, spans
+
+
+def _empty_prefix(render) -> str:
+    """What precedes a conversation's first answer when it has no prompt (BOS, the assistant marker)."""
+    try:
+        return render([], True)
+    except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
+        return ""

@@ -1,0 +1,80 @@
+"""The "auto" values of learning_rate (02), max_seq_len (01) and max_new_tokens (03 and the probe).
+
+Chosen for real 0.5B-8B models on a T4, while the embedded default (a 2-layer model that only
+learns in a few dozen steps at a high rate) keeps its fast values. Each returns (value, why),
+and the why is printed and written beside the value.
+(A flat module: it serves 01, 02 and 03 until the subpackage layout of issue #18.)
+"""
+
+from __future__ import annotations
+
+import math
+
+T4_MEMORY_GB = 15.0  # what a Kaggle/Colab T4 reports
+TINY_PARAMS = 50e6  # below this (non-embedding parameters) a model is a toy: debug runs, the embedded default
+LR_REAL, LR_TINY = 2e-4, 3e-3
+
+
+def body_parameters(model_config) -> float:
+    """Parameters in the transformer blocks (attention + MLP), without the embeddings."""
+    h, layers = model_config.hidden_size, model_config.num_hidden_layers
+    inter = getattr(model_config, "intermediate_size", None) or 4 * h
+    return layers * (4 * h * h + 3 * h * inter)
+
+
+def learning_rate(value, model_config) -> tuple[float, str]:
+    """value unless "auto"; else 2e-4 for real models (the QLoRA paper's range is 1e-4 to 2e-4),
+    3e-3 for toy models under 50M block parameters (the embedded default learns in 80 steps with it)."""
+    if value != "auto":
+        return float(value), "given"
+    n = body_parameters(model_config)
+    if n < TINY_PARAMS:
+        return LR_TINY, f"auto: {n / 1e6:.1f}M block parameters, a toy model: {LR_TINY:g}"
+    return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, the QLoRA range for real models"
+
+
+def max_seq_len(value, lengths: list[int], model_config=None, batch_size: int = 16, lora_r: int = 16,
+                gpu_memory_gb: float | None = None, coverage: float = 0.99) -> tuple[int, str]:
+    """value unless "auto"; else the length covering `coverage` of the records, rounded up to a multiple
+    of 64, capped by the model's positions and by the longest that fits `batch_size` on a T4."""
+    if value != "auto":
+        return int(value), "given"
+    if not lengths:
+        return 256, "auto: no usable record to measure, 256"
+    s = sorted(lengths)
+    want = s[min(len(s) - 1, math.ceil(coverage * len(s)) - 1)]
+    n, caps = 64 * math.ceil(want / 64), []
+    positions = getattr(model_config, "max_position_embeddings", None) if model_config is not None else None
+    if positions and n > positions:
+        n, caps = positions, [f"the model's {positions} positions"]
+    if model_config is not None:
+        from nbutils import memory
+
+        gb = gpu_memory_gb or T4_MEMORY_GB
+        while n > 64 and not memory.plan(model_config, n, batch_size, lora_r, gb)["fits"]:
+            n -= 64
+            caps = [f"the memory of a {gb:g} GB GPU at batch size {batch_size}"]
+    cut = sum(x > n for x in lengths)
+    why = (f"auto: {n} covers {coverage:.0%} of records (longest {s[-1]})" + (f", capped by {caps[0]}" if caps else "")
+           + f"; {cut} of {len(lengths)} records are longer")
+    return n, why
+
+
+def max_new_tokens(value, tokenizer, references: list[str]) -> tuple[int, str]:
+    """value unless "auto"; else 1.5x the longest reference answer in tokens plus room for the stop token,
+    between 16 and 1024."""
+    if value != "auto":
+        return int(value), "given"
+    longest = max((len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references), default=0)
+    n = min(1024, max(16, math.ceil(1.5 * longest) + 4))
+    return n, f"auto: longest reference answer {longest} tokens -> {n}"
+
+
+def model_config_of(tokenizer):
+    """The model config beside the tokenizer (for max_seq_len="auto"), or None."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(tokenizer.name_or_path)
+    except Exception:  # noqa: BLE001 -- a bare tokenizer folder, a hub id offline: no caps from the model
+        return None

@@ -1,0 +1,65 @@
+"""The family matrix: for every family twin, 01 -> 02 -> 03 under `python -m nbutils.harness run` with
+smoke=True, then the checkpoint reloads with its own tokenizer and chat template.
+
+Two chains run at a time (one per core; each process uses one math thread), at batch size 4: the
+real embedding sizes (up to 262144 x 64) make the logits the big cost. `pytest -m families` runs
+only this matrix.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.twins.families import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAIN = [ROOT / "notebooks" / f"{nb}.ipynb" for nb in ("01_data_prep", "02_train_qlora", "03_eval")]
+pytestmark = [pytest.mark.integration, pytest.mark.families]
+
+
+def _chain(name: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "base_model", str(folder),
+           "-p", "smoke", "True", "-p", "batch_size", "4", "-p", "per_device_batch_size", "4", "--no-internet",
+           "--out", str(out)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def matrix(twin, tmp_path_factory):
+    """name -> (folder, harness output dir, completed process), all chains run two at a time."""
+    root = tmp_path_factory.mktemp("families")
+    folders = {name: twin(name) for name in FAMILIES}  # built here, once, before the parallel runs
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {n: pool.submit(_chain, n, folders[n], root / n) for n in FAMILIES}
+        return {n: (folders[n], root / n, f.result()) for n, f in runs.items()}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
+    from datasets import load_from_disk
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from nbutils import modeling
+
+    folder, out, proc = matrix[name]
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    assert proc.returncode == 0 and report.get("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]
+    work = out / "sandbox"
+    ckpt = work / "02_train_qlora" / "working" / "train_qlora" / "checkpoint"
+    reloaded = AutoTokenizer.from_pretrained(ckpt)
+    for row in load_from_disk(str(work / "01_data_prep" / "working" / "data_prep" / "train")).select(range(3)):
+        text = reloaded.apply_chat_template(row["messages"], tokenize=False)
+        assert reloaded(text, add_special_tokens=False)["input_ids"] == row["input_ids"], name
+    manifest = json.loads((work / "01_data_prep" / "working" / "data_prep" / "manifest.json").read_text())
+    assert manifest["tokens"]["end_of_turn"] == FAMILIES[name].expect_stop
+    assert manifest["tokens"]["pad_token"] == reloaded.pad_token == FAMILIES[name].expect_pad
+    model = PeftModel.from_pretrained(modeling.load_base(str(folder), "fp32", load_in_4bit=False), ckpt)
+    assert model.config._attn_implementation == FAMILIES[name].expect_attention
+    report03 = json.loads((work / "03_eval" / "working" / "eval" / "eval_report.json").read_text())
+    assert report03["tuned"]["n"] == 8

@@ -1,0 +1,1 @@
+"""Family twins: tiny models arranged like the real families (test-only)."""
