@@ -94,16 +94,12 @@ decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rat
 # free Colab 12.7 GB). When it fits nowhere, export the adapter only.
 
 # %%
-import json
 from pathlib import Path
 
 from nbutils import checkpoints
 from nbutils.export import merge
 
-summary = json.loads((Path(adapter_dir) / "training_summary.json").read_text())
-ckpt = Path(adapter_dir) / summary["checkpoint_dir"]  # relative, so it works where the folder is mounted
-assert summary["checkpoint_complete"] and not checkpoints.missing_files(ckpt), \
-    f"{ckpt} is not a complete checkpoint: re-run 02 (it resumes)"
+ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its manifest, as in 03
 plan = merge.memory_plan(base_model)
 print(merge.plan_text(plan))
 if export_merged and plan["device"] is None:

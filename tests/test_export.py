@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nbutils import checkpoints, secrets
+from nbutils import chatformat, checkpoints, secrets
 from nbutils.export import adapter, card, gate, gguf, hub, merge
 
 TOKEN = "hf_" + "Q7xw2LmZk9RtYp4VbN8cDe5FgH3jK6sA1u"  # shaped like a real one; not a real token
@@ -97,7 +97,10 @@ def test_merged_model_reloads_and_matches_base_plus_adapter(tmp_path, trained_ad
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert str(model.dtype) == "torch.float16" and not hasattr(model, "peft_config")
     gen = json.loads((tmp_path / "merged" / "generation_config.json").read_text())
-    assert gen["eos_token_id"] == tok.eos_token_id and gen["pad_token_id"] == tok.pad_token_id
+    # The merged model stops where the tuned one did: end-of-turn and EOS, never on pad.
+    eot = tok.convert_tokens_to_ids(chatformat.end_of_turn(tok))
+    assert {eot, tok.eos_token_id} <= set(gen["eos_token_id"]) and gen["pad_token_id"] == tok.pad_token_id
+    assert tok.pad_token_id not in gen["eos_token_id"]
 
 
 @pytest.mark.integration

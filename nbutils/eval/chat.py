@@ -24,6 +24,7 @@ def chat(model, tokenizer, prompts: list[str], max_new_tokens: int = 64, stream:
     import torch
     from transformers import StoppingCriteriaList, TextStreamer
 
+    from nbutils import chatformat
     from nbutils.environment import detect_platform
     from nbutils.guard import DegenerationGuard
 
@@ -42,7 +43,7 @@ def chat(model, tokenizer, prompts: list[str], max_new_tokens: int = 64, stream:
         streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream else None
         with torch.no_grad():
             seq = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, streamer=streamer,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=chatformat.stop_ids(tokenizer, model),
                                  stopping_criteria=StoppingCriteriaList([guard]))
         answer = tokenizer.decode(seq[0, width:], skip_special_tokens=True).strip()
         if not stream:

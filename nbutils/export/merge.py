@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from nbutils import embedded
+from nbutils import chatformat, embedded
 
 # A free session: Kaggle gives 29 GiB of RAM and a 15 GiB T4 (x2); Colab's free tier 12.7 GiB and one T4.
 FREE_SESSIONS = {"kaggle": {"ram_gb": 29.0, "gpu_gb": 15.0}, "colab": {"ram_gb": 12.7, "gpu_gb": 15.0}}
@@ -87,7 +87,8 @@ def logits(model, tokenizer, prompts: list[str]) -> list:
 
 def _generation_config(model, tokenizer):
     gen = model.generation_config
-    gen.eos_token_id, gen.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    # Every token the chat ends on (end-of-turn, EOS, the base's own list), so the merged model stops where it was trained to.
+    gen.eos_token_id, gen.pad_token_id = chatformat.stop_ids(tokenizer, model), tokenizer.pad_token_id
     if tokenizer.bos_token_id is not None:
         gen.bos_token_id = tokenizer.bos_token_id
     return gen
