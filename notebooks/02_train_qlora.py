@@ -57,6 +57,7 @@ lora_dropout = 0.0
 use_rslora = False
 per_device_batch_size = 16
 grad_accum = 1
+chunked_loss = "auto"  # loss without the full logits: liger's fused kernels on a GPU if installed, else chunked; False: plain
 eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
@@ -85,21 +86,23 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 import json
 
 from nbutils import data, environment, evaluation, launch, memory, modeling, trainconfig
+from nbutils.train import loss
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
 manifest = data.load_manifest(data_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
 model_config = modeling.load_config(base_model)
+loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0)  # from preflight: this kernel must not touch CUDA
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
-                   env["gpu_count"])
+                   env["gpu_count"], loss=loss_kind)
 run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
 cfg = trainconfig.TrainConfig(
     max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=learning_rate, lora_r=lora_r,
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
-    resume=resume, seed=seed, world_size=run.world_size)
+    resume=resume, seed=seed, world_size=run.world_size, chunked_loss=chunked_loss)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(memory.table(plan))

@@ -87,12 +87,12 @@ def test_packed_batch_through_the_model_matches_the_plain_loss(embedded_dir):
 
 
 def test_choice_of_loss(monkeypatch):
-    monkeypatch.setattr(loss, "liger_available", lambda: False)
+    monkeypatch.setattr(loss, "liger_available", lambda cuda=None: False)
     assert loss.choose("auto") == loss.choose(True) == "chunked" and loss.choose(False) == "plain"
     with pytest.raises(ValueError, match="liger-kernel"):
         loss.choose("liger")
     with pytest.raises(ValueError, match="chunked_loss='yes'"):
         loss.choose("yes")
-    monkeypatch.setattr(loss, "liger_available", lambda: True)
+    monkeypatch.setattr(loss, "liger_available", lambda cuda=None: True)
     assert loss.choose("auto") == "liger" and loss.choose("chunked") == "chunked"
     assert loss.chunk_rows(128_256) == 261 and loss.chunk_rows(100) >= 16

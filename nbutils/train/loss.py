@@ -35,25 +35,26 @@ def chunk_rows(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(16, chunk_bytes // (4 * vocab))
 
 
-def liger_available() -> bool:
-    """liger-kernel's fused kernels run here: CUDA present and liger-kernel (with triton) installed."""
-    return (torch.cuda.is_available() and importlib.util.find_spec("liger_kernel") is not None
-            and importlib.util.find_spec("triton") is not None)
+def liger_available(cuda: bool | None = None) -> bool:
+    """liger-kernel's fused kernels run here: CUDA present (cuda=None: ask torch, which initialises
+    CUDA; a notebook about to fork passes what preflight saw instead) and liger-kernel with triton installed."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    return cuda and importlib.util.find_spec("liger_kernel") is not None and importlib.util.find_spec("triton") is not None
 
 
-def choose(setting: str | bool = "auto") -> str:
+def choose(setting: str | bool = "auto", cuda: bool | None = None) -> str:
     """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits)."""
     if setting not in ("auto", True, False, "liger", "chunked", "plain"):
         raise ValueError(f"chunked_loss={setting!r}: use 'auto', True (chunked, liger where it runs), False (plain "
                          "full-logits loss), or one of 'liger', 'chunked', 'plain'")
     if setting in (False, "plain"):
         return "plain"
-    if setting == "liger" and not liger_available():
+    if setting == "liger" and not liger_available(cuda):
         raise ValueError("chunked_loss='liger' needs CUDA and `pip install liger-kernel`; use 'auto' to fall back "
                          "to the pure-torch chunked loss")
     if setting == "chunked":
         return "chunked"
-    return "liger" if liger_available() else "chunked"
+    return "liger" if liger_available(cuda) else "chunked"
 
 
 class _ChunkedCE(torch.autograd.Function):
@@ -66,16 +67,20 @@ class _ChunkedCE(torch.autograd.Function):
         for s in range(0, hidden.shape[0], rows):
             h, t = hidden[s:s + rows], targets[s:s + rows]
             logits = (h @ weight.T).float()  # as ForCausalLMLoss: matmul in the compute dtype, loss in fp32
-            lse = torch.logsumexp(logits, dim=-1)
-            total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+            target = logits.gather(1, t[:, None]).squeeze(1)
+            top = logits.max(dim=-1, keepdim=True).values
+            probs = logits.sub_(top).exp_()  # in place throughout: one chunk of logits is the only big buffer
+            total_exp = probs.sum(dim=-1, keepdim=True)
+            total += (top + total_exp.log() - target[:, None]).sum()
             if need_h or need_w:
-                probs = logits.sub_(lse[:, None]).exp_()  # in place: softmax, then minus one-hot = dloss/dlogits
+                probs.div_(total_exp)  # softmax; minus the one-hot: dloss/dlogits
                 probs[torch.arange(len(t), device=t.device), t] -= 1
                 probs = probs.to(weight.dtype)
                 if need_h:
                     grad_h[s:s + rows] = probs @ weight
                 if need_w:
                     grad_w += (probs.T @ h).float()
+            del logits, probs  # freed before the next chunk's logits exist, not after
         ctx.save_for_backward(grad_h, grad_w, scale)
         ctx.weight_dtype = weight.dtype
         return total * scale
