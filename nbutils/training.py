@@ -29,7 +29,8 @@ __all__ = ["TrainConfig", "train", "training_arguments", "run_config", "progress
            "unwrap"]
 
 
-def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log"):
+def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log",
+                       loss_kind: str = "plain"):
     """TrainingArguments from our config: fp16/bf16 from the precision rule, never both."""
     import torch
     from transformers import TrainingArguments
@@ -45,7 +46,7 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool =
         train_sampling_strategy="group_by_length" if grouped else "random", length_column_name="length",
         report_to=[], disable_tqdm=progress not in ("widgets", "both"), remove_unused_columns=False, dataloader_num_workers=0,
         include_num_input_tokens_seen="non_padding", use_cpu=not torch.cuda.is_available(),
-        ddp_find_unused_parameters=False, use_liger_kernel=lm_loss.choose(cfg.chunked_loss) == "liger",
+        ddp_find_unused_parameters=False, use_liger_kernel=loss_kind == "liger",
     )
 
 
@@ -127,15 +128,17 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     callbacks = [MarkComplete(run_config or {}), TimeBudget(cfg.time_budget_min, stop, session_start, clock),
                  NanGuard(stop), peak, *([ProgressLog()] if progress in ("log", "both") else []),
                  *([probe_cb] if probe_cb else []), *(callbacks or [])]
-    chunked = lm_loss.choose(cfg.chunked_loss) == "chunked"
-    trainer = (lm_loss.trainer_class() if chunked else Trainer)(
+    loss_kind = lm_loss.choose(cfg.chunked_loss, model_config=unwrap(model).config,
+                               head=unwrap(model).get_output_embeddings())
+    trainer = (lm_loss.trainer_class() if loss_kind == "chunked" else Trainer)(
         model=model, processing_class=tokenizer,
-        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress),
+        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress,
+                                loss_kind=loss_kind),
         train_dataset=train_rows, eval_dataset=eval_rows,
         data_collator=batching.make_collator(plan, tokenizer.pad_token_id), callbacks=callbacks,
     )
     _plain_tqdm_bar(trainer)
-    print(f"[train] loss: {lm_loss.choose(cfg.chunked_loss)} (chunked_loss={cfg.chunked_loss!r})", flush=True)
+    print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
     resume = checkpoints.find_resumable(output_dir) if cfg.resume else None
     if resume is not None:
         changed = checkpoints.resume_mismatch(resume, run_config or {})

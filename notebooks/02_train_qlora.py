@@ -93,7 +93,7 @@ out = environment.stage_dir("train_qlora", output_dir)
 manifest = data.load_manifest(data_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
 model_config = modeling.load_config(base_model)
-loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0)  # from preflight: this kernel must not touch CUDA
+loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
                    env["gpu_count"], loss=loss_kind)
 run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)

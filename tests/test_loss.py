@@ -96,3 +96,16 @@ def test_choice_of_loss(monkeypatch):
     monkeypatch.setattr(loss, "liger_available", lambda cuda=None: True)
     assert loss.choose("auto") == "liger" and loss.choose("chunked") == "chunked"
     assert loss.chunk_rows(128_256) == 261 and loss.chunk_rows(100) >= 16
+
+
+def test_models_whose_logits_are_not_lm_head_output_keep_the_plain_loss(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(loss, "liger_available", lambda cuda=None: False)
+    gemma = SimpleNamespace(final_logit_softcapping=30.0)
+    assert loss.choose("auto", model_config=gemma) == "plain"
+    with pytest.raises(ValueError, match="final_logit_softcapping=30.0"):
+        loss.choose("chunked", model_config=gemma)
+    assert loss.choose("auto", model_config=SimpleNamespace(final_logit_softcapping=None, logit_scale=1.0)) == "chunked"
+    assert loss.choose("auto", head=torch.nn.Embedding(3, 2)) == "plain"
+    assert loss.choose("auto", head=torch.nn.Linear(2, 3)) == "chunked"

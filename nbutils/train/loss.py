@@ -27,7 +27,7 @@ import importlib.util
 import torch
 
 IGNORE_INDEX = -100
-CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk; the loss step's peak is about twice this
+CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk: the only large buffer of the loss step
 
 
 def chunk_rows(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
@@ -42,7 +42,18 @@ def liger_available(cuda: bool | None = None) -> bool:
     return cuda and importlib.util.find_spec("liger_kernel") is not None and importlib.util.find_spec("triton") is not None
 
 
-def choose(setting: str | bool = "auto", cuda: bool | None = None) -> str:
+def unsupported(model_config=None, head=None) -> str | None:
+    """Why the chunked loss would not be the model's own loss (None: it is): logits it post-processes, an lm_head
+    that is not a plain Linear (quantized, or given LoRA)."""
+    for attr in ("final_logit_softcapping", "logit_scale"):  # Gemma 2/3, Cohere: logits = f(lm_head(h))
+        if getattr(model_config, attr, None) not in (None, 1, 1.0):
+            return f"the model's config has {attr}={getattr(model_config, attr)}"
+    if head is not None and type(head) is not torch.nn.Linear:
+        return f"lm_head is a {type(head).__name__}, not a plain Linear"
+    return None
+
+
+def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None) -> str:
     """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits)."""
     if setting not in ("auto", True, False, "liger", "chunked", "plain"):
         raise ValueError(f"chunked_loss={setting!r}: use 'auto', True (chunked, liger where it runs), False (plain "
@@ -52,9 +63,14 @@ def choose(setting: str | bool = "auto", cuda: bool | None = None) -> str:
     if setting == "liger" and not liger_available(cuda):
         raise ValueError("chunked_loss='liger' needs CUDA and `pip install liger-kernel`; use 'auto' to fall back "
                          "to the pure-torch chunked loss")
-    if setting == "chunked":
-        return "chunked"
-    return "liger" if liger_available(cuda) else "chunked"
+    if setting == "liger" or (setting != "chunked" and liger_available(cuda)):
+        return "liger"
+    reason = unsupported(model_config, head)
+    if reason and setting == "chunked":
+        raise ValueError(f"chunked_loss='chunked': {reason}; use 'auto' (the plain loss for this model)")
+    if reason:
+        print(f"[train] the chunked loss is off: {reason}", flush=True)
+    return "plain" if reason else "chunked"
 
 
 class _ChunkedCE(torch.autograd.Function):
