@@ -79,8 +79,10 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 # ## Check the configuration before loading anything
 # Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a
 # T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
-# whether this batch size fits the GPU, the largest one that does, and so how to use several
-# GPUs: data parallel (DDP) when one GPU holds the model, split across them when only all do.
+# whether this batch size fits the GPU, the largest batch and the longest sequence that do, and so
+# how to use several GPUs: data parallel (DDP) when one GPU holds the model, split across them when
+# only all do. The loss never builds the full logits (batch x seq x vocab: 6 GB for Llama-3 at 2 x 2048);
+# it is computed in chunks from the last hidden states (`chunked_loss`), and the plan counts one chunk.
 
 # %%
 import json
