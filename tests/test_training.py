@@ -138,7 +138,7 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
         labels = [-100] * (len(ids) - n_targets) + ids[-n_targets:]
         rows.append({"input_ids": ids, "labels": labels, "length": len(ids), "messages": []})
     ds = Dataset.from_list(rows)
-    weights = {}
+    weights, eval_losses = {}, {}
     for chunked in (True, False):
         for bs, accum in ((4, 1), (2, 2)):
             model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=0,
@@ -150,7 +150,8 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
                               warmup_steps=0, eval_strategy="no", save_strategy="no", optim="sgd", resume=False,
                               chunked_loss=chunked)
             plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
-            training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
+            result = training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
+            eval_losses[bs, chunked] = result["eval_loss"]
             weights[bs, chunked] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     first = weights[4, False]
     moved = [n for n in first if "lora_A" in n]
@@ -158,6 +159,8 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
     for run in weights.values():
         for name in first:
             assert run[name].allclose(first[name], atol=1e-6), name
+    for bs in (4, 2):  # evaluation through the chunked loss: the plain loss's value
+        assert eval_losses[bs, True] == pytest.approx(eval_losses[bs, False], rel=1e-5)
 
 
 def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
