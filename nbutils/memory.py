@@ -6,9 +6,18 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
   LoRA           r x (in + out) per linear layer, fp32 weight + grad + 2 Adam states = 16 bytes/param
   activations    checkpointed layer inputs: layers x batch x seq x hidden x 2
                  + one layer recomputed: batch x seq x (14 x hidden + 3 x intermediate) x 2
-  logits         batch x seq x vocab x 4 x 2 (fp32 upcast for the loss, and its gradient: a known T4 OOM)
+  logits         the loss step, by the loss that trains (nbutils.train.loss):
+                 plain   batch x seq x vocab x 12: in backward, the saved fp32 log-softmax, its gradient
+                         and the logits' gradient (3 x 4 bytes, measured on the CPU: `python -m bench loss`;
+                         the 16-bit logits lm_head returns are freed by then): a known T4 OOM
+                 chunked one chunk's logits, rows x vocab x (4 + 2: fp32 and a 16-bit copy beside it),
+                         rows = loss.chunk_rows(vocab),
+                         plus the kept hidden states and their gradient, batch x seq x hidden x 2 x 2
+                 liger   planned as chunked (its Triton kernel's chunks are smaller: an upper bound)
   overhead       CUDA context and allocator slack, 0.6 GB
 The constants are deliberately round; the notebook prints the measured peak next to the estimate.
+The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
+the fp32 figure the CPU bench checks against its measurement.
 """
 
 from __future__ import annotations
@@ -17,6 +26,20 @@ from dataclasses import dataclass
 
 GB = 2**30
 OVERHEAD = 0.6 * GB
+LOSSES = ("plain", "chunked", "liger")
+CHUNK_BYTES = 128 * 2**20  # = nbutils.train.loss.CHUNK_BYTES (not imported: this module stays torch-free)
+
+
+def logits_bytes(batch: int, seq_len: int, vocab: int, hidden: int, loss: str = "plain", compute_bytes: int = 2) -> float:
+    """Peak bytes of the loss step (logits, softmax, gradients) for this loss; compute_bytes 2 (GPU) or 4 (fp32)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss={loss!r} is not one of {', '.join(LOSSES)}")
+    tokens = batch * seq_len
+    if loss == "plain":
+        return tokens * vocab * 12
+    low = compute_bytes if compute_bytes < 4 else 0  # a chunk's 16-bit logits or gradient beside the fp32 ones
+    rows = min(tokens, max(16, CHUNK_BYTES // (4 * vocab)))
+    return rows * vocab * (4 + low) + tokens * hidden * compute_bytes * 2
 
 
 @dataclass
@@ -42,7 +65,7 @@ class Shape:
         return per_layer * self.layers
 
 
-def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int) -> dict[str, float]:
+def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain") -> dict[str, float]:
     """Estimated peak bytes by component (see the module docstring for the formula)."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
@@ -50,29 +73,32 @@ def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int) -> dict[str, f
         "base_weights": linear * 0.53 + embed * 2,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
         "activations": batch * seq_len * 2 * (shape.layers * shape.hidden + 14 * shape.hidden + 3 * shape.intermediate),
-        "logits": batch * seq_len * shape.vocab * 4 * 2,
+        "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss),
         "overhead": OVERHEAD,
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1) -> dict:
-    """Estimate at this batch size, against the GPU's memory, with the largest batch size that fits,
-    and which multi-GPU mode to use: DDP when one GPU holds the model, split when only all together do."""
+def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1,
+         loss: str = "plain") -> dict:
+    """Estimate at this batch size, against the GPU's memory, with the largest batch and the longest
+    sequence that fit, and which multi-GPU mode to use: DDP when one GPU holds the model, split when only
+    all together do. `loss` is the loss that will train ("plain", "chunked", "liger": nbutils.train.loss.choose)."""
     shape = Shape.from_config(model_config)
-    est = estimate(shape, seq_len, batch, lora_r)
+    est = estimate(shape, seq_len, batch, lora_r, loss)
     from nbutils.train.diskspace import checkpoint_mb
 
     out = {"estimate_gb": round(est["total"] / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in est.items() if k != "total"},
-           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len,
+           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
         budget = gpu_memory_gb * GB * 0.92  # leave room for fragmentation
-        fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r)["total"] <= budget]
+        fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget]
         out["fits"] = est["total"] <= budget
         out["largest_batch_that_fits"] = max(fits) if fits else 0
+        out["longest_seq_that_fits"] = _longest_seq(shape, batch, lora_r, loss, budget)
         if gpu_count > 1:
             split_fits = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
             out["recommended_mode"] = ("ddp: one process per GPU (multi_gpu='auto' starts them)" if out["fits"] else
@@ -81,12 +107,23 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
     return out
 
 
+def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float, step: int = 64) -> int:
+    """Longest sequence (a multiple of step, up to 128k) at this batch size within budget; 0 if none."""
+    lo, hi = 0, 2048  # in steps
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate(shape, mid * step, batch, lora_r, loss)["total"] <= budget else (lo, mid - 1)
+    return lo * step
+
+
 def table(p: dict) -> str:
-    rows = [(k, f"{v:.3f} GB") for k, v in p["parts_gb"].items()]
+    rows = [(k + (f" ({p['loss']} loss)" if k == "logits" and p.get("loss") else ""), f"{v:.3f} GB")
+            for k, v in p["parts_gb"].items()]
     rows.append(("estimated peak", f"{p['estimate_gb']:.2f} GB at batch {p['batch_size']} x seq {p['seq_len']}"))
     if p.get("gpu_memory_gb"):
         rows.append(("GPU memory", f"{p['gpu_memory_gb']} GB: {'fits' if p['fits'] else 'DOES NOT FIT'}; "
-                                   f"largest batch that fits: {p['largest_batch_that_fits']}"))
+                                   f"largest batch that fits: {p['largest_batch_that_fits']}; longest sequence "
+                                   f"at batch {p['batch_size']}: {p.get('longest_seq_that_fits', '?')}"))
     else:
         rows.append(("GPU memory", "no GPU: the plan is what a GPU run would need"))
     if p.get("recommended_mode"):

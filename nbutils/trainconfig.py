@@ -33,6 +33,7 @@ class TrainConfig:
     resume: bool = True
     seed: int = 0
     world_size: int = 1
+    chunked_loss: str | bool = "auto"  # auto: liger's fused kernels on CUDA when installed, else chunked; False: plain
     extra: dict = field(default_factory=dict)
 
     @property

@@ -23,6 +23,7 @@ from nbutils import batching, checkpoints, curves
 from nbutils.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
 from nbutils.checkpoints import unwrap  # noqa: F401  (re-exported: notebooks call training.unwrap)
 from nbutils.train import diskspace, faultpoints, runlock
+from nbutils.train import loss as lm_loss
 from nbutils.train import manifest as mf
 from nbutils.trainconfig import TrainConfig
 
@@ -30,7 +31,8 @@ __all__ = ["TrainConfig", "train", "training_arguments", "run_config", "progress
            "unwrap"]
 
 
-def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log"):
+def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log",
+                       loss_kind: str = "plain"):
     """TrainingArguments from our config: fp16/bf16 from the precision rule, never both."""
     import torch
     from transformers import TrainingArguments
@@ -47,7 +49,7 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool =
         train_sampling_strategy="group_by_length" if grouped else "random", length_column_name="length",
         report_to=[], disable_tqdm=progress not in ("widgets", "both"), remove_unused_columns=False, dataloader_num_workers=0,
         include_num_input_tokens_seen="non_padding", use_cpu=not torch.cuda.is_available(),
-        ddp_find_unused_parameters=False,
+        ddp_find_unused_parameters=False, use_liger_kernel=loss_kind == "liger",
     )
 
 
@@ -133,13 +135,17 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
                  TimeBudget(cfg.time_budget_min, stop, session_start, clock),
                  NanGuard(stop), peak, *([ProgressLog()] if progress in ("log", "both") else []),
                  *([probe_cb] if probe_cb else []), *(callbacks or [])]
-    trainer = Trainer(
+    loss_kind = lm_loss.choose(cfg.chunked_loss, model_config=unwrap(model).config,
+                               head=unwrap(model).get_output_embeddings())
+    trainer = (lm_loss.trainer_class() if loss_kind == "chunked" else Trainer)(
         model=model, processing_class=tokenizer,
-        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress),
+        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress,
+                                loss_kind=loss_kind),
         train_dataset=train_rows, eval_dataset=eval_rows,
         data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
     )
     _plain_tqdm_bar(trainer)
+    print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
     main = trainer.is_world_process_zero()
     _lock(output_dir, main)
     try:

@@ -58,6 +58,7 @@ lora_dropout = 0.0
 use_rslora = False
 per_device_batch_size = 16
 grad_accum = 1
+chunked_loss = "auto"  # loss without the full logits: liger's fused kernels on a GPU if installed, else chunked; False: plain
 eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
 save_total_limit = 2  # Trainer checkpoints kept: the newest that verify, by step; lower it on a small disk
@@ -81,22 +82,26 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 # ## Check the configuration before loading anything
 # Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a
 # T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
-# whether this batch size fits the GPU, the largest one that does, and so how to use several
-# GPUs: data parallel (DDP) when one GPU holds the model, split across them when only all do.
+# whether this batch size fits the GPU, the largest batch and the longest sequence that do, and so
+# how to use several GPUs: data parallel (DDP) when one GPU holds the model, split across them when
+# only all do. The loss never builds the full logits (batch x seq x vocab: 6 GB for Llama-3 at 2 x 2048);
+# it is computed in chunks from the last hidden states (`chunked_loss`), and the plan counts one chunk.
 # The disk check reads the filesystem of `output_dir` against the checkpoints the run will keep.
 
 # %%
 import json
 
 from nbutils import data, defaults, environment, evaluation, launch, memory, modeling, trainconfig
+from nbutils.train import loss
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
 manifest = data.load_manifest(data_dir)
 train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
 model_config = modeling.load_config(base_model)
+loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
-                   env["gpu_count"])
+                   env["gpu_count"], loss=loss_kind)
 run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
 lr, lr_why = defaults.learning_rate(learning_rate, model_config)
 cfg = trainconfig.TrainConfig(
@@ -105,7 +110,7 @@ cfg = trainconfig.TrainConfig(
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     save_total_limit=save_total_limit,
     precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
-    resume=resume, seed=seed, world_size=run.world_size)
+    resume=resume, seed=seed, world_size=run.world_size, chunked_loss=chunked_loss)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(memory.table(plan))

@@ -122,10 +122,12 @@ def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_pa
 
 
 def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embedded_dir):
-    """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples.
+    """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples,
+    with the chunked loss (the default on the CPU) and with the plain one: all four runs, one update.
 
     transformers 5 passes num_items_in_batch (target tokens of the whole accumulated batch) to models
-    that accept loss kwargs, LlamaForCausalLM among them; a per-micro-batch mean would differ."""
+    that accept loss kwargs, LlamaForCausalLM among them, and to the chunked loss; a per-micro-batch
+    mean would differ."""
     import torch
     from datasets import Dataset
 
@@ -136,22 +138,29 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
         labels = [-100] * (len(ids) - n_targets) + ids[-n_targets:]
         rows.append({"input_ids": ids, "labels": labels, "length": len(ids), "messages": []})
     ds = Dataset.from_list(rows)
-    weights = []
-    for bs, accum in ((4, 1), (2, 2)):
-        model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=0,
-                                     gradient_checkpointing=False)
-        for name, p in model.named_parameters():  # make B non-zero so A gets a gradient too
-            if "lora_B" in name:
-                p.data.normal_(0, 0.01, generator=torch.Generator().manual_seed(1))
-        cfg = TrainConfig(max_steps=1, per_device_batch_size=bs, grad_accum=accum, learning_rate=1.0, warmup_steps=0,
-                          eval_strategy="no", save_strategy="no", optim="sgd", resume=False)
-        plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
-        training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}", plan=plan)
-        weights.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
-    moved = [n for n in weights[0] if "lora_A" in n]
+    weights, eval_losses = {}, {}
+    for chunked in (True, False):
+        for bs, accum in ((4, 1), (2, 2)):
+            model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=0,
+                                         gradient_checkpointing=False)
+            for name, p in model.named_parameters():  # make B non-zero so A gets a gradient too
+                if "lora_B" in name:
+                    p.data.normal_(0, 0.01, generator=torch.Generator().manual_seed(1))
+            cfg = TrainConfig(max_steps=1, per_device_batch_size=bs, grad_accum=accum, learning_rate=1.0,
+                              warmup_steps=0, eval_strategy="no", save_strategy="no", optim="sgd", resume=False,
+                              chunked_loss=chunked)
+            plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
+            result = training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
+            eval_losses[bs, chunked] = result["eval_loss"]
+            weights[bs, chunked] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    first = weights[4, False]
+    moved = [n for n in first if "lora_A" in n]
     assert moved
-    for name in weights[0]:
-        assert weights[0][name].allclose(weights[1][name], atol=1e-6), name
+    for run in weights.values():
+        for name in first:
+            assert run[name].allclose(first[name], atol=1e-6), name
+    for bs in (4, 2):  # evaluation through the chunked loss: the plain loss's value
+        assert eval_losses[bs, True] == pytest.approx(eval_losses[bs, False], rel=1e-5)
 
 
 def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):

@@ -1,0 +1,173 @@
+"""Cross-entropy from the final hidden states, in chunks: the full (batch, seq, vocab) logits never exist.
+
+The plain causal-LM loss builds fp32 logits for every position (batch x seq x vocab x 4 bytes, and as
+much again for their gradient): for Llama-3 (vocab 128,256) at batch 2 x 2048 that is ~4 GB of a T4's
+15. Here lm_head is applied to a chunk of positions at a time, and only at positions that have a target
+(labels shifted by one, ignore_index dropped: prompt and padding cost nothing). Each chunk's gradient
+with respect to its hidden states (softmax - one-hot, times lm_head) is computed in the forward pass,
+while the chunk's logits are at hand, and kept (rows x hidden, small); backward only scales it. This is
+what liger-kernel's fused linear cross-entropy does in a Triton kernel; liger is used instead where it
+runs (CUDA with liger-kernel installed, through the Trainer's `use_liger_kernel`, which also fuses
+RMSNorm, SwiGLU and RoPE), this pure-torch version everywhere else.
+
+Loss value and reduction are those of transformers' ForCausalLMLoss: the sum over target tokens divided
+by num_items_in_batch (the target tokens of the whole accumulated batch, which the Trainer passes) when
+given, else the mean.
+
+In the Trainer: `ChunkedLossTrainer` hooks lm_head for the duration of compute_loss (its input is kept,
+it is handed an empty sequence so it computes nothing) and computes the loss from the kept hidden states.
+The forward still goes through the wrapped model (peft, DDP), so gradient sync and checkpointing are intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+
+import torch
+
+IGNORE_INDEX = -100
+CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk: the only large buffer of the loss step
+
+
+def chunk_rows(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Positions per chunk so that one chunk's fp32 logits take about chunk_bytes."""
+    return max(16, chunk_bytes // (4 * vocab))
+
+
+def liger_available(cuda: bool | None = None) -> bool:
+    """liger-kernel's fused kernels run here: CUDA present (cuda=None: ask torch, which initialises
+    CUDA; a notebook about to fork passes what preflight saw instead) and liger-kernel with triton installed."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    return cuda and importlib.util.find_spec("liger_kernel") is not None and importlib.util.find_spec("triton") is not None
+
+
+def unsupported(model_config=None, head=None) -> str | None:
+    """Why the chunked loss would not be the model's own loss (None: it is): logits it post-processes, an lm_head
+    that is not a plain Linear (quantized, or given LoRA)."""
+    for attr in ("final_logit_softcapping", "logit_scale"):  # Gemma 2/3, Cohere: logits = f(lm_head(h))
+        if getattr(model_config, attr, None) not in (None, 1, 1.0):
+            return f"the model's config has {attr}={getattr(model_config, attr)}"
+    if head is not None and type(head) is not torch.nn.Linear:
+        return f"lm_head is a {type(head).__name__}, not a plain Linear"
+    return None
+
+
+def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None) -> str:
+    """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits)."""
+    if setting not in ("auto", True, False, "liger", "chunked", "plain"):
+        raise ValueError(f"chunked_loss={setting!r}: use 'auto', True (chunked, liger where it runs), False (plain "
+                         "full-logits loss), or one of 'liger', 'chunked', 'plain'")
+    if setting in (False, "plain"):
+        return "plain"
+    if setting == "liger" and not liger_available(cuda):
+        raise ValueError("chunked_loss='liger' needs CUDA and `pip install liger-kernel`; use 'auto' to fall back "
+                         "to the pure-torch chunked loss")
+    if setting == "liger" or (setting != "chunked" and liger_available(cuda)):
+        return "liger"
+    reason = unsupported(model_config, head)
+    if reason and setting == "chunked":
+        raise ValueError(f"chunked_loss='chunked': {reason}; use 'auto' (the plain loss for this model)")
+    if reason:
+        print(f"[train] the chunked loss is off: {reason}", flush=True)
+    return "plain" if reason else "chunked"
+
+
+class _ChunkedCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, scale, rows):
+        need_h, need_w = ctx.needs_input_grad[:2]  # both False under no_grad (evaluation): the value only
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for s in range(0, hidden.shape[0], rows):
+            h, t = hidden[s:s + rows], targets[s:s + rows]
+            logits = (h @ weight.T).float()  # as ForCausalLMLoss: matmul in the compute dtype, loss in fp32
+            target = logits.gather(1, t[:, None]).squeeze(1)
+            top = logits.max(dim=-1, keepdim=True).values
+            probs = logits.sub_(top).exp_()  # in place throughout: one chunk of logits is the only big buffer
+            total_exp = probs.sum(dim=-1, keepdim=True)
+            total += (top + total_exp.log() - target[:, None]).sum()
+            if need_h or need_w:
+                probs.div_(total_exp)  # softmax; minus the one-hot: dloss/dlogits
+                probs[torch.arange(len(t), device=t.device), t] -= 1
+                probs = probs.to(weight.dtype)
+                if need_h:
+                    grad_h[s:s + rows] = probs @ weight
+                if need_w:
+                    grad_w += (probs.T @ h).float()
+            del logits, probs  # freed before the next chunk's logits exist, not after
+        ctx.save_for_backward(grad_h, grad_w, scale)
+        ctx.weight_dtype = weight.dtype
+        return total * scale
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w, scale = ctx.saved_tensors
+        g = grad_out * scale
+        dh = grad_h * g.to(grad_h.dtype) if grad_h is not None else None
+        dw = (grad_w * g).to(ctx.weight_dtype) if grad_w is not None else None
+        return dh, dw, None, None, None
+
+
+def chunked_cross_entropy(hidden, weight, labels, num_items_in_batch=None, ignore_index: int = IGNORE_INDEX,
+                          rows: int | None = None, shift: bool = True):
+    """Causal-LM cross-entropy of lm_head(hidden) against labels, computed chunk by chunk.
+
+    hidden (batch, seq, dim) final hidden states; weight (vocab, dim) lm_head's; labels (batch, seq) as
+    the model takes them (shift=True: position t predicts labels[t+1], like ForCausalLMLoss).
+    """
+    if shift:
+        labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    keep = labels != ignore_index
+    h, t = hidden[keep], labels[keep].to(hidden.device)
+    count = num_items_in_batch if num_items_in_batch is not None else t.numel()
+    scale = 1.0 / torch.as_tensor(count, dtype=torch.float32, device=hidden.device)  # 0 targets: nan, as the mean
+    return _ChunkedCE.apply(h, weight, t, scale, rows or chunk_rows(weight.shape[0]))
+
+
+@contextlib.contextmanager
+def lm_head_input(model):
+    """While open, lm_head keeps its input (the final hidden states) and computes logits for none of it."""
+    from nbutils.checkpoints import unwrap
+
+    head = unwrap(model).get_output_embeddings()
+    kept = {}
+
+    def hook(module, args):
+        kept["hidden"] = args[0]
+        return (args[0][..., :0, :],)  # (batch, 0, dim): the model returns empty logits
+
+    handle = head.register_forward_pre_hook(hook)
+    try:
+        yield kept, head
+    finally:
+        handle.remove()
+
+
+def trainer_class():
+    """A transformers Trainer whose loss is `chunked_cross_entropy` on lm_head's input."""
+    from transformers import Trainer
+
+    class ChunkedLossTrainer(Trainer):
+        """Trainer computing the causal-LM loss without full logits (see nbutils.train.loss)."""
+
+        def __init__(self, *args, **kwargs):
+            # As a compute_loss_func, the Trainer pops the labels (the model computes no loss) and
+            # treats the result as normalised by num_items_in_batch for gradient accumulation.
+            super().__init__(*args, compute_loss_func=self._loss, **kwargs)
+            self._kept = {}
+
+        def _loss(self, outputs, labels, num_items_in_batch=None):
+            return chunked_cross_entropy(self._kept["hidden"], self._kept["head"].weight, labels, num_items_in_batch)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            with lm_head_input(model) as (kept, head):
+                self._kept = kept
+                kept["head"] = head
+                try:
+                    return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+                finally:
+                    self._kept = {}
+
+    return ChunkedLossTrainer
