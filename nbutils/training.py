@@ -145,8 +145,9 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
     )
     _plain_tqdm_bar(trainer)
-    print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
     main = trainer.is_world_process_zero()
+    if main:  # one log: ranks above 0 print nothing
+        print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
     _lock(output_dir, main)
     try:
         resume = _pick_resume(cfg, output_dir, settings, model, main)
