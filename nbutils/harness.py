@@ -2,6 +2,7 @@
 
     python -m nbutils.harness check                      # what `make papermill-check` runs
     python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
+                                                         # static checks too, unless --no-static
     python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
 
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
@@ -348,22 +349,30 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
             p.add_argument("--no-internet", action="store_true")
             p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
+        if cmd == "run":
+            p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
     args = parser.parse_args(argv)
     if args.command == "lint":
         return _report(lint(args.notebooks), args.out)
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
         notebooks = [ROOT / nb for nb in CHAIN]
-        linted = {r.notebook: r for r in lint(notebooks)}
         # The default chain must work with the internet off: the embedded default needs none.
-        ran = run(notebooks, args.out, params, False, args.time_budget)
-        for r in ran:  # one row per notebook: its static problems first, then what the run found
-            r.problems = linted.pop(r.notebook).problems + r.problems
-            r.status = "failed" if r.failing else "passed"
-        skipped = [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
-        return _report(ran + skipped, args.out)
-    return _report(run(args.notebooks, args.out, params, False if args.no_internet else None, args.time_budget),
-                   args.out)
+        return _report(with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget)),
+                       args.out)
+    internet = False if args.no_internet else None
+    ran = lambda: run(args.notebooks, args.out, params, internet, args.time_budget)
+    return _report(ran() if args.no_static else with_static(args.notebooks, ran), args.out)
+
+
+def with_static(notebooks: list[Path], execute) -> list[Result]:
+    """Static checks, then `execute()`; one row per notebook, its static problems first, then the run's."""
+    linted = {r.notebook: r for r in lint(notebooks)}
+    ran = execute()
+    for r in ran:
+        r.problems = linted.pop(r.notebook).problems + r.problems
+        r.status = "failed" if r.failing else "passed"
+    return ran + [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
 
 
 def _literal(value: str):

@@ -24,7 +24,10 @@ FAKE_KAGGLE_JSON = 'kaggle_json = {"username": "alice", "key": "' + "0123456789a
 # name -> (cells after title+parameters, expected check id, expected cell index or None)
 # Cell 0 is a markdown title, cell 1 the parameters cell; the listed cells start at index 2.
 STATIC = {
-    "stale_import": (["import transformers", "!pip install -q peft==0.21.2"], "stale-import", 3),
+    "stale_import": (["import peft", "!pip install -q -U peft==0.21.2"], "stale-import", 3),
+    # Kaggle's template first cell above an install that can move numpy/pandas/pyarrow.
+    "import_before_install": (["import numpy as np\nimport pandas as pd", "!pip install -q datasets==5.2.0"],
+                              "import-before-install", 2),
     "unpinned_install": (["!pip install -U transformers"], "unpinned-install", 2),
     "background_process": (["!python -m http.server 8000 &"], "background-process", 2),
     "blocking_input": (["name = input('model? ')"], "blocking-input", 2),
