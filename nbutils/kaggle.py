@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils import settings
-from nbutils.install import NEEDED, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
+from nbutils.install import NEEDED, NUMPY1_PINS, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
 
 ROOT = Path(__file__).resolve().parent.parent
 METADATA_FILE = "kernel-metadata.json"
@@ -274,20 +274,46 @@ def dataset_metadata(owner: str | None = None) -> dict:
     }
 
 
+def _wheelhouse_current(dest: Path, specs: list[str], python_version: str) -> bool:
+    try:
+        manifest = json.loads((dest / WHEELHOUSE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("requested") == specs and manifest.get("python_version") == python_version
+            and "numpy1_closure" in manifest and manifest.get("torch_assumed") == assumed_torch()
+            and {(_canonical(n), v) for n, v in manifest["closure"].items()} <= _wheels_in(dest))
+
+
+def _wheels_in(folder: Path) -> set[tuple[str, str]]:
+    from packaging.utils import parse_wheel_filename
+
+    return {(_canonical(str(name)), str(version)) for name, version, *_ in map(parse_wheel_filename,
+                                                                              (w.name for w in folder.glob("*.whl")))}
+
+
 def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
     """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
 
     Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
     in nbutils.install.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
     """
+    specs = [f"{name}=={version}" for name, version in PINS.items()]
+    if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
+        for old in dest.glob("nbutils-*.whl"):
+            old.unlink()
+        _build_nbutils_wheel(dest)
+        return dest
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     wheel = _build_nbutils_wheel(dest)
-    specs = [f"{name}=={version}" for name, version in PINS.items()]
     closure = resolve_closure(specs, python_version)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version),
-                    "-d", str(dest), *(f"{n}=={v}" for n, v in closure.items())], check=True)
+    # A numpy-1 image gets the releases that still run there (install.NUMPY1_PINS), numpy held below 2.
+    numpy1 = [f"{n}=={NUMPY1_PINS[n][0] if n in NUMPY1_PINS else v}" for n, v in PINS.items()] + ["numpy<2"]
+    closure1 = resolve_closure(numpy1, python_version)
+    for wanted in (closure, {n: v for n, v in closure1.items() if closure.get(n) != v}):  # one version per call
+        subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version),
+                        "-d", str(dest), *(f"{n}=={v}" for n, v in wanted.items())], check=True)
     have = {_canonical(w.name.split("-")[0]) for w in dest.glob("*.whl")}
     missing = [n for n in closure if _canonical(n) not in have]
     if missing:
@@ -298,6 +324,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     (dest / WHEELHOUSE_MANIFEST).write_text(_dump({
         "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": assumed_torch(),
         "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
+        "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
     }))
     (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
     return dest
