@@ -351,6 +351,15 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
         t0 = time.monotonic()
         ran = run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)
         print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
+        if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():
+            summary = twins.rerun_install(last)  # a second run in the same session installs nothing
+            print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
+            if "nothing to install" not in summary:
+                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, f"the install cell run again "
+                                                f"in the same session did not come back clean: {summary}",
+                                                "the install step must find its own pins in place (see nbutils.install)"))
+                ran[-1].status = "failed"
         for r in ran:
             r.notebook = f"{r.notebook} [twin {t.name}]"
             for p in r.problems:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils import settings
-from nbutils.install import NEEDED, NUMPY1_PINS, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
+from nbutils.install import NUMPY1_PINS, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
 
 ROOT = Path(__file__).resolve().parent.parent
 METADATA_FILE = "kernel-metadata.json"
@@ -330,50 +330,6 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     return dest
 
 
-def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset",
-                     work: Path = ROOT / "build" / "wheelhouse-check") -> dict:
-    """Prove the dataset alone installs everything: a fresh venv with only torch, Kaggle simulated, no network.
-
-    Runs the notebooks' real bootstrap cell there (nbutils wheel, then ensure_packages from the wheelhouse
-    with --no-index), in a network namespace with no network when `unshare -n` works, pip config off.
-    """
-    start = time.monotonic()
-    if work.exists():
-        shutil.rmtree(work)
-    (work / "input").mkdir(parents=True)
-    (work / "home").mkdir()
-    (work / "input" / settings.DATASET_SLUG).symlink_to(dataset_dir.resolve())
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
-    py = str(work / "venv" / "bin" / "python")
-    # Like Kaggle's image: torch is there before the notebook starts (here from the machine's pip config).
-    subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={assumed_torch()}"], check=True)
-    before = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
-           "NBUTILS_INPUT_ROOT": str(work / "input"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    offline = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-    prefix = ["unshare", "-n"] if offline else []
-    if not offline:
-        env["PIP_NO_INDEX"] = "1"
-        print("[wheelhouse-check] `unshare -n` unavailable: relying on --no-index and PIP_NO_INDEX", flush=True)
-    install_start = time.monotonic()
-    subprocess.run([*prefix, py, "-c", bootstrap_cell_source()], cwd=work, env=env, check=True)
-    install_s = time.monotonic() - install_start
-    modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.install"}))
-    subprocess.run([*prefix, py, "-c", f"import {modules}; import nbutils; print('[wheelhouse-check] imports OK')"],
-                   cwd=work, env=env, check=True)
-    subprocess.run([py, "-m", "pip", "check"], cwd=work, env=env, check=True)
-    after = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
-    wheels = list(dataset_dir.glob("*.whl"))
-    shutil.rmtree(work / "venv")  # 1-2 GB; kept only when a step failed, for a look inside
-    return {
-        "wheels": len(wheels), "size_mb": round(sum(w.stat().st_size for w in wheels) / 2**20, 1),
-        "installed": len(set(after.stdout.split()) - set(before.stdout.split())),
-        "network_namespace": bool(offline), "install_s": round(install_s, 1),
-        "total_s": round(time.monotonic() - start, 1),
-    }
-
-
 # --- badges and the notebooks' generated parts --------------------------------------------------
 
 def _blob_path(stem: str) -> str:
@@ -437,8 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{dest}: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.0f} MiB for Python "
               f"{KAGGLE_PYTHON}. Upload: kaggle datasets create -p {dest} (later: kaggle datasets version -p {dest} -m ...)")
     elif cmd == "wheelhouse-check":
-        result = wheelhouse_check()
-        print("[wheelhouse-check] OK " + " ".join(f"{k}={v}" for k, v in result.items()))
+        from nbutils.wheelhouse_check import wheelhouse_check
+
+        for result in wheelhouse_check(twins=os.environ.get("TWINS", "1") != "0"):
+            print("[wheelhouse-check] OK " + " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     elif cmd == "table":
         print(notebooks_table_markdown())
     elif cmd in ("sync", "badges"):  # "badges": the older name

@@ -189,6 +189,23 @@ def prepare(twin: Twin, box) -> tuple[str, str, dict]:
     return kernel, str(python), {"JUPYTER_PATH": str(folder)}
 
 
+def rerun_install(box_root: Path) -> str:
+    """Run the install cell again in a notebook's finished twin copy (offline); its one-line summary.
+
+    A second run in the same session must find everything in place and install nothing.
+    """
+    from nbutils.install import bootstrap_cell_source
+    from nbutils.sandbox import Sandbox, environment
+
+    box = Sandbox(box_root, box_root / "input", box_root / "working", box_root / "temp", box_root / "events.jsonl")
+    python = box_root / "env" / "bin" / "python"
+    env = environment(box, internet=False, python=str(python))
+    cell = bootstrap_cell_source().replace("\nensure_packages()", "\nprint(repr(ensure_packages()))")
+    proc = subprocess.run([str(python), "-c", cell], cwd=box.working, env=env, capture_output=True, text=True)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return lines[-1] if lines else f"no output (exit {proc.returncode})"
+
+
 def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
     """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: only the KEEP packages, pinned."""
     keep, found = {_canonical(k) for k in KEEP}, {}

@@ -87,6 +87,17 @@ CONFLICT = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nsys.path.
             "!pip install -q --no-index nbformat  # already satisfied: installs nothing, so no second pip check"]
 RUNTIME["stale_module"] = (STALE, "stale-module", 5)
 RUNTIME["package_conflict"] = (CONFLICT, "package-conflict", 3)
+# Run in the numpy-1 Kaggle image twin with the nbutils dataset attached (tests/test_twin.py): name -> (cells,
+# every failing (check, cell) the harness must report). The bootstrap cell is the notebooks' own install cell.
+TWIN = {
+    # Kaggle's template first cell above the install cell: pandas loads pyarrow, the install replaces it.
+    "twin_template_imports": (["import numpy as np\nimport pandas as pd  # Kaggle's template cell", "BOOTSTRAP"],
+                              {("import-before-install", 2), ("stale-module", 3), ("cell-error", 3)}),
+    # pyarrow 26 on a numpy-1 image: pip installs it happily, it stops at import ("requires NumPy 2.0").
+    "twin_broken_import": (["import os\nwheels = os.path.join(os.environ['NBUTILS_INPUT_ROOT'], 'qlora-nbutils')\n"
+                            "!pip install -q --no-deps --no-index --find-links $wheels pyarrow==26.0.1"],
+                           {("broken-import", 2)}),
+}
 CLEAN = {
     "clean_minimal": ["import json\nprint(json.dumps({'steps': steps}))"],
     "clean_files": ["from pathlib import Path\nPath('out.txt').write_text('ok')\nimport tempfile\n"
@@ -138,6 +149,10 @@ def build(dest: Path = HERE) -> None:
             jupytext.write(edited, dest / f"{name}.py", fmt="py:percent")
     for name, cells in CLEAN.items():
         _write(notebook(cells), dest / f"{name}.ipynb")
+    from nbutils.install import bootstrap_cell_source
+
+    for name, (cells, _) in TWIN.items():
+        _write(notebook([bootstrap_cell_source() if c == "BOOTSTRAP" else c for c in cells]), dest / f"{name}.ipynb")
     allowed = notebook(["data = open('/home/alice/data.csv') if False else None"], tags={2: "allow-absolute-path"})
     _write(allowed, dest / "allowed_absolute_path.ipynb")
     (dest / MISSING_ARTIFACT).parent.mkdir(exist_ok=True)
