@@ -8,7 +8,8 @@ import importlib
 import sys
 import time
 
-MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.guard_bench", "bench.harness_bench"]
+MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.guard_bench", "bench.harness_bench",
+           "bench.twin_bench"]
 
 
 def print_table(rows: list[dict]) -> None:
