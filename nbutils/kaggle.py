@@ -299,9 +299,12 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     """
     specs = [f"{name}=={version}" for name, version in PINS.items()]
     if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
-        for old in dest.glob("nbutils-*.whl"):
-            old.unlink()
-        _build_nbutils_wheel(dest)
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            fresh = _build_nbutils_wheel(Path(tmp))
+            for old in dest.glob("nbutils-*.whl"):
+                if old.name != fresh.name:
+                    old.unlink()
+            os.replace(fresh, dest / fresh.name)  # atomic: a run reading the dataset never finds it without a wheel
         return dest
     if dest.exists():
         shutil.rmtree(dest)
