@@ -80,7 +80,7 @@ STALE = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedirs(
          "!pip install -q --no-index --no-deps --target site $w1",
          "import gallerypkg",
          "!pip install -q --no-index --no-deps --upgrade --target site $w2"]
-CONFLICT = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nsys.path.insert(0, site)\n"
+CONFLICT = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedirs(site, exist_ok=True)\nsys.path.insert(0, site)\n"
             "os.environ['PYTHONPATH'] = site + os.pathsep + os.environ.get('PYTHONPATH', '')\n"
             "w = wheel('.', 'needsmissing', '1.0', ['nonexistent-gallery-dep'])",
             "!pip install -q --no-index --no-deps --target site $w\nimport needsmissing  # used: the conflict matters",
