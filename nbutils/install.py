@@ -78,6 +78,9 @@ class InstallPlan:
     constraints: dict[str, str] = field(default_factory=dict)  # name -> specifier: "==2.6.0" holds torch/numpy
     notes: list[str] = field(default_factory=list)
     summary: str = ""  # one line, set by run_install; what the cell shows last
+    # Present packages handed to pip as `name>=minimum`: satisfied, so left alone, unless a pin's dependencies
+    # need them moved (transformers 5.23 needs huggingface-hub 2, which datasets 4.8 refuses: pip then moves datasets).
+    keep: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return self.summary or f"install plan: {len(self.packages)} package(s) from {self.source}"
@@ -87,7 +90,8 @@ class InstallPlan:
         extra = ["-c", constraints_file] if constraints_file else []
         # --no-compile: a session imports a few hundred of the thousands of modules it installs; compiling
         # them all up front took most of the install's time.
-        return ["-m", "pip", "install", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages]
+        return ["-m", "pip", "install", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages,
+                *self.keep]
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -143,6 +147,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
         plan.notes.append("every package is present and recent enough; nothing to install")
         return plan
     plan.packages = specs
+    plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not _is_never(n)]
     for held in ("torch", "numpy"):
         if installed.get(held):
             plan.constraints[held] = f"=={installed[held]}"
