@@ -1,10 +1,12 @@
 """papermill-check: run notebooks the way a Kaggle background run does, and stricter.
 
-    python -m nbutils.harness check                      # what `make papermill-check` runs
+    python -m nbutils.harness check [--twin all]         # what `make papermill-check` runs (TWINS=0: no --twin)
     python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
                                                          # static checks too, unless --no-static
     python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
 
+`--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/twin.py, kaggle-image/NAME.txt): a
+pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv first.
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from nbutils import sandbox
 from nbutils.harness_report import Result, report, summary_table, write_reports  # noqa: F401 -- re-exported
+from nbutils.install import NEEDED
 from nbutils.nbchecks import SECRET_SHAPES, Problem, apply_allowances, check_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +31,7 @@ CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "note
 # What each of our notebooks must leave for the next one (stage folder, marker file).
 ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
              "03_eval": ("eval", "eval_report.json")}
+CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")  # a pip conflict about these (or what they need) matters to the chain
 UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir"}
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
                               r"Segmentation fault|core dumped|Killed\b")
@@ -163,28 +167,17 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
 
 def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
                  mounts: list[tuple[Path, str]], twin=None) -> tuple[Result, sandbox.Sandbox]:
-    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox.
-
-    twin: a `nbutils.twin.Twin`: the kernel runs in a pristine copy of that Kaggle image twin, with the
-    nbutils dataset attached, instead of the project venv.
-    """
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`)."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
-
-    from nbutils import embedded
-    from nbutils.install import NEEDED
 
     name = path.name
     original = nbformat.read(path, as_version=4)
     box = sandbox.create(out, path.stem)
     for src, slug in mounts:
         sandbox.mount_readonly(src, box, slug)
-    kernel, python, extra = "python3", None, {}
-    if twin is not None:  # before the input fingerprint: the attached dataset is an input
-        from nbutils import twin as twins
-
-        kernel, python, extra = twins.prepare(twin, box)
+    kernel, python, extra = _kernel(twin, box)  # before the input fingerprint: a twin's dataset is an input
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
     result = Result(name, executed=str(executed_path))
@@ -192,9 +185,9 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
     saved_env = dict(os.environ)
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
-    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(embedded.cache_dir().parent)}
+    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(_embedded_cache())}
     os.environ.clear()
-    os.environ.update({**sandbox.environment(box, internet, base, python, (*NEEDED, "nbutils", "torch")), **extra})
+    os.environ.update({**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra})
     failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
     try:
@@ -231,6 +224,22 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
                                        "inputs are read-only on Kaggle: write under the working dir"))
     result.status = "failed" if result.failing else "passed"
     return result, box
+
+
+def _embedded_cache() -> Path:
+    from nbutils import embedded
+
+    return embedded.cache_dir().parent
+
+
+def _kernel(twin, box: sandbox.Sandbox) -> tuple[str, str | None, dict]:
+    """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
+    (`nbutils.twin.Twin`) with the nbutils dataset attached."""
+    if twin is None:
+        return "python3", None, {}
+    from nbutils import twin as twins
+
+    return twins.prepare(twin, box)
 
 
 def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
@@ -356,9 +365,8 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
             summary = twins.rerun_install(last)  # a second run in the same session installs nothing
             print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
             if "nothing to install" not in summary:
-                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, f"the install cell run again "
-                                                f"in the same session did not come back clean: {summary}",
-                                                "the install step must find its own pins in place (see nbutils.install)"))
+                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
+                                                f"the same session installed something: {summary}", "see nbutils.install"))
                 ran[-1].status = "failed"
         for r in ran:
             r.notebook = f"{r.notebook} [twin {t.name}]"
