@@ -6,6 +6,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval notebooks/04_export
+# papermill-check runs the chain in the project venv, then in each Kaggle image twin (kaggle-image/*.txt).
+# TWINS=0 skips the twins for a quick local loop; CI runs them.
+TWINS ?= 1
+TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-dataset kaggle-twins)
 
 .PHONY: setup test papermill-check lint sync bench clean
 
@@ -22,8 +26,8 @@ setup: $(STAMP)
 test: setup
 	$(PY) -m pytest -q
 
-papermill-check: setup
-	$(PY) -m nbutils.harness check
+papermill-check: setup $(TWIN_STAGE)
+	$(PY) -m nbutils.harness check $(if $(TWIN_STAGE),--twin all)
 
 lint: setup
 	$(PY) -m ruff check nbutils tests bench $(addsuffix .py,$(NOTEBOOKS))

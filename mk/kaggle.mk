@@ -2,7 +2,7 @@
 # Nothing here talks to Kaggle except kaggle-push, which needs credentials and says so without them.
 KAGGLE_PYTHON ?= 3.11
 
-.PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check
+.PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
 
 kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/settings.py)
 	$(PY) -m nbutils.kaggle metadata
@@ -13,10 +13,19 @@ kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb
 kaggle-push: setup  ## bundle, then push 01 -> 02 -> 03 -> 04, waiting for each run (KAGGLE_PUSH_WAIT=0 to not wait)
 	$(PY) -m nbutils.kaggle push
 
-kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for Kaggle's Python (no torch)
+kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for Kaggle's Python (no torch); seconds when only nbutils changed
 	KAGGLE_PYTHON=$(KAGGLE_PYTHON) $(PY) -m nbutils.kaggle dataset
 
-# Proof that the dataset alone is enough: a fresh venv with only torch (as on Kaggle), no network,
-# runs the notebooks' bootstrap cell and imports everything. Slow (a few minutes): not part of `make test`.
-kaggle-wheelhouse-check: kaggle-dataset
-	$(PY) -m nbutils.kaggle wheelhouse-check
+# Proof that the dataset alone is enough: the notebooks' bootstrap cell, no network, in a fresh venv with only
+# torch and in a pristine copy of each Kaggle image twin; then everything imports. Slow (minutes): not in `make test`.
+kaggle-wheelhouse-check: kaggle-dataset $(if $(filter 0,$(TWINS)),,kaggle-twins)
+	TWINS=$(TWINS) $(PY) -m nbutils.kaggle wheelhouse-check
+
+kaggle-twins: setup  ## one venv per kaggle-image/*.txt snapshot (cached by its hash), registered as kernel kaggle-<name>
+	$(PY) -m nbutils.twin build
+
+# A snapshot from a real Kaggle session: run `!pip freeze > /kaggle/working/pip-freeze.txt` there, download it, then
+#   make kaggle-image-refresh FREEZE=pip-freeze.txt NAME=numpy2-2026
+kaggle-image-refresh: setup
+	@test -n "$(FREEZE)" -a -n "$(NAME)" || { echo "usage: make kaggle-image-refresh FREEZE=pip-freeze.txt NAME=<snapshot>"; exit 2; }
+	$(PY) -m nbutils.twin refresh $(FREEZE) $(NAME)

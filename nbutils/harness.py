@@ -1,9 +1,12 @@
 """papermill-check: run notebooks the way a Kaggle background run does, and stricter.
 
-    python -m nbutils.harness check                      # what `make papermill-check` runs
+    python -m nbutils.harness check [--twin all]         # what `make papermill-check` runs (TWINS=0: no --twin)
     python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
+                                                         # static checks too, unless --no-static
     python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
 
+`--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/twin.py, kaggle-image/NAME.txt): a
+pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv first.
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """
@@ -16,11 +19,11 @@ import os
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from nbutils import sandbox
+from nbutils.harness_report import Result, report, summary_table, write_reports  # noqa: F401 -- re-exported
+from nbutils.install import NEEDED
 from nbutils.nbchecks import SECRET_SHAPES, Problem, apply_allowances, check_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +32,7 @@ CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "note
 # What each of our notebooks must leave for the next one (stage folder, marker file).
 ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
              "03_eval": ("eval", "eval_report.json"), "04_export": ("export", "export_summary.json")}
+CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")  # a pip conflict about these (or what they need) matters to the chain
 UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir", "eval": "eval_dir"}
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
                               r"Segmentation fault|core dumped|Killed\b")
@@ -36,19 +40,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_FILES = 20 * 2**30, 500  # Kaggle's /kaggle/working limits
 # The kernel's own log (e.g. "running over TCP without encryption") is noise in a harness run; errors still show.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
-
-
-@dataclass
-class Result:
-    notebook: str
-    status: str = "passed"
-    seconds: float = 0.0
-    problems: list[Problem] = field(default_factory=list)
-    executed: str = ""
-
-    @property
-    def failing(self) -> list[Problem]:
-        return [p for p in self.problems if not p.allowed]
 
 
 def kernel_metadata(root: Path = ROOT) -> dict[str, dict]:
@@ -130,8 +121,13 @@ EVENT_PROBLEMS = {
                     "check the command's output; use subprocess.run(..., check=True)"),
     "stale-module": (lambda ev: f"{ev['module']} {ev['loaded']} is loaded but {ev['installed']} is installed",
                      "install before any import (first cell) or restart the kernel after installing"),
-    "package-conflict": (lambda ev: f"pip check: {ev['detail'].splitlines()[0]}",
+    "package-conflict": (lambda ev: f"pip check: {ev['detail'].splitlines()[0]}" + (
+                             "" if ev.get("matters", True) else " (does not matter to the chain: nothing it imports "
+                                                                "needs that package; kept in the report)"),
                          "pin compatible versions in the install cell"),
+    "broken-import": (lambda ev: f"{ev['package']} no longer imports in a fresh interpreter after this cell's install: "
+                                 f"{ev['error']}",
+                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.install)"),
 }
 
 
@@ -146,7 +142,8 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
     for ev in box.read_events():
         if ev["type"] in EVENT_PROBLEMS:
             what, fix = EVENT_PROBLEMS[ev["type"]]
-            problems.append(Problem(ev["type"], name, index_of(ev.get("execution_count")), what(ev), fix))
+            problems.append(Problem(ev["type"], name, index_of(ev.get("execution_count")), what(ev), fix,
+                                    allowed=ev.get("matters") is False))
     secrets = _secret_values()
     for i, cell in enumerate(executed.cells):
         orig = _original_index(executed.cells, i)
@@ -170,19 +167,18 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
 
 
 def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
-                 mounts: list[tuple[Path, str]]) -> tuple[Result, sandbox.Sandbox]:
-    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox."""
+                 mounts: list[tuple[Path, str]], twin=None) -> tuple[Result, sandbox.Sandbox]:
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`)."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
-
-    from nbutils import embedded
 
     name = path.name
     original = nbformat.read(path, as_version=4)
     box = sandbox.create(out, path.stem)
     for src, slug in mounts:
         sandbox.mount_readonly(src, box, slug)
+    kernel, python, extra = _kernel(twin, box)  # before the input fingerprint: a twin's dataset is an input
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
     result = Result(name, executed=str(executed_path))
@@ -190,13 +186,13 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
     saved_env = dict(os.environ)
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
-    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(embedded.cache_dir().parent)}
+    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(_embedded_cache())}
     os.environ.clear()
-    os.environ.update(sandbox.environment(box, internet, base))
+    os.environ.update({**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra})
     failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
     try:
-        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name="python3",
+        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
                                    cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
     except PapermillExecutionError as e:
         failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
@@ -231,7 +227,24 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     return result, box
 
 
-def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None) -> list[Result]:
+def _embedded_cache() -> Path:
+    from nbutils import embedded
+
+    return embedded.cache_dir().parent
+
+
+def _kernel(twin, box: sandbox.Sandbox) -> tuple[str, str | None, dict]:
+    """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
+    (`nbutils.twin.Twin`) with the nbutils dataset attached."""
+    if twin is None:
+        return "python3", None, {}
+    from nbutils import twin as twins
+
+    return twins.prepare(twin, box)
+
+
+def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
+        twin=None) -> list[Result]:
     """Run notebooks in order; each gets the outputs of its kernel_sources mounted read-only as inputs."""
     from nbutils import embedded
 
@@ -257,7 +270,7 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
                 nb_params.setdefault(UPSTREAM_PARAMS[stage], str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage))
         net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
-                                   time_budget, mounts)
+                                   time_budget, mounts, twin)
         if path.stem in ARTIFACTS and not result.failing:
             stage, marker = ARTIFACTS[path.stem]
             if not (box.working / stage / marker).exists():
@@ -300,43 +313,6 @@ def lint(notebooks: list[Path]) -> list[Result]:
     return results
 
 
-def write_reports(out: Path, results: list[Result]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    data = {"ok": not any(r.failing for r in results),
-            "notebooks": [{**asdict(r), "problems": [asdict(p) for p in r.problems],
-                           "allowances": [str(p) for p in r.problems if p.allowed]} for r in results]}
-    (out / "report.json").write_text(json.dumps(data, indent=2))
-    cases = []
-    for r in results:
-        body = "".join(f'<failure type="{escape(p.check)}" message="{escape(str(p), {chr(34): "&quot;"})}"/>'
-                       for p in r.failing)
-        cases.append(f'<testcase classname="papermill-check" name="{escape(r.notebook)}" time="{r.seconds}">'
-                     f"{body}</testcase>")
-    failures = sum(1 for r in results if r.failing)
-    (out / "junit.xml").write_text(f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="papermill-check" '
-                                   f'tests="{len(results)}" failures="{failures}">{"".join(cases)}</testsuite>\n')
-
-
-def summary_table(results: list[Result]) -> str:
-    rows = [("notebook", "status", "seconds", "first problem")]
-    for r in results:
-        allowed = ", ".join(f"{p.check} (cell {p.cell})" for p in r.problems if p.allowed)
-        first = str(r.failing[0]) if r.failing else (f"allowed: {allowed}" if allowed else "-")
-        rows.append((r.notebook, r.status, f"{r.seconds:.1f}", first[:100]))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in rows)
-
-
-def _report(results: list[Result], out: Path | None) -> int:
-    for r in results:
-        for p in r.problems:
-            print(p)
-    if out is not None:
-        write_reports(out, results)
-    print(summary_table(results))
-    return 1 if any(r.failing for r in results) else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nbutils.harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -349,22 +325,67 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
             p.add_argument("--no-internet", action="store_true")
             p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
+            p.add_argument("--twin", action="append", default=[], metavar="NAME",
+                           help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
+                                "check runs the project venv first, then the twins")
+        if cmd == "run":
+            p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
     args = parser.parse_args(argv)
     if args.command == "lint":
-        return _report(lint(args.notebooks), args.out)
+        return report(lint(args.notebooks), args.out)
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
         notebooks = [ROOT / nb for nb in CHAIN]
-        linted = {r.notebook: r for r in lint(notebooks)}
         # The default chain must work with the internet off: the embedded default needs none.
-        ran = run(notebooks, args.out, params, False, args.time_budget)
-        for r in ran:  # one row per notebook: its static problems first, then what the run found
-            r.problems = linted.pop(r.notebook).problems + r.problems
-            r.status = "failed" if r.failing else "passed"
-        skipped = [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
-        return _report(ran + skipped, args.out)
-    return _report(run(args.notebooks, args.out, params, False if args.no_internet else None, args.time_budget),
-                   args.out)
+        t0 = time.monotonic()
+        results = with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))
+        print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        return report(results + run_twins(notebooks, args.out, params, False, args.time_budget, args.twin), args.out)
+    internet = False if args.no_internet else None
+    if args.twin:
+        ran = lambda: run_twins(args.notebooks, args.out, params, internet, args.time_budget, args.twin)
+    else:
+        ran = lambda: run(args.notebooks, args.out, params, internet, args.time_budget)
+    return report(ran() if args.no_static else with_static(args.notebooks, ran), args.out)
+
+
+def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
+              names: list[str]) -> list[Result]:
+    """The notebooks again in each named Kaggle image twin ('all': every snapshot), under out/twin-<name>/."""
+    from nbutils import twin as twins
+
+    if not names:
+        return []
+    results = []
+    for t in twins.twins(None if "all" in names else names):
+        t0 = time.monotonic()
+        ran = run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)
+        print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
+        if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():
+            summary = twins.rerun_install(last)  # a second run in the same session installs nothing
+            print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
+            if "nothing to install" not in summary:
+                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
+                                                f"the same session installed something: {summary}", "see nbutils.install"))
+                ran[-1].status = "failed"
+        for r in ran:
+            r.notebook = f"{r.notebook} [twin {t.name}]"
+            for p in r.problems:
+                p.notebook = r.notebook
+        results += ran
+    return results
+
+
+def with_static(notebooks: list[Path], execute) -> list[Result]:
+    """Static checks, then `execute()`; one row per notebook, its static problems first, then the run's."""
+    linted = {r.notebook: r for r in lint(notebooks)}
+    ran = execute()
+    for r in ran:
+        static = linted.pop(r.notebook.split(" [twin ")[0], None)  # once, on the first row for that notebook
+        r.problems = (static.problems if static else []) + r.problems
+        r.status = "failed" if r.failing else "passed"
+    return ran + [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
 
 
 def _literal(value: str):

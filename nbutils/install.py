@@ -63,6 +63,12 @@ USUALLY_PREINSTALLED = {
 }
 # Never installed or upgraded here: the platform's torch matches its CUDA driver.
 NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
+# numpy is held at the image's version: the image's own compiled packages (matplotlib, scipy, scikit-learn,
+# opencv, numba ...) are built against it, and moving it would mean moving all of them. On a numpy-1 image
+# these pins replace ours: the newest releases that still run on numpy 1 (pyarrow 26 stops at import with
+# "pyarrow requires NumPy 2.0 or newer" without declaring it; pandas 3 declares numpy>=2). The wheelhouse
+# carries both sets. name -> (pin on numpy 1, cap passed to pip as a constraint).
+NUMPY1_PINS = {"pyarrow": ("25.0.1", "<26"), "pandas": ("2.3.3", "<3")}
 WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
 
@@ -72,13 +78,23 @@ class InstallPlan:
     source: str  # "none" | "wheelhouse" | "index"
     packages: list[str] = field(default_factory=list)  # pip specs: "peft==0.21.2", "nbutils @ git+..."
     pip_args: list[str] = field(default_factory=list)  # e.g. ["--no-index", "--find-links", DIR]
-    constraints: dict[str, str] = field(default_factory=dict)  # held at their installed version (torch)
+    constraints: dict[str, str] = field(default_factory=dict)  # name -> specifier: "==2.6.0" holds torch/numpy
     notes: list[str] = field(default_factory=list)
+    summary: str = ""  # one line, set by run_install; what the cell shows last
+    # Present packages handed to pip as `name>=minimum`: satisfied, so left alone, unless a pin's dependencies
+    # need them moved (transformers 5.23 needs huggingface-hub 2, which datasets 4.8 refuses: pip then moves datasets).
+    keep: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return self.summary or f"install plan: {len(self.packages)} package(s) from {self.source}"
 
     def command(self, constraints_file: str | None = None) -> list[str]:
         """The pip command line (without the interpreter) this plan runs."""
         extra = ["-c", constraints_file] if constraints_file else []
-        return ["-m", "pip", "install", "--progress-bar", "off", *self.pip_args, *extra, *self.packages]
+        # --no-compile: a session imports a few hundred of the thousands of modules it installs; compiling
+        # them all up front took most of the install's time.
+        return ["-m", "pip", "install", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages,
+                *self.keep]
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -121,19 +137,27 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
     if platform_name == "local":
         plan.notes.append("local run: `make setup` installed the pinned environment; nothing to do")
         return plan
+    numpy1 = _version(installed.get("numpy") or "2")[:1] < (2,)
+    pins = {**PINS, **({n: pin for n, (pin, _) in NUMPY1_PINS.items()} if numpy1 else {})}
     need = [n for n in NEEDED if not _is_never(n) and needs_install(n, installed.get(n))]
     for name in need:
         have = installed.get(name)
-        plan.notes.append(f"{name}: {'missing' if have is None else have} -> {PINS[name]}")
-    specs = [f"{n}=={PINS[n]}" for n in need]
+        plan.notes.append(f"{name}: {'missing' if have is None else have} -> {pins[name]}")
+    specs = [f"{n}=={pins[n]}" for n in need]
     if not installed.get("nbutils"):
         specs.insert(0, "nbutils" if dataset_dir is not None else nbutils_git_spec())
     if not specs:
         plan.notes.append("every package is present and recent enough; nothing to install")
         return plan
     plan.packages = specs
-    if installed.get("torch"):
-        plan.constraints["torch"] = installed["torch"]
+    plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not _is_never(n)]
+    for held in ("torch", "numpy"):
+        if installed.get(held):
+            plan.constraints[held] = f"=={installed[held]}"
+    if numpy1:
+        plan.constraints.update({n: cap for n, (_, cap) in NUMPY1_PINS.items()})
+        plan.notes.append(f"numpy {installed['numpy']} held (the image's compiled packages need numpy 1); "
+                          + ", ".join(f"{n}{cap}" for n, (_, cap) in NUMPY1_PINS.items()) + " (later releases need numpy 2)")
     if dataset_dir is not None:
         plan.source = "wheelhouse"
         plan.pip_args = ["--no-index", "--find-links", str(dataset_dir)]
@@ -150,7 +174,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
     return plan
 
 
-def installed_versions(names=(*NEEDED, "nbutils", "torch")) -> dict[str, str | None]:
+def installed_versions(names=(*NEEDED, "nbutils", "torch", "numpy")) -> dict[str, str | None]:
     """Installed distribution versions (None when absent), read from package metadata without importing."""
     out: dict[str, str | None] = {}
     for name in names:
@@ -193,27 +217,38 @@ def _wheelhouse_hint(plan: InstallPlan) -> str:
             f"(KAGGLE_PYTHON={here} if they differ) and upload a new version, or turn Internet on and detach it.")
 
 
-def run_install(plan: InstallPlan) -> None:
-    """Run pip for the plan (its output shown, never captured), then check that every pin took."""
-    for note in plan.notes:
-        print(f"[install] {note}")
-    if not plan.packages:
-        return
-    assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+def _run_pip(plan: InstallPlan) -> tuple[int, str]:
+    """Run pip for the plan, its output shown line by line (and returned for the conflict check)."""
     with tempfile.TemporaryDirectory() as tmp:
         constraints = None
         if plan.constraints:
             constraints = os.path.join(tmp, "constraints.txt")
-            Path(constraints).write_text("".join(f"{n}=={v}\n" for n, v in plan.constraints.items()))
+            Path(constraints).write_text("".join(f"{n}{spec}\n" for n, spec in plan.constraints.items()))
         cmd = [sys.executable, *plan.command(constraints)]
         print("[install] pip " + " ".join(cmd[3:]) +
-              (f"  (holding {', '.join(f'{n}=={v}' for n, v in plan.constraints.items())})" if constraints else ""),
+              (f"  (holding {', '.join(f'{n}{v}' for n, v in plan.constraints.items())})" if constraints else ""),
               flush=True)
         # Piped and printed: a subprocess' own output does not reach the cell on every platform (Colab).
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
         for line in proc.stdout:
             print(line, end="", flush=True)
-        returncode = proc.wait()
+            lines.append(line)
+        return proc.wait(), "".join(lines)
+
+
+def run_install(plan: InstallPlan) -> None:
+    """Run pip for the plan, then check what it left: pins, stale modules, fresh imports, conflicts."""
+    from nbutils.platform import install_verify
+
+    for note in plan.notes:
+        print(f"[install] {note}")
+    if not plan.packages:
+        plan.summary = "[install] nothing to install" + (" (local run)" if plan.platform == "local" else "")
+        return
+    assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+    before = install_verify.distribution_versions()
+    returncode, output = _run_pip(plan)
     if returncode != 0:
         raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}; "
                            "its messages are above." + _wheelhouse_hint(plan))
@@ -225,11 +260,20 @@ def run_install(plan: InstallPlan) -> None:
     if wrong:
         raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
                            ". Restart the session and run this cell first, before any other import.")
-    stale = [n for n in pinned if NEEDED[n].module in sys.modules]
-    if stale:
-        raise RuntimeError(f"{', '.join(stale)} were imported before this cell upgraded them, so the old versions "
-                           "are still loaded: restart the kernel (Run > Restart) and run all cells from the top.")
-    print("[install] verified: " + ", ".join(plan.packages), flush=True)
+    verdict = install_verify.verify(before, list(pinned), output, [*NEEDED, "nbutils", "torch"])
+    for conflict in verdict.conflicts:
+        print(f"[install] conflict: {conflict}", flush=True)
+    errors = verdict.errors()
+    if errors:
+        raise RuntimeError("The install left this environment broken:\n- " + "\n- ".join(errors))
+    moved = len(verdict.moved) - len(pinned)
+    harmless = sum(not c.matters for c in verdict.conflicts)
+    held = ", ".join(f"{n}{v}" for n, v in plan.constraints.items() if v.startswith("=="))
+    plan.summary = (f"[install] verified: {len(pinned)} pinned package(s) from "
+                    f"{'the attached dataset (offline)' if plan.source == 'wheelhouse' else 'PyPI'}"
+                    + (f", {moved} more moved by pip" if moved > 0 else "") + (f"; held {held}" if held else "")
+                    + (f"; {harmless} conflict(s) that do not matter to the chain" if harmless else "")
+                    + "; every changed package imports in a fresh process")
 
 
 def ensure_packages() -> InstallPlan:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils import settings
-from nbutils.install import NEEDED, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
+from nbutils.install import NUMPY1_PINS, PINS, WHEELHOUSE_MANIFEST, bootstrap_cell_source
 
 ROOT = Path(__file__).resolve().parent.parent
 METADATA_FILE = "kernel-metadata.json"
@@ -292,21 +292,50 @@ def dataset_metadata(owner: str | None = None) -> dict:
     }
 
 
+def _wheelhouse_current(dest: Path, specs: list[str], python_version: str) -> bool:
+    try:
+        manifest = json.loads((dest / WHEELHOUSE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("requested") == specs and manifest.get("python_version") == python_version
+            and "numpy1_closure" in manifest and manifest.get("torch_assumed") == assumed_torch()
+            and {(_canonical(n), v) for n, v in manifest["closure"].items()} <= _wheels_in(dest))
+
+
+def _wheels_in(folder: Path) -> set[tuple[str, str]]:
+    from packaging.utils import parse_wheel_filename
+
+    return {(_canonical(str(name)), str(version)) for name, version, *_ in map(parse_wheel_filename,
+                                                                              (w.name for w in folder.glob("*.whl")))}
+
+
 def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
     """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
 
     Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
     in nbutils.install.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
     """
+    specs = [f"{name}=={version}" for name, version in PINS.items()]
+    if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            fresh = _build_nbutils_wheel(Path(tmp))
+            for old in dest.glob("nbutils-*.whl"):
+                if old.name != fresh.name:
+                    old.unlink()
+            os.replace(fresh, dest / fresh.name)  # atomic: a run reading the dataset never finds it without a wheel
+        return dest
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     wheel = _build_nbutils_wheel(dest)
-    specs = [f"{name}=={version}" for name, version in PINS.items()]
-    links = build_sdist_wheels(dest)
-    closure = resolve_closure(specs, python_version, extra_args=tuple(links))
-    subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version), *links,
-                    "-d", str(dest), *(f"{n}=={v}" for n, v in closure.items())], check=True)
+    links = tuple(build_sdist_wheels(dest))  # rouge-score ships no wheel: built here, found through --find-links
+    closure = resolve_closure(specs, python_version, extra_args=links)
+    # A numpy-1 image gets the releases that still run there (install.NUMPY1_PINS), numpy held below 2.
+    numpy1 = [f"{n}=={NUMPY1_PINS[n][0] if n in NUMPY1_PINS else v}" for n, v in PINS.items()] + ["numpy<2"]
+    closure1 = resolve_closure(numpy1, python_version, extra_args=links)
+    for wanted in (closure, {n: v for n, v in closure1.items() if closure.get(n) != v}):  # one version per call
+        subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version), *links,
+                        "-d", str(dest), *(f"{n}=={v}" for n, v in wanted.items())], check=True)
     have = {_canonical(w.name.split("-")[0]) for w in dest.glob("*.whl")}
     missing = [n for n in closure if _canonical(n) not in have]
     if missing:
@@ -317,53 +346,10 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     (dest / WHEELHOUSE_MANIFEST).write_text(_dump({
         "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": assumed_torch(),
         "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
+        "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
     }))
     (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
     return dest
-
-
-def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset",
-                     work: Path = ROOT / "build" / "wheelhouse-check") -> dict:
-    """Prove the dataset alone installs everything: a fresh venv with only torch, Kaggle simulated, no network.
-
-    Runs the notebooks' real bootstrap cell there (nbutils wheel, then ensure_packages from the wheelhouse
-    with --no-index), in a network namespace with no network when `unshare -n` works, pip config off.
-    """
-    start = time.monotonic()
-    if work.exists():
-        shutil.rmtree(work)
-    (work / "input").mkdir(parents=True)
-    (work / "home").mkdir()
-    (work / "input" / settings.DATASET_SLUG).symlink_to(dataset_dir.resolve())
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
-    py = str(work / "venv" / "bin" / "python")
-    # Like Kaggle's image: torch is there before the notebook starts (here from the machine's pip config).
-    subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={assumed_torch()}"], check=True)
-    before = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
-           "NBUTILS_INPUT_ROOT": str(work / "input"), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    offline = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
-    prefix = ["unshare", "-n"] if offline else []
-    if not offline:
-        env["PIP_NO_INDEX"] = "1"
-        print("[wheelhouse-check] `unshare -n` unavailable: relying on --no-index and PIP_NO_INDEX", flush=True)
-    install_start = time.monotonic()
-    subprocess.run([*prefix, py, "-c", bootstrap_cell_source()], cwd=work, env=env, check=True)
-    install_s = time.monotonic() - install_start
-    modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.install"}))
-    subprocess.run([*prefix, py, "-c", f"import {modules}; import nbutils; print('[wheelhouse-check] imports OK')"],
-                   cwd=work, env=env, check=True)
-    subprocess.run([py, "-m", "pip", "check"], cwd=work, env=env, check=True)
-    after = subprocess.run([py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True)
-    wheels = list(dataset_dir.glob("*.whl"))
-    shutil.rmtree(work / "venv")  # 1-2 GB; kept only when a step failed, for a look inside
-    return {
-        "wheels": len(wheels), "size_mb": round(sum(w.stat().st_size for w in wheels) / 2**20, 1),
-        "installed": len(set(after.stdout.split()) - set(before.stdout.split())),
-        "network_namespace": bool(offline), "install_s": round(install_s, 1),
-        "total_s": round(time.monotonic() - start, 1),
-    }
 
 
 # --- badges and the notebooks' generated parts --------------------------------------------------
@@ -429,8 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{dest}: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.0f} MiB for Python "
               f"{KAGGLE_PYTHON}. Upload: kaggle datasets create -p {dest} (later: kaggle datasets version -p {dest} -m ...)")
     elif cmd == "wheelhouse-check":
-        result = wheelhouse_check()
-        print("[wheelhouse-check] OK " + " ".join(f"{k}={v}" for k, v in result.items()))
+        from nbutils.wheelhouse_check import wheelhouse_check
+
+        for result in wheelhouse_check(twins=os.environ.get("TWINS", "1") != "0"):
+            print("[wheelhouse-check] OK " + " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
     elif cmd == "table":
         print(notebooks_table_markdown())
     elif cmd in ("sync", "badges"):  # "badges": the older name

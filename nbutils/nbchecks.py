@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import ast
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+from nbutils.install_lines import InstallCommand, install_commands, shell_lines
 
 # Preinstalled on Kaggle and Colab: upgrading them mid-session leaves the old version imported.
 PREINSTALLED = {
     "torch", "torchvision", "torchaudio", "transformers", "protobuf", "numpy", "tensorflow", "jax",
     "accelerate", "datasets", "pandas", "scipy", "huggingface-hub", "huggingface_hub", "tokenizers",
 }
-INSTALL_RE = re.compile(r"^\s*(?:[!%]\s*)?(?:pip3?|(?:python3?|\S*\{sys\.executable\}\S*)\s+-m\s+pip|conda|mamba|uv\s+pip)"
-                        r"\s+install\b(.*)$")
-SUBPROCESS_PIP_RE = re.compile(r"""["'](?:-m)["']\s*,\s*["']pip["']\s*,\s*["']install["'](.*)""")
+# Imported before the install cell, these keep their old build loaded when the install moves them or a
+# library under them (pandas loads pyarrow): Kaggle's template cell `import numpy as np; import pandas as pd`.
+HEAVY_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "matplotlib", "torch", "transformers", "tokenizers",
+                 "huggingface_hub", "datasets", "accelerate")
+# Distribution name -> import name where they differ (the rest: '-' becomes '_').
+MODULE_OF = {"scikit-learn": "sklearn", "beautifulsoup4": "bs4", "pillow": "PIL", "opencv-python": "cv2",
+             "opencv-python-headless": "cv2", "protobuf": "google", "pyyaml": "yaml", "python-dateutil": "dateutil"}
+# The notebooks' own install step installs whatever the platform lacks, dependencies included.
+INSTALL_CALL = re.compile(r"\bensure_packages\s*\(")
 BLOCKING_RE = re.compile(r"\b(input|getpass\.getpass|getpass|notebook_login|interpreter_login|drive\.mount)\s*\(")
 # A quoted path that exists on one machine only: home dirs, drive letters, or any absolute path outside
 # the Kaggle/Colab roots and the system folders every Linux image has.
@@ -54,8 +61,21 @@ def _code_lines(source: str) -> list[str]:
 
 
 def _python_only(source: str) -> str:
-    """Source with IPython magics and shell lines blanked, so ast can parse it."""
-    return "\n".join("" if ln.lstrip().startswith(("!", "%")) else ln for ln in source.splitlines())
+    """Source with IPython magics and shell lines (continuations too) blanked, so ast can parse it."""
+    shell = shell_lines(source)
+    return "\n".join("" if i in shell else ln for i, ln in enumerate(source.splitlines()))
+
+
+def module_of(distribution: str) -> str:
+    """The import name of a distribution (scikit-learn -> sklearn), best effort."""
+    return MODULE_OF.get(distribution, distribution.replace("-", "_").replace(".", "_"))
+
+
+def changeable_modules(commands: list[InstallCommand], calls_installer: bool) -> set[str] | None:
+    """Import names an install cell can replace; None when it can replace anything (dependencies, unknowns)."""
+    if calls_installer or any(not c.no_deps or c.unknown for c in commands):
+        return None
+    return {module_of(n) for c in commands for n in c.names}
 
 
 def imported_packages(source: str) -> set[str]:
@@ -73,35 +93,6 @@ def imported_packages(source: str) -> set[str]:
     return names
 
 
-def installs(source: str) -> list[tuple[str, bool, bool]]:
-    """(package, pinned, upgrade) for each package a cell installs with pip/conda."""
-    out = []
-    for line in _code_lines(source):
-        m = INSTALL_RE.match(line) or SUBPROCESS_PIP_RE.search(line)
-        if not m:
-            continue
-        args = m.group(1).replace('"', " ").replace("'", " ").replace(",", " ").replace("]", " ")
-        try:
-            tokens = shlex.split(args)
-        except ValueError:
-            tokens = args.split()
-        upgrade = any(t in ("-U", "--upgrade") for t in tokens)
-        skip_next = False
-        for tok in tokens:
-            if skip_next:
-                skip_next = False
-                continue
-            if tok in ("-r", "-c", "--find-links", "-f", "--index-url", "-i", "--extra-index-url", "-t", "--target"):
-                skip_next = True
-                continue
-            if tok.startswith("-") or tok.startswith(("$", "{")) or "/" in tok or tok.endswith(".whl"):
-                continue
-            name = re.split(r"[<>=!~\[ ;@]", tok, maxsplit=1)[0]
-            if name and re.match(r"^[A-Za-z0-9_.-]+$", name):
-                out.append((name.lower(), "==" in tok or "@" in tok, upgrade))
-    return out
-
-
 def machine_paths(source: str) -> list[str]:
     """Paths in a cell (quoted in Python, bare in `!` lines) that only exist on the author's machine."""
     found = [m.group(1) for m in ABS_PATH_RE.finditer(_python_only(source))]
@@ -111,30 +102,53 @@ def machine_paths(source: str) -> list[str]:
     return [p for p in found if not (p.startswith("/") and p.split("/")[1] in SHARED_ROOTS)]
 
 
-def _norm(pkg: str) -> str:
-    return pkg.lower().replace("-", "_")
+def _install_problems(name: str, i: int, src: str, imported_at: dict[str, int], reported: set[int],
+                      base: Path | None) -> list[Problem]:
+    """stale-import (this cell installs what was imported), unpinned-install, import-before-install (earlier cells)."""
+    commands = install_commands(src, base)
+    calls_installer = bool(INSTALL_CALL.search(_python_only(src)))
+    problems = []
+    direct = set()
+    for cmd in commands:
+        for pkg in cmd.packages:
+            if pkg.name and module_of(pkg.name) in imported_at:
+                direct.add(module_of(pkg.name))
+                problems.append(Problem("stale-import", name, i, f"installs {pkg.name} after cell "
+                                        f"{imported_at[module_of(pkg.name)]} imported it; the old version stays loaded",
+                                        "move every install into the first code cell, before any import"))
+            if pkg.name and pkg.name in PREINSTALLED and not pkg.pinned:
+                verb = "upgrades" if cmd.upgrade else "installs"
+                problems.append(Problem("unpinned-install", name, i, f"{verb} preinstalled {pkg.name} without a pin",
+                                        f"pin it ({pkg.name}==X.Y.Z) or leave the preinstalled version alone"))
+    if not commands and not calls_installer:
+        return problems
+    can_change = changeable_modules(commands, calls_installer)
+    by_cell: dict[int, list[str]] = {}
+    for module, cell in imported_at.items():
+        if module in HEAVY_MODULES and module not in direct and (can_change is None or module in can_change):
+            by_cell.setdefault(cell, []).append(module)
+    for cell, modules in sorted(by_cell.items()):
+        if cell in reported:
+            continue
+        reported.add(cell)
+        problems.append(Problem("import-before-install", name, cell,
+                                f"imports {', '.join(sorted(modules))} before the install in cell {i}, which can replace "
+                                "them or a library they load (pandas loads pyarrow); the old builds stay loaded",
+                                f"delete this cell or move it below cell {i}: installs go in the first code cell"))
+    return problems
 
 
-def check_cells(name: str, cells: list[dict]) -> list[Problem]:
-    """All source-level checks over a list of nbformat cells."""
+def check_cells(name: str, cells: list[dict], base: Path | None = None) -> list[Problem]:
+    """All source-level checks over a list of nbformat cells (`base`: the folder `-r` files are read from)."""
     problems: list[Problem] = []
-    imported: set[str] = set()
+    imported_at: dict[str, int] = {}
+    reported: set[int] = set()
     for i, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
         src = cell.get("source", "")
         src = "".join(src) if isinstance(src, list) else src
-        for pkg, pinned, upgrade in installs(src):
-            heavy = imported & {"torch", "transformers"}
-            if _norm(pkg) in {_norm(p) for p in imported} or heavy:
-                why = f"{pkg} was imported earlier" if _norm(pkg) in {_norm(p) for p in imported} else \
-                    f"{', '.join(sorted(heavy))} was imported earlier"
-                problems.append(Problem("stale-import", name, i, f"installs {pkg} after {why}",
-                                        "move every install into the first code cell, before any import"))
-            if _norm(pkg) in {_norm(p) for p in PREINSTALLED} and not pinned:
-                verb = "upgrades" if upgrade else "installs"
-                problems.append(Problem("unpinned-install", name, i, f"{verb} preinstalled {pkg} without a pin",
-                                        f"pin it ({pkg}==X.Y.Z) or leave the preinstalled version alone"))
+        problems += _install_problems(name, i, src, imported_at, reported, base)
         for ln in _code_lines(src):
             s = ln.strip()
             if s.startswith("!") and s.endswith("&") and not s.endswith("&&"):
@@ -144,7 +158,7 @@ def check_cells(name: str, cells: list[dict]) -> list[Problem]:
             call = BLOCKING_RE.search(_python_only(src)).group(1)
             problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
                                     "read secrets with nbutils.secrets.get_secret(name) and take choices as parameters"))
-        if src.lstrip().startswith("%%capture") and installs(src):
+        if src.lstrip().startswith("%%capture") and install_commands(src, base):
             problems.append(Problem("hidden-install-output", name, i, "%%capture hides the output of an install",
                                     "drop %%capture so a failed install shows (use pip -q to keep it short)"))
         for path in machine_paths(src):
@@ -157,8 +171,9 @@ def check_cells(name: str, cells: list[dict]) -> list[Problem]:
             if rx.search(src):
                 problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
                                         "revoke it, remove it, and read it with nbutils.secrets.get_secret"))
-        imported |= imported_packages(src)
-    return problems
+        for module in imported_packages(src):
+            imported_at.setdefault(module, i)
+    return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1))
 
 
 def check_notebook(path: str | Path) -> list[Problem]:
@@ -168,7 +183,7 @@ def check_notebook(path: str | Path) -> list[Problem]:
     path = Path(path)
     name = path.name
     nb = nbformat.read(path, as_version=4)
-    problems = check_cells(name, nb.cells)
+    problems = check_cells(name, nb.cells, path.parent)
     if not any("parameters" in c.metadata.get("tags", []) for c in nb.cells):
         problems.append(Problem("missing-parameters", name, None, "no cell is tagged `parameters`",
                                 "tag the cell holding the knobs `parameters` so papermill and batch runs can set them"))
@@ -198,5 +213,5 @@ def apply_allowances(problems: list[Problem], cells) -> list[Problem]:
     for p in problems:
         if p.cell is not None and p.cell < len(cells):
             tags = cells[p.cell].get("metadata", {}).get("tags", [])
-            p.allowed = f"allow-{p.check}" in tags
+            p.allowed = p.allowed or f"allow-{p.check}" in tags
     return problems

@@ -7,8 +7,10 @@
   root ignores chmod, so the harness also fingerprints the input root before and after the run.
 - Internet off: hub offline variables, pip without an index, and a sitecustomize on the kernel's
   path that refuses non-loopback connections (also in pip and other child processes) and logs them.
-- An IPython startup file records, per cell, shell commands that failed while the cell went on,
-  and after install cells, modules whose loaded version differs from the installed one and `pip check`.
+- An IPython startup file records, per cell, shell commands that failed while the cell went on, and
+  after a cell that ran pip: loaded modules whose distribution pip replaced (stale-module), changed
+  distributions that no longer import in a fresh interpreter (broken-import), and `pip check`'s
+  conflicts one per line, marked as mattering when the chain's packages or a loaded module need them.
 Events go to <sandbox>/events.jsonl for the harness to turn into problems.
 """
 
@@ -19,7 +21,9 @@ import os
 import shutil
 import site
 import stat
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,24 +69,81 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
 '''
 
 STARTUP = r'''
-import importlib, importlib.metadata, json, os, subprocess, sys
+import importlib, importlib.metadata, json, os, re, subprocess, sys, warnings
 _LOG = os.environ.get("NBUTILS_EVENTS")
+_CHAIN = [n for n in os.environ.get("NBUTILS_CHAIN_PACKAGES", "").split(",") if n]
 def _event(**kw):
     with open(_LOG, "a") as f:
         f.write(json.dumps(kw) + "\n")
 _ip = get_ipython()
+def _canon(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+def _dists():
+    return {_canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+_before = {}
 def _pre(info):
     # IPython has already counted this cell when pre_run_cell fires; child processes inherit the value.
     os.environ["NBUTILS_CELL"] = str(_ip.execution_count - 1)
     _ip.user_ns["_exit_code"] = 0
-def _loaded_versions():
-    out = {}
-    for name in importlib.metadata.packages_distributions():
-        mod = sys.modules.get(name)
-        ver = getattr(mod, "__version__", None) if mod else None
-        if isinstance(ver, str):
-            out[name] = ver
-    return out
+    _before.clear()
+    _before.update(_dists())
+def _closure(roots):
+    seen, todo = set(), [_canon(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo += [_canon(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in reqs if "extra ==" not in r]
+    return seen
+def _after_pip(count):
+    after = _dists()
+    moved = {n: (_before.get(n), after.get(n)) for n in _before.keys() | after.keys() if _before.get(n) != after.get(n)}
+    tops = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for d in dists:
+            tops.setdefault(_canon(d), []).append(module)
+    loaded = {m.split(".")[0] for m in list(sys.modules)}
+    stale = {}
+    for dist, (old, new) in sorted(moved.items()):
+        for module in tops.get(dist, []):
+            if old and module in loaded:  # loaded before this cell, replaced on disk during it
+                stale[module] = (old, new or "removed")
+    for module in loaded - set(stale):  # also a module whose own __version__ disagrees with what is installed now
+        with warnings.catch_warnings():  # some packages deprecate reading __version__
+            warnings.simplefilter("ignore")
+            ver = getattr(sys.modules.get(module), "__version__", None)
+        for d in importlib.metadata.packages_distributions().get(module, [])[:1] if isinstance(ver, str) else []:
+            try:
+                installed = importlib.metadata.version(d)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            if installed.split("+")[0] != ver.split("+")[0]:
+                stale[module] = (ver, installed)
+    for module, (old, new) in sorted(stale.items()):
+        _event(type="stale-module", execution_count=count, module=module, loaded=old, installed=new)
+    probe = {m: d for d, (_, new) in moved.items() if new for m in tops.get(d, [])
+             if not m.startswith("_") and _canon(m) in (d, d.replace("python-", ""))}
+    if probe:
+        code = ("import importlib, json, sys\nbad = {}\nfor m in json.loads(sys.argv[1]):\n    try:\n"
+                "        importlib.import_module(m)\n    except BaseException as e:\n"
+                "        bad[m] = (type(e).__name__ + ': ' + (str(e).splitlines() or [''])[0])[:300]\nprint(json.dumps(bad))")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the kernel's own path
+        res = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(probe))], capture_output=True, text=True,
+                             env=env)
+        lines = res.stdout.strip().splitlines()
+        for module, error in (json.loads(lines[-1]) if lines else {}).items():
+            _event(type="broken-import", execution_count=count, module=module, package=probe[module], error=error)
+    chk = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    if chk.returncode:
+        used = _closure(_CHAIN + [d for m in loaded for d in importlib.metadata.packages_distributions().get(m, [])])
+        for line in chk.stdout.strip().splitlines():
+            who = _canon(line.split(" ", 1)[0])
+            _event(type="package-conflict", execution_count=count, detail=line.strip(), matters=who in used)
 def _post(result):
     count = result.execution_count
     code = _ip.user_ns.get("_exit_code", 0)
@@ -90,18 +151,7 @@ def _post(result):
         _event(type="shell-error", execution_count=count, exit_code=code)
     if os.path.exists(_LOG + ".pip"):  # a pip install ran during this cell (flag set by sitecustomize)
         os.remove(_LOG + ".pip")
-        dist = importlib.metadata.packages_distributions()
-        for name, ver in _loaded_versions().items():
-            for d in dist.get(name, [])[:1]:
-                try:
-                    installed = importlib.metadata.version(d)
-                except importlib.metadata.PackageNotFoundError:
-                    continue
-                if installed.split("+")[0] != ver.split("+")[0]:
-                    _event(type="stale-module", execution_count=count, module=name, loaded=ver, installed=installed)
-        chk = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-        if chk.returncode:
-            _event(type="package-conflict", execution_count=count, detail=chk.stdout.strip()[:500])
+        _after_pip(count)
 _ip.events.register("pre_run_cell", _pre)
 _ip.events.register("post_run_cell", _post)
 '''
@@ -130,7 +180,13 @@ def create(out: Path, name: str) -> Sandbox:
     root = out / "sandbox" / name
     if root.exists():
         make_writable(root)
-        shutil.rmtree(root)
+        if (root / "env").exists():  # a twin's copy: tens of thousands of links, deleted in the background
+            trash = root.with_name(f".{name}.{time.time_ns()}.old")
+            root.rename(trash)
+            subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        else:
+            shutil.rmtree(root)
     box = Sandbox(root, root / "input", root / "working", root / "temp", root / "events.jsonl")
     for d in (box.input, box.working, box.temp, root / "site", root / "ipython" / "profile_default" / "startup"):
         d.mkdir(parents=True, exist_ok=True)
@@ -140,8 +196,12 @@ def create(out: Path, name: str) -> Sandbox:
     return box
 
 
-def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
-    """The kernel's environment: Kaggle batch, sandbox roots, caches inside, internet on or off."""
+def environment(box: Sandbox, internet: bool, base: dict | None = None, python: str | None = None,
+                chain_packages: tuple[str, ...] = ()) -> dict:
+    """The kernel's environment: Kaggle batch, sandbox roots, caches inside, internet on or off.
+
+    `python`: the kernel's interpreter (a twin's copy), whose bin/ comes first on PATH so `!pip` is its pip.
+    """
     env = dict(os.environ if base is None else base)
     # Read-only lookups that HOME would otherwise move: kernelspecs/config, and a --user site-packages.
     from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir
@@ -156,8 +216,14 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
         "PYTHONPATH": os.pathsep.join([str(box.root / "site"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg", "HF_HUB_DISABLE_TELEMETRY": "1",
         # `!pip` must be the kernel's pip, as on Kaggle (locally a venv's bin is often not on PATH).
-        "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
+        "PATH": os.pathsep.join([os.path.dirname(python or sys.executable), env.get("PATH", "")]),
+        "NBUTILS_CHAIN_PACKAGES": ",".join(chain_packages),
     })
+    if python:  # a twin: nothing from the checkout, the project venv or this machine's pip setup
+        env["PYTHONPATH"] = str(box.root / "site")
+        env["PIP_CONFIG_FILE"] = os.devnull
+        for var in ("VIRTUAL_ENV", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
+            env.pop(var, None)
     # HOME too: secrets only from environment variables, as a fresh Kaggle container has no ~/.kaggle,
     # HF login or ~/.netrc; and whatever a library writes under ~ stays in the sandbox.
     for var in CACHE_VARS:
@@ -170,10 +236,13 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None) -> dict:
     return env
 
 
-def mount_readonly(src: Path, box: Sandbox, slug: str) -> Path:
-    """Copy an upstream notebook's working dir to <input>/<slug>/ read-only, as Kaggle mounts its output."""
+def mount_readonly(src: Path, box: Sandbox, slug: str, link: bool = False) -> Path:
+    """Copy an upstream notebook's working dir to <input>/<slug>/ read-only, as Kaggle mounts its output.
+
+    link=True hard-links the files instead (a large dataset such as the wheelhouse; its files turn read-only).
+    """
     dest = box.input / slug
-    shutil.copytree(src, dest, symlinks=True)
+    shutil.copytree(src, dest, symlinks=True, copy_function=os.link if link else shutil.copy2)
     for path in [dest, *dest.rglob("*")]:
         mode = path.stat().st_mode
         path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))

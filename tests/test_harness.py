@@ -186,3 +186,11 @@ def test_missing_artifact(tmp_path):
 def test_our_notebooks_pass_lint_without_allowances():
     results = harness.lint([ROOT / nb for nb in harness.CHAIN])
     assert all(not r.problems for r in results), [str(p) for r in results for p in r.problems]
+
+
+def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
+    nb = str(GALLERY / "committed_outputs.ipynb")  # runs fine; only the static check finds something
+    assert harness.main(["run", nb, "--out", str(tmp_path / "a")]) == 1
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert [p["check"] for p in report["notebooks"][0]["problems"]] == ["committed-outputs"]
+    assert harness.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0

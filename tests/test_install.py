@@ -32,8 +32,8 @@ def test_kaggle_with_dataset_installs_offline_from_it_and_holds_torch():
     assert plan.source == "wheelhouse"
     assert plan.pip_args == ["--no-index", "--find-links", str(DATASET)]
     assert sorted(plan.packages) == sorted(expected("transformers", "peft", "bitsandbytes", "datasets"))
-    assert plan.constraints == {"torch": "2.6.0+cu124"}
-    assert "--no-index" in plan.command("c.txt") and plan.command("c.txt")[-len(plan.packages):] == plan.packages
+    assert plan.constraints == {"torch": "==2.6.0+cu124"}
+    assert "--no-index" in plan.command("c.txt") and plan.packages[0] in plan.command("c.txt")
 
 
 def test_kaggle_prefers_the_dataset_even_with_internet():
@@ -147,6 +147,33 @@ def test_bootstrap_fails_loudly_when_pip_fails(monkeypatch, tmp_path):
 
 # --- run_install --------------------------------------------------------------------------------
 
+def test_present_packages_go_to_pip_with_their_minimum_so_the_resolver_can_move_them():
+    plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
+    assert "pandas>=2.0" in plan.keep and not any(k.startswith(("transformers", "peft")) for k in plan.keep)
+    assert plan.command()[-len(plan.keep):] == plan.keep
+    assert plan_install("kaggle", False, None, CURRENT).keep == []  # nothing to install: pip is not run
+
+
+def test_numpy1_image_holds_numpy_and_takes_the_releases_that_run_on_it():
+    plan = plan_install("kaggle", False, DATASET, {**OLD_KAGGLE, "numpy": "1.26.4", "pandas": None})
+    assert plan.constraints == {"torch": "==2.6.0+cu124", "numpy": "==1.26.4", "pyarrow": "<26", "pandas": "<3"}
+    assert "pandas==2.3.3" in plan.packages and "pyarrow" not in " ".join(plan.packages)  # 19.x is new enough
+    assert any("numpy 1.26.4 held" in n for n in plan.notes)
+
+
+def test_numpy2_image_holds_numpy_and_keeps_our_pins():
+    plan = plan_install("kaggle", False, DATASET, {**OLD_KAGGLE, "numpy": "2.4.6", "pandas": None})
+    assert plan.constraints == {"torch": "==2.6.0+cu124", "numpy": "==2.4.6"}
+    assert f"pandas=={PINS['pandas']}" in plan.packages
+
+
+def test_the_plan_shows_as_one_summary_line():
+    plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
+    assert repr(plan).startswith("install plan: 4 package(s)") and "\n" not in repr(plan)
+    plan.summary = "[install] verified: 4 pinned package(s)"
+    assert repr(plan) == plan.summary
+
+
 class FakePopen:
     def __init__(self, returncode):
         self.returncode, self.cmds = returncode, []
@@ -160,7 +187,16 @@ class FakePopen:
         return self.returncode
 
 
-def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatch, capsys):
+@pytest.fixture()
+def no_verify(monkeypatch):
+    """run_install's after-pip checks (fresh interpreters) are tested in test_install_verify.py."""
+    from nbutils.platform import install_verify
+
+    monkeypatch.setattr(install_verify, "verify", lambda *a: install_verify.Verdict())
+    monkeypatch.setattr(install_verify, "distribution_versions", lambda: {})
+
+
+def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatch, capsys, no_verify):
     monkeypatch.delitem(sys.modules, "peft", raising=False)  # earlier tests in this process imported it
     popen = FakePopen(0)
     monkeypatch.setattr(subprocess, "Popen", popen)
@@ -168,19 +204,19 @@ def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatc
     plan = plan_install("kaggle", True, None, {**CURRENT, "peft": None, "torch": "2.6.0"})
     install.run_install(plan)
     (cmd,) = popen.cmds
-    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-c" in cmd and cmd[-1] == f"peft=={PINS['peft']}"
+    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-c" in cmd and f"peft=={PINS['peft']}" in cmd
     out = capsys.readouterr().out
-    assert "holding torch==2.6.0" in out and "Successfully installed" in out and "verified" in out
+    assert "holding torch==2.6.0" in out and "Successfully installed" in out and "verified" in repr(plan)
 
 
-def test_run_install_says_when_a_pin_did_not_take(monkeypatch):
+def test_run_install_says_when_a_pin_did_not_take(monkeypatch, no_verify):
     monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: "0.1" for n in names})
     with pytest.raises(RuntimeError, match=r"differ from the pins: peft==.* \(found 0.1\)"):
         install.run_install(plan_install("kaggle", True, None, {**CURRENT, "peft": None}))
 
 
-def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path):
+def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_verify):
     monkeypatch.setattr(subprocess, "Popen", FakePopen(1))
     (tmp_path / install.WHEELHOUSE_MANIFEST).write_text('{"python_version": "3.9"}')
     with pytest.raises(RuntimeError, match=r"built for 3\.9.*make kaggle-dataset"):
@@ -188,10 +224,16 @@ def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path):
 
 
 def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
+    from nbutils.platform import install_verify
+
     monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
-    monkeypatch.setitem(sys.modules, "peft", types.ModuleType("peft"))
-    with pytest.raises(RuntimeError, match="restart the kernel"):
+    versions = iter([{"peft": "0.17.0", "pyarrow": "19.0.1"}, {"peft": PINS["peft"], "pyarrow": "25.0.1"}])
+    monkeypatch.setattr(install_verify, "distribution_versions", lambda: next(versions))
+    monkeypatch.setattr(install_verify, "modules_of", lambda: {"peft": ["peft"], "pyarrow": ["pyarrow"]})
+    monkeypatch.setattr(install_verify, "probe_imports", lambda dists, tops: {})
+    monkeypatch.setitem(sys.modules, "pyarrow", types.ModuleType("pyarrow"))  # moved by pip, not pinned
+    with pytest.raises(RuntimeError, match=r"pyarrow \(19.0.1 -> 25.0.1\) were loaded before .*restart the session"):
         install.run_install(plan_install("colab", True, None, {**CURRENT, "peft": None}))
 
 

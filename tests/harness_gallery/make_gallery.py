@@ -24,7 +24,10 @@ FAKE_KAGGLE_JSON = 'kaggle_json = {"username": "alice", "key": "' + "0123456789a
 # name -> (cells after title+parameters, expected check id, expected cell index or None)
 # Cell 0 is a markdown title, cell 1 the parameters cell; the listed cells start at index 2.
 STATIC = {
-    "stale_import": (["import transformers", "!pip install -q peft==0.21.2"], "stale-import", 3),
+    "stale_import": (["import peft", "!pip install -q -U peft==0.21.2"], "stale-import", 3),
+    # Kaggle's template first cell above an install that can move numpy/pandas/pyarrow.
+    "import_before_install": (["import numpy as np\nimport pandas as pd", "!pip install -q datasets==5.2.0"],
+                              "import-before-install", 2),
     "unpinned_install": (["!pip install -U transformers"], "unpinned-install", 2),
     "background_process": (["!python -m http.server 8000 &"], "background-process", 2),
     "blocking_input": (["name = input('model? ')"], "blocking-input", 2),
@@ -77,13 +80,24 @@ STALE = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedirs(
          "!pip install -q --no-index --no-deps --target site $w1",
          "import gallerypkg",
          "!pip install -q --no-index --no-deps --upgrade --target site $w2"]
-CONFLICT = [WHEEL + "\nimport os\nsite = os.path.abspath('site')\n"
+CONFLICT = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedirs(site, exist_ok=True)\nsys.path.insert(0, site)\n"
             "os.environ['PYTHONPATH'] = site + os.pathsep + os.environ.get('PYTHONPATH', '')\n"
             "w = wheel('.', 'needsmissing', '1.0', ['nonexistent-gallery-dep'])",
-            "!pip install -q --no-index --no-deps --target site $w",
+            "!pip install -q --no-index --no-deps --target site $w\nimport needsmissing  # used: the conflict matters",
             "!pip install -q --no-index nbformat  # already satisfied: installs nothing, so no second pip check"]
 RUNTIME["stale_module"] = (STALE, "stale-module", 5)
 RUNTIME["package_conflict"] = (CONFLICT, "package-conflict", 3)
+# Run in the numpy-1 Kaggle image twin with the nbutils dataset attached (tests/test_twin.py): name -> (cells,
+# every failing (check, cell) the harness must report). The bootstrap cell is the notebooks' own install cell.
+TWIN = {
+    # Kaggle's template first cell above the install cell: pandas loads pyarrow, the install replaces it.
+    "twin_template_imports": (["import numpy as np\nimport pandas as pd  # Kaggle's template cell", "BOOTSTRAP"],
+                              {("import-before-install", 2), ("stale-module", 3), ("cell-error", 3)}),
+    # pyarrow 26 on a numpy-1 image: pip installs it happily, it stops at import ("requires NumPy 2.0").
+    "twin_broken_import": (["import os\nwheels = os.path.join(os.environ['NBUTILS_INPUT_ROOT'], 'qlora-nbutils')\n"
+                            "!pip install -q --no-deps --no-index --find-links $wheels pyarrow==26.0.1"],
+                           {("broken-import", 2)}),
+}
 CLEAN = {
     "clean_minimal": ["import json\nprint(json.dumps({'steps': steps}))"],
     "clean_files": ["from pathlib import Path\nPath('out.txt').write_text('ok')\nimport tempfile\n"
@@ -135,6 +149,10 @@ def build(dest: Path = HERE) -> None:
             jupytext.write(edited, dest / f"{name}.py", fmt="py:percent")
     for name, cells in CLEAN.items():
         _write(notebook(cells), dest / f"{name}.ipynb")
+    from nbutils.install import bootstrap_cell_source
+
+    for name, (cells, _) in TWIN.items():
+        _write(notebook([bootstrap_cell_source() if c == "BOOTSTRAP" else c for c in cells]), dest / f"{name}.ipynb")
     allowed = notebook(["data = open('/home/alice/data.csv') if False else None"], tags={2: "allow-absolute-path"})
     _write(allowed, dest / "allowed_absolute_path.ipynb")
     (dest / MISSING_ARTIFACT).parent.mkdir(exist_ok=True)

@@ -1,0 +1,54 @@
+"""Twin stage vs project-venv stage of `make papermill-check`, side by side in one `harness check` run.
+
+The project-venv stage runs the chain where every package is at our pins (the install cell does nothing);
+the twin stage runs it again in each Kaggle image twin (kaggle-image/*.txt), each notebook in a pristine
+hard-linked copy that installs from the attached nbutils dataset. Warm cache: the twins are built first
+(their build time, cold or cached, is reported from the cache's built.json), then only the check is timed.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = re.compile(r"^\[papermill-check\] (project venv|twin (\S+)): (\d+) notebooks in (\d+) s$")
+
+
+def run() -> list[dict]:
+    from nbutils import kaggle, twin
+
+    rows = []
+    for t in twin.twins():
+        info = twin.build(t)
+        rows.append({"bench": "twin", "metric": f"build {t.name} (s)", "value": info["seconds"],
+                     "note": "cached" if info["cached"] else "built now", })
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            twin.pristine_copy(t, Path(tmp) / "venv")
+            rows.append({"bench": "twin", "metric": f"pristine copy {t.name} (s)", "value": round(time.perf_counter() - t0, 1),
+                         "note": "cp -al of the cached venv"})
+    kaggle.dataset()
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run([sys.executable, "-m", "nbutils.harness", "check", "--twin", "all", "--out", out],
+                              cwd=ROOT, capture_output=True, text=True)
+        ok = json.loads((Path(out) / "report.json").read_text())["ok"] if (Path(out) / "report.json").exists() else False
+    stages = {m.group(2) or "venv": int(m.group(4)) for m in map(STAGE.match, proc.stdout.splitlines()) if m}
+    venv = stages.pop("venv", None)
+    note = "one `harness check --twin all` run" + ("" if ok else " (the check FAILED: see its report)")
+    rows.append({"bench": "twin", "metric": "project-venv stage, 3 notebooks (s)", "value": venv, "note": note})
+    for name, seconds in stages.items():
+        rows.append({"bench": "twin", "metric": f"twin {name} stage (s)", "value": seconds, "note": note})
+    if venv and stages:
+        rows.append({"bench": "twin", "metric": "twin stage / project-venv stage", "target": "<= 3",
+                     "value": round(sum(stages.values()) / venv, 2), "note": f"all {len(stages)} twins together"})
+    return rows
+
+
+if __name__ == "__main__":
+    from bench.__main__ import print_table
+
+    print_table(run())

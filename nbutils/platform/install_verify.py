@@ -1,0 +1,161 @@
+"""After pip: what it changed, whether the kernel still holds old builds, whether everything imports, and
+pip's dependency conflicts, each as one readable line.
+
+Stdlib only: it runs in the kernel right after an install, on whatever image the notebook landed on.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+CONFLICT = re.compile(r"^(?P<who>[A-Za-z0-9_.-]+) (?P<ver>\S+) (?:requires|has requirement) (?P<need>.+?)"
+                      r"(?:, but you have (?P<have>.+?)(?: which is incompatible)?|, which is not installed)\.?$")
+# A fresh interpreter imports each module and prints what it found (run as `python -c`).
+PROBE = r'''
+import importlib, importlib.metadata, json, sys
+out = {}
+for module, dist in json.loads(sys.argv[1]).items():
+    try:
+        mod = importlib.import_module(module)
+        out[module] = {"ok": True, "version": str(getattr(mod, "__version__", "")), "installed": importlib.metadata.version(dist)}
+    except BaseException as e:
+        out[module] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+print(json.dumps(out))
+'''
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_versions() -> dict[str, str]:
+    """Every installed distribution, canonical name -> version (what pip may change)."""
+    return {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """name -> (old, new) for distributions pip installed, upgraded, downgraded or removed."""
+    return {n: (before.get(n), after.get(n)) for n in sorted(before.keys() | after.keys()) if before.get(n) != after.get(n)}
+
+
+def modules_of() -> dict[str, list[str]]:
+    """Canonical distribution -> its top-level import names."""
+    out: dict[str, list[str]] = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for d in dists:
+            out.setdefault(canonical(d), []).append(module)
+    return out
+
+
+def primary_module(dist: str, tops: dict[str, list[str]]) -> str | None:
+    """The import name that stands for a distribution (pyarrow -> pyarrow, scikit-learn -> sklearn)."""
+    names = [m for m in tops.get(dist, []) if not m.startswith("_") and m not in ("tests", "test", "docs", "examples")]
+    for m in names:
+        if canonical(m) == dist or canonical(m) == dist.replace("python-", ""):
+            return m
+    return names[0] if len(names) == 1 else None
+
+
+def stale_modules(moved: dict[str, tuple], tops: dict[str, list[str]]) -> dict[str, str]:
+    """Loaded top-level module -> distribution, for every module pip replaced under the running kernel."""
+    loaded = {name.split(".")[0] for name in list(sys.modules)}
+    return {m: d for d, (old, _) in moved.items() if old is not None for m in tops.get(d, []) if m in loaded}
+
+
+def probe_imports(dists: list[str], tops: dict[str, list[str]], python: str = sys.executable) -> dict[str, dict]:
+    """Import each distribution's module in a fresh interpreter: module -> {ok, version, installed | error}."""
+    wanted = {m: d for d in dists if (m := primary_module(d, tops))}
+    if not wanted:
+        return {}
+    proc = subprocess.run([python, "-c", PROBE, json.dumps(wanted)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {m: {"ok": False, "error": f"the import check itself died: {tail}"} for m in wanted}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Conflict:
+    who: str  # the package whose requirement is broken
+    line: str  # pip's line
+    matters: bool  # does the chain import `who` (or something that needs it)?
+
+    def __str__(self) -> str:
+        why = "matters: the chain uses it" if self.matters else "does not matter to the chain: the notebooks never import it"
+        return f"{self.line.rstrip('.')} ({why})"
+
+
+def requirement_closure(roots) -> set[str]:
+    """Canonical names of roots and everything they require (installed metadata, extras left out)."""
+    seen, todo = set(), [canonical(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo += [canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in reqs if "extra ==" not in r]
+    return seen
+
+
+def conflicts(pip_output: str, chain_roots) -> list[Conflict]:
+    """pip's 'dependency conflicts' lines, each judged against what the chain imports."""
+    used = requirement_closure(chain_roots)
+    out = []
+    for raw in pip_output.splitlines():
+        m = CONFLICT.match(raw.strip())
+        if m:
+            out.append(Conflict(m.group("who"), raw.strip(), canonical(m.group("who")) in used))
+    return out
+
+
+@dataclass
+class Verdict:
+    moved: dict[str, tuple] = field(default_factory=dict)
+    stale: dict[str, str] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)  # module -> error in a fresh process
+    mismatched: dict[str, str] = field(default_factory=dict)  # module -> "loaded X, installed Y"
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def errors(self) -> list[str]:
+        """What leaves the environment broken, each with what to do."""
+        out = []
+        if self.broken:
+            out += [f"{m} does not import in a fresh process after the install: {e} -- the install left it broken; "
+                    "rebuild the dataset with `make kaggle-dataset` (its pins fit this image's numpy) or report it"
+                    for m, e in self.broken.items()]
+        if self.mismatched:
+            out += [f"{m}: {v} -- two copies are installed; restart the session and run this cell again"
+                    for m, v in self.mismatched.items()]
+        if self.stale:
+            names = ", ".join(f"{m} ({self.moved[d][0]} -> {self.moved[d][1]})" for m, d in sorted(self.stale.items()))
+            out.append(f"{names} were loaded before this cell replaced them, so the old builds are still in memory: "
+                       "restart the session (Run > Restart) and run this cell first; move any cell that imports "
+                       "numpy/pandas/transformers (Kaggle's template cell) below it")
+        out += [f"pip left a conflict the chain depends on: {c}" for c in self.conflicts if c.matters]
+        return out
+
+
+def verify(before: dict[str, str], pinned: list[str], pip_output: str, chain_roots) -> Verdict:
+    """Everything pip changed since `before`, checked in this kernel and in a fresh interpreter."""
+    after = distribution_versions()
+    verdict = Verdict(changed(before, after))
+    tops = modules_of()
+    verdict.stale = stale_modules(verdict.moved, tops)
+    check = sorted({canonical(p) for p in pinned} | {d for d, (_, new) in verdict.moved.items() if new})
+    for module, res in probe_imports(check, tops).items():
+        if not res["ok"]:
+            verdict.broken[module] = res["error"]
+        elif res["version"] and res["version"].split("+")[0] != res["installed"].split("+")[0] and \
+                res["version"].lstrip("v")[:1].isdigit():
+            verdict.mismatched[module] = f"imports {res['version']} but {res['installed']} is installed"
+    verdict.conflicts = conflicts(pip_output, chain_roots)
+    return verdict

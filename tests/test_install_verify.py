@@ -1,0 +1,56 @@
+"""After pip: conflicts as one judged line each, imports checked in a fresh interpreter, errors that say what to do."""
+
+import sys
+
+from nbutils.platform import install_verify as iv
+
+PIP_TAIL = """ERROR: pip's dependency resolver does not currently take into account all the packages that are installed.
+sentence-transformers 4.1.0 requires transformers<5.0.0,>=4.41.0, but you have transformers 5.23.0 which is incompatible.
+datasets 5.2.0 requires pyarrow>=24.0.0, but you have pyarrow 19.0.1 which is incompatible.
+gallerypkg 1.0 requires nonexistent-dep, which is not installed.
+Successfully installed transformers-5.23.0
+"""
+
+
+def test_each_conflict_is_one_line_judged_against_what_the_chain_uses():
+    found = iv.conflicts(PIP_TAIL, ["datasets"])  # datasets is installed here: its requirements are walked
+    assert [(c.who, c.matters) for c in found] == [("sentence-transformers", False), ("datasets", True),
+                                                   ("gallerypkg", False)]
+    assert str(found[0]).endswith("(does not matter to the chain: the notebooks never import it)")
+    assert "matters: the chain uses it" in str(found[1])
+
+
+def test_requirement_closure_follows_installed_metadata():
+    closure = iv.requirement_closure(["transformers"])
+    assert {"transformers", "huggingface-hub", "tokenizers", "numpy"} <= closure
+
+
+def test_a_module_that_no_longer_imports_is_named_with_its_error(tmp_path, monkeypatch):
+    pkg = tmp_path / "brokenpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('brokenpkg requires NumPy 2.0 or newer, found 1.26.4')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    res = iv.probe_imports(["brokenpkg", "pip"], {"brokenpkg": ["brokenpkg"], "pip": ["pip"]})
+    assert res["brokenpkg"] == {"ok": False, "error": "ImportError: brokenpkg requires NumPy 2.0 or newer, found 1.26.4"}
+    assert res["pip"]["ok"] and res["pip"]["version"] == res["pip"]["installed"]
+
+
+def test_stale_modules_are_every_loaded_module_pip_replaced(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fakearrow", object())
+    moved = {"fakearrow": ("19.0.1", "25.0.1"), "newpkg": (None, "1.0")}
+    assert iv.stale_modules(moved, {"fakearrow": ["fakearrow"], "newpkg": ["newpkg"]}) == {"fakearrow": "fakearrow"}
+
+
+def test_errors_say_which_package_and_what_to_do():
+    verdict = iv.Verdict(moved={"pyarrow": ("19.0.1", "25.0.1")}, stale={"pyarrow": "pyarrow"},
+                         broken={"datasets": "ImportError: pyarrow requires NumPy 2.0 or newer, found 1.26.4"})
+    text = "\n".join(verdict.errors())
+    assert "datasets does not import in a fresh process" in text and "make kaggle-dataset" in text
+    assert "pyarrow (19.0.1 -> 25.0.1) were loaded before this cell" in text and "restart the session" in text
+
+
+def test_primary_module_of_a_distribution():
+    tops = {"scikit-learn": ["sklearn"], "pyarrow": ["pyarrow", "_pyarrow_hidden"], "odd": ["a", "b"]}
+    assert iv.primary_module("pyarrow", tops) == "pyarrow"
+    assert iv.primary_module("scikit-learn", tops) == "sklearn"
+    assert iv.primary_module("odd", tops) is None
