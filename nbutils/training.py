@@ -122,12 +122,9 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
 
     The main process holds the output_dir lock until write_summary. probe(model) -> True at an evaluation means
     degenerate generations; `callbacks`: extra TrainerCallbacks; clock/session_start drive the time budget."""
-    from transformers import Trainer
-
     output_dir = Path(output_dir)
     plan = plan or {"strategy": "length_grouped"}
     settings = mf.settings(cfg, run_config)
-    train_rows, eval_rows = _rows(train_ds, plan), _rows(eval_ds, plan)  # eval packed too: one collator for both
     stop = StopReason()
     peak = PeakMemory(estimate_gb=memory_estimate_gb)
     probe_cb = Probe(probe, stop) if probe is not None else None
@@ -135,16 +132,7 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
                  TimeBudget(cfg.time_budget_min, stop, session_start, clock),
                  NanGuard(stop), peak, *([ProgressLog()] if progress in ("log", "both") else []),
                  *([probe_cb] if probe_cb else []), *(callbacks or [])]
-    loss_kind = lm_loss.choose(cfg.chunked_loss, model_config=unwrap(model).config,
-                               head=unwrap(model).get_output_embeddings())
-    trainer = (lm_loss.trainer_class() if loss_kind == "chunked" else Trainer)(
-        model=model, processing_class=tokenizer,
-        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress,
-                                loss_kind=loss_kind),
-        train_dataset=train_rows, eval_dataset=eval_rows,
-        data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
-    )
-    _plain_tqdm_bar(trainer)
+    trainer, loss_kind = _make_trainer(model, tokenizer, train_ds, eval_ds, cfg, output_dir, plan, progress, callbacks)
     main = trainer.is_world_process_zero()
     if main:  # one log: ranks above 0 print nothing
         print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
@@ -179,6 +167,24 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
         "seconds": round(time.time() - t0, 1), "log_history": trainer.state.log_history, "peak_memory_gb": peak.peak_gb,
         "run_peak_memory_gb": peak.run_peak_gb, "is_main": main, "settings": settings, "cfg": cfg,
     }
+
+
+def _make_trainer(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: Path, plan: dict, progress: str,
+                  callbacks: list):
+    """The Trainer (or the chunked-loss Trainer) over the planned batches; returns it and the loss it trains with."""
+    from transformers import Trainer
+
+    loss_kind = lm_loss.choose(cfg.chunked_loss, model_config=unwrap(model).config,
+                               head=unwrap(model).get_output_embeddings())
+    trainer = (lm_loss.trainer_class() if loss_kind == "chunked" else Trainer)(
+        model=model, processing_class=tokenizer,
+        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress,
+                                loss_kind=loss_kind),
+        train_dataset=_rows(train_ds, plan), eval_dataset=_rows(eval_ds, plan),  # eval packed too: one collator for both
+        data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
+    )
+    _plain_tqdm_bar(trainer)
+    return trainer, loss_kind
 
 
 def _rows(ds, plan: dict):
