@@ -27,8 +27,7 @@ from nbutils.install import NEEDED
 from nbutils.nbchecks import SECRET_SHAPES, Problem, apply_allowances, check_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAIN = ["notebooks/01_data_prep.ipynb", "notebooks/02_train_qlora.ipynb", "notebooks/03_eval.ipynb",
-         "notebooks/04_export.ipynb"]
+CHAIN = [f"notebooks/{stem}.ipynb" for stem in ("01_data_prep", "02_train_qlora", "03_eval", "04_export")]
 # What each of our notebooks must leave for the next one (stage folder, marker file).
 ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
              "03_eval": ("eval", "eval_report.json"), "04_export": ("export", "export_summary.json")}
