@@ -5,7 +5,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbutils import harness
+from nbutils.harness import runner as harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAIN = [Path(nb).stem for nb in harness.CHAIN]  # the notebooks `make papermill-check` runs, in order

@@ -47,8 +47,8 @@ def tokenization(n: int = 100_000, loop_n: int = 20_000) -> list[dict]:
     from datasets import Dataset
     from datasets.utils import disable_progress_bars
 
-    from nbutils import data
-    from nbutils.modeling import load_tokenizer
+    from nbutils.data import splits as data
+    from nbutils.train.modeling import load_tokenizer
 
     disable_progress_bars()
     tok = load_tokenizer("embedded")
@@ -78,8 +78,8 @@ def end_to_end(n: int = 50_000) -> list[dict]:
     import json
     from pathlib import Path
 
-    from nbutils import data
-    from nbutils.modeling import load_tokenizer
+    from nbutils.data import splits as data
+    from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
     with tempfile.TemporaryDirectory() as d:
@@ -95,7 +95,7 @@ def end_to_end(n: int = 50_000) -> list[dict]:
 
 
 def padding(n: int = 20_000, batch_size: int = 16, max_seq_len: int = 1024) -> list[dict]:
-    from nbutils import batching
+    from nbutils.data import batching
 
     rng = random.Random(0)
     lengths = [min(max_seq_len, 16 + int(rng.lognormvariate(4.5, 0.9))) for _ in range(n)]  # long-tailed
@@ -111,8 +111,9 @@ def padding(n: int = 20_000, batch_size: int = 16, max_seq_len: int = 1024) -> l
 
 
 def _embedded_lengths() -> list[int]:
-    from nbutils import data, embedded
-    from nbutils.modeling import load_tokenizer
+    from nbutils import embedded
+    from nbutils.data import splits as data
+    from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
     msgs = [data.to_messages(r) for r in embedded.task_records()]

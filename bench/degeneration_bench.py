@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 
-from nbutils.degeneration import detect, whisper_rule
 from nbutils.eval import scorecard
+from nbutils.eval.degeneration import detect, whisper_rule
 from nbutils.eval.stress import LOOP_CLASSES, REPORTED_SEED, TUNING_SEED, build
 
 N_HEALTHY, PER_CLASS = 2500, 40  # about 100 healthy samples per script or kind; 320 texts per class
@@ -38,7 +38,7 @@ def _worst(groups: dict[str, float]) -> str:
 
 def run() -> list[dict]:
     """Rows: per class (detect, its worst cut, latency, Whisper, guard), then false positives and agreement."""
-    from nbutils.modeling import load_tokenizer
+    from nbutils.train.modeling import load_tokenizer
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)

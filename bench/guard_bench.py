@@ -44,7 +44,7 @@ def overhead(model, tok, label: str, repeats: int, new_tokens: int = 128) -> lis
     import torch
     from transformers import StoppingCriteriaList
 
-    from nbutils.guard import DegenerationGuard
+    from nbutils.eval.guard import DegenerationGuard
 
     _, enc = _task_batch(tok)
     enc = enc.to(model.device)
@@ -103,7 +103,7 @@ def overhead(model, tok, label: str, repeats: int, new_tokens: int = 128) -> lis
 
 def savings(model, tok, prompts: list[str], label: str, target: str = "", **kw) -> dict:
     """Tokens the eval generates with the guard (flag) as a share of those without it."""
-    from nbutils import evaluation
+    from nbutils.eval import evaluation
 
     off = evaluation.generate(model, tok, prompts, guard="off", **kw)
     flag = evaluation.generate(model, tok, prompts, guard="flag", **kw)
@@ -117,8 +117,10 @@ def savings(model, tok, prompts: list[str], label: str, target: str = "", **kw) 
 
 def eos_masked_adapter(work: str):
     """The embedded model plus an adapter trained with EOS masked out of the labels (what pad == EOS does)."""
-    from nbutils import data, embedded, modeling, training
-    from nbutils.trainconfig import TrainConfig
+    from nbutils import embedded
+    from nbutils.data import splits as data
+    from nbutils.train import modeling, training
+    from nbutils.train.trainconfig import TrainConfig
 
     tok = modeling.load_tokenizer("embedded")
     data.prepare([embedded.resolve_raw_data("embedded")], work, tok, verbose=False)
@@ -135,7 +137,9 @@ def run() -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from nbutils import embedded, evaluation, modeling
+    from nbutils import embedded
+    from nbutils.eval import evaluation
+    from nbutils.train import modeling
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -43,7 +43,8 @@ def _harness(work: str, notebooks: list[str]) -> float:
 
 
 def run(repeats: int = 2) -> list[dict]:
-    from nbutils import embedded, harness
+    from nbutils import embedded
+    from nbutils.harness import runner as harness
 
     embedded.ensure()  # built once up front; both sides only read it
     notebooks = [str(ROOT / nb) for nb in harness.CHAIN]

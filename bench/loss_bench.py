@@ -5,7 +5,7 @@ Chunked: `nbutils.train.loss.chunked_cross_entropy`. Each runs in a fresh proces
 growth of the process' peak RSS (VmHWM, reset through /proc/self/clear_refs once the inputs exist)
 during one forward + backward, so it counts every buffer the step allocates. All positions have a
 target (the chunked loss's skipping of prompt and padding positions is not counted here). lm_head is
-frozen, as under LoRA. The plan's logits part (nbutils.memory, fp32 compute) is printed beside it.
+frozen, as under LoRA. The plan's logits part (nbutils.train.memory, fp32 compute) is printed beside it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def measure(mode: str, batch: int = 2, seq: int = 2048, vocab: int = 128_256, hi
 
 
 def run(batch: int = 2, seq: int = 2048, vocab: int = 128_256, hidden: int = 512) -> list[dict]:
-    from nbutils import memory
+    from nbutils.train import memory
 
     shape = f"vocab {vocab}, seq {seq}, batch {batch}, hidden {hidden}"
     plain, chunked = measure("plain", batch, seq, vocab, hidden), measure("chunked", batch, seq, vocab, hidden)

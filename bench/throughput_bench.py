@@ -4,7 +4,7 @@ Same model (4-bit nf4 + LoRA r=16 on all linear layers, gradient checkpointing),
 instruction data (lognormal lengths, a prompt whose labels are -100 and a response), one epoch each:
 - plain recipe, as users copy it: Trainer + DataCollatorForSeq2Seq padding to the longest example of
   each random batch, no packing, the model's own loss over full logits;
-- this suite: `nbutils.training.train` with the batching plan 01 would choose (length-grouped or packed)
+- this suite: `nbutils.train.training.train` with the batching plan 01 would choose (length-grouped or packed)
   and the loss `chunked_loss="auto"` picks (pure-torch chunked on the CPU; liger-kernel on CUDA when installed);
   and the same with `chunked_loss=False` (equal batching, full logits), to show what the loss alone gives.
 Measured: real target tokens (non-pad, labelled) per second of training (the Trainer's train_runtime,
@@ -68,8 +68,9 @@ def _train_one(recipe: str, model_path: str, rows: list[dict], batch: int, max_l
     import torch
     from datasets import Dataset
 
-    from nbutils import batching, modeling, training
-    from nbutils.trainconfig import TrainConfig
+    from nbutils.data import batching
+    from nbutils.train import modeling, training
+    from nbutils.train.trainconfig import TrainConfig
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     tok = modeling.load_tokenizer("embedded")  # pad id only: the ids are drawn at random below the vocab size
@@ -133,7 +134,7 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
 
     The recipes take turns (A B C, A B C, ...) and each keeps its fastest run: on a shared machine the load
     changes within minutes, and the fastest run is the one least slowed by other jobs."""
-    from nbutils import memory, modeling
+    from nbutils.train import memory, modeling
     from nbutils.train.loss import liger_available
 
     rows = instruction_rows(n, modeling.load_config(model_path).vocab_size, max_len)

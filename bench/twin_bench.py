@@ -19,7 +19,8 @@ STAGE = re.compile(r"^\[papermill-check\] (project venv|twin (\S+)): (\d+) noteb
 
 
 def run() -> list[dict]:
-    from nbutils import kaggle, twin
+    from nbutils.harness import twin
+    from nbutils.kaggle import publish as kaggle
 
     rows = []
     for t in twin.twins():

@@ -4,7 +4,7 @@ KAGGLE_PYTHON ?= 3.11
 
 .PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
 
-kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/settings.py)
+kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/platform/settings.py)
 	$(PY) -m nbutils.kaggle metadata
 
 kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb without outputs, for `kaggle kernels push -p`
@@ -22,10 +22,10 @@ kaggle-wheelhouse-check: kaggle-dataset $(if $(filter 0,$(TWINS)),,kaggle-twins)
 	TWINS=$(TWINS) $(PY) -m nbutils.kaggle wheelhouse-check
 
 kaggle-twins: setup  ## one venv per kaggle-image/*.txt snapshot (cached by its hash), registered as kernel kaggle-<name>
-	$(PY) -m nbutils.twin build
+	$(PY) -m nbutils.harness.twin build
 
 # A snapshot from a real Kaggle session: run `!pip freeze > /kaggle/working/pip-freeze.txt` there, download it, then
 #   make kaggle-image-refresh FREEZE=pip-freeze.txt NAME=numpy2-2026
 kaggle-image-refresh: setup
 	@test -n "$(FREEZE)" -a -n "$(NAME)" || { echo "usage: make kaggle-image-refresh FREEZE=pip-freeze.txt NAME=<snapshot>"; exit 2; }
-	$(PY) -m nbutils.twin refresh $(FREEZE) $(NAME)
+	$(PY) -m nbutils.harness.twin refresh $(FREEZE) $(NAME)

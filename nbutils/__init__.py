@@ -1,0 +1,19 @@
+"""nbutils: the helper package behind the QLoRA notebooks (01_data_prep -> 02_train_qlora -> 03_eval -> 04_export).
+
+The notebooks import the first five subpackages; `harness` and `kaggle` are the project's own build and
+check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook imports them.
+`python -m nbutils` prints this map with every module's one-line summary.
+
+- `platform`: where the notebooks run and what they need there (paths, preflight, install, secrets).
+- `data`: raw records in, chat-formatted and tokenized splits out, and how they are batched.
+- `train`: the 4-bit model with LoRA, the memory plan, the Trainer run and its checkpoints.
+- `eval`: generation under the degeneration guard, task metrics and the report.
+- `export`: the export gate, merged and adapter exports, model cards, Hub push, GGUF.
+- `harness`: papermill-check, the simulated Kaggle background run and the Kaggle image twins.
+- `kaggle`: kernel metadata, bundles, the nbutils dataset and Colab/Kaggle badges.
+
+Chain-wide modules:
+- `defaults`: the "auto" values of learning_rate, max_seq_len and max_new_tokens.
+- `embedded`: the embedded default model and dataset, built offline.
+- `plots`: the one matplotlib helper (Agg-safe).
+"""

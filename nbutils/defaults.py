@@ -48,7 +48,7 @@ def max_seq_len(value, lengths: list[int], model_config=None, batch_size: int = 
     if positions and n > positions:
         n, caps = positions, [f"the model's {positions} positions"]
     if model_config is not None:
-        from nbutils import memory
+        from nbutils.train import memory
 
         gb = gpu_memory_gb or T4_MEMORY_GB
         while n > 64 and not memory.plan(model_config, n, batch_size, lora_r, gb)["fits"]:

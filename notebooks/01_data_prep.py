@@ -37,7 +37,7 @@ if importlib.util.find_spec("nbutils") is None:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages  # noqa: E402
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -67,7 +67,7 @@ batch_size = 16  # the per-device batch size 02 will use; the batching plan is m
 # otherwise fail hours later.
 
 # %%
-from nbutils.preflight import preflight
+from nbutils.platform.preflight import preflight
 
 env = preflight(load_in_4bit=False)
 
@@ -84,14 +84,17 @@ env = preflight(load_in_4bit=False)
 # covers 99% of the records and says how many it leaves out.
 
 # %%
-from nbutils import data, embedded, environment, modeling
+from nbutils import embedded
+from nbutils.data import splits
+from nbutils.platform import environment
+from nbutils.train import modeling
 
 tokenizer = modeling.load_tokenizer(base_model)
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
-manifest = data.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction, seed=seed,
-                        max_records=200 if smoke else None, train_on_prompt=train_on_prompt, fmt=format,
-                        strict=strict, truncate=truncate, batch_size=batch_size, columns=data.parse_columns(columns))
+manifest = splits.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction, seed=seed,
+                          max_records=200 if smoke else None, train_on_prompt=train_on_prompt, fmt=format,
+                          strict=strict, truncate=truncate, batch_size=batch_size, columns=splits.parse_columns(columns))
 
 # %% [markdown]
 # ## What was kept, and why the rest was not
@@ -115,9 +118,9 @@ if quarantined is not None:
 # each answer ends with its end-of-turn token outside the brackets.
 
 # %%
-train = data.load_split(out, "train")
+train = splits.load_split(out, "train")
 for row in train.select(range(min(3, len(train)))):
-    print(data.render_masked(row, tokenizer), end="\n---\n")
+    print(splits.render_masked(row, tokenizer), end="\n---\n")
 
 # %% [markdown]
 # ## Lengths and batching

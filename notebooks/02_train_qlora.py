@@ -34,7 +34,7 @@ if importlib.util.find_spec("nbutils") is None:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages  # noqa: E402
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -73,7 +73,7 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # ## Preflight
 
 # %%
-from nbutils.preflight import check_disk, preflight
+from nbutils.platform.preflight import check_disk, preflight
 
 env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes,
                 base_model=base_model, attn_implementation=attn_implementation)
@@ -91,13 +91,16 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 # %%
 import json
 
-from nbutils import data, defaults, environment, evaluation, launch, memory, modeling, trainconfig
-from nbutils.train import loss
+from nbutils import defaults
+from nbutils.data import splits
+from nbutils.eval import evaluation
+from nbutils.platform import environment
+from nbutils.train import launch, loss, memory, modeling, trainconfig
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
-manifest = data.load_manifest(data_dir)
-train_ds, eval_ds = data.load_split(data_dir, "train"), data.load_split(data_dir, "eval")
+manifest = splits.load_manifest(data_dir)
+train_ds, eval_ds = splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval")
 model_config = modeling.load_config(base_model)
 loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
 plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
@@ -128,8 +131,8 @@ check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's
 # Trainer (which imports bitsandbytes) is imported only inside the functions below. From a shell,
 # run the notebook's `.py` as a script with the same parameter names:
 #
-#     accelerate launch --multi_gpu --num_processes 2 -m nbutils.launch notebooks/02_train_qlora.py --max_steps 200
-#     torchrun --nproc_per_node 2 -m nbutils.launch notebooks/02_train_qlora.py --config run.yaml
+#     accelerate launch --multi_gpu --num_processes 2 -m nbutils.train.launch notebooks/02_train_qlora.py --max_steps 200
+#     torchrun --nproc_per_node 2 -m nbutils.train.launch notebooks/02_train_qlora.py --config run.yaml
 #
 # A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads
 # its layers over all GPUs in one process: it fits, but is no faster (the GPUs take turns).
@@ -163,7 +166,7 @@ def load_model():
 
 # %%
 def train_model(model, tokenizer):
-    from nbutils import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
+    from nbutils.train import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
     run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
     prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
@@ -188,7 +191,7 @@ def train_model(model, tokenizer):
 
 # %%
 def save_and_verify(model, tokenizer, result, run_config):
-    from nbutils import training
+    from nbutils.train import training
 
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
     training.write_summary(out, result, cfg, ckpt, plan)

@@ -34,7 +34,7 @@ if importlib.util.find_spec("nbutils") is None:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages  # noqa: E402
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -64,7 +64,7 @@ chat_prompts = []  # prompts for the chat at the end; empty: the first eval ques
 # ## Preflight
 
 # %%
-from nbutils.preflight import preflight
+from nbutils.platform.preflight import preflight
 
 env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_model,
                 attn_implementation=attn_implementation)
@@ -79,13 +79,17 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_
 # %%
 from pathlib import Path
 
-from nbutils import data, defaults, environment, evaluation, modeling, report
-from nbutils.degeneration import CircuitBreaker
+from nbutils import defaults
+from nbutils.data import splits
+from nbutils.eval import evaluation, report
+from nbutils.eval.degeneration import CircuitBreaker
+from nbutils.platform import environment
+from nbutils.train import modeling
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
 out = environment.stage_dir("eval", output_dir)
-eval_ds = data.load_split(data_dir, "eval")
+eval_ds = splits.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
@@ -105,7 +109,7 @@ base
 # %%
 from peft import PeftModel
 
-from nbutils import checkpoints
+from nbutils.train import checkpoints
 
 # The summary must parse and the checkpoint must match its manifest (sizes, SHA-256, step); a damaged
 # final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so.

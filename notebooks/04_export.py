@@ -35,7 +35,7 @@ if importlib.util.find_spec("nbutils") is None:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages  # noqa: E402
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -66,7 +66,7 @@ llama_cpp_dir = ""  # a llama.cpp checkout; empty: $LLAMA_CPP_DIR, /kaggle/worki
 # ## Preflight
 
 # %%
-from nbutils.preflight import preflight
+from nbutils.platform.preflight import preflight
 
 env = preflight(load_in_4bit=False)
 
@@ -77,8 +77,8 @@ env = preflight(load_in_4bit=False)
 # exports anyway and says so.
 
 # %%
-from nbutils import environment
 from nbutils.export import gate
+from nbutils.platform import environment
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
@@ -96,8 +96,8 @@ decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rat
 # %%
 from pathlib import Path
 
-from nbutils import checkpoints
 from nbutils.export import merge
+from nbutils.train import checkpoints
 
 ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its manifest, as in 03
 plan = merge.memory_plan(base_model)
@@ -115,13 +115,14 @@ if export_merged and plan["device"] is None:
 # %%
 from transformers import AutoTokenizer
 
-from nbutils import data, evaluation
+from nbutils.data import splits
+from nbutils.eval import evaluation
 from nbutils.export import card, hub
 
 repos = hub.targets(hub_repo, hub_what)
 facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
-prompts, _ = evaluation.prompts_and_references(data.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
 merged = None
 if export_merged:
     merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, plan["device"], max_shard_size=max_shard_size)

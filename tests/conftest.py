@@ -21,8 +21,9 @@ def embedded_dir():
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory, embedded_dir):
     """Output folder of data.prepare on the embedded task data (train/eval splits + manifest)."""
-    from nbutils import data, embedded
-    from nbutils.modeling import load_tokenizer
+    from nbutils import embedded
+    from nbutils.data import splits as data
+    from nbutils.train.modeling import load_tokenizer
 
     out = tmp_path_factory.mktemp("data_prep")
     data.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False)
@@ -40,6 +41,6 @@ def twin():
 @pytest.fixture(scope="session")
 def tok(embedded_dir):
     """The embedded default's prepared tokenizer."""
-    from nbutils.modeling import load_tokenizer
+    from nbutils.train.modeling import load_tokenizer
 
     return load_tokenizer("embedded")

@@ -2,7 +2,8 @@
 
 from transformers import LlamaConfig
 
-from nbutils import curves, defaults
+from nbutils import defaults
+from nbutils.train import curves
 
 TINY = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, max_position_embeddings=256)
 REAL = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, vocab_size=128256,

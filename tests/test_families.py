@@ -45,7 +45,7 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from nbutils import modeling
+    from nbutils.train import modeling
 
     folder, out, proc = matrix[name]
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}

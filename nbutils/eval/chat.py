@@ -24,9 +24,9 @@ def chat(model, tokenizer, prompts: list[str], max_new_tokens: int = 64, stream:
     import torch
     from transformers import StoppingCriteriaList, TextStreamer
 
-    from nbutils import chatformat
-    from nbutils.environment import detect_platform
-    from nbutils.guard import DegenerationGuard
+    from nbutils.data import chatformat
+    from nbutils.eval.guard import DegenerationGuard
+    from nbutils.platform.environment import detect_platform
 
     if not tokenizer.chat_template:
         raise ValueError("the tokenizer has no chat template: load the tokenizer saved with the checkpoint "

@@ -7,7 +7,7 @@ crosses Whisper's 2.4). Loops are found on a normalized token stream (numbers be
 whose last token may be cut short, so the verdict does not depend on where in its last period a
 loop was cut off (`max_new_tokens` stops a generation anywhere). Letters with combining marks
 (Vietnamese in NFD, Devanagari, Thai, Arabic harakat) are parts of words, and rulers are judged
-by the same rule in every script. `nbutils.guard.DegenerationGuard` runs the same function inside
+by the same rule in every script. `nbutils.eval.guard.DegenerationGuard` runs the same function inside
 `model.generate` on each row's text tail, so the guard and a post-hoc check agree.
 """
 

@@ -72,7 +72,7 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
     """Feed every text token by token through DegenerationGuard (observe mode); id(sample) -> Stop."""
     import torch
 
-    from nbutils.guard import DegenerationGuard
+    from nbutils.eval.guard import DegenerationGuard
 
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id or 0
     encoded = [(s, tokenizer(s.text, add_special_tokens=False)["input_ids"]) for s in samples]

@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from nbutils import checkpoints
-from nbutils.secrets import redact
+from nbutils.platform.secrets import redact
+from nbutils.train import checkpoints
 
 # Trainer state and resume files are for continuing a run, not for using the model.
 LEFT_OUT = {checkpoints.MARKER, "trainer_state.json", *checkpoints.RESUME_FILES}

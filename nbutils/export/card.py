@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbutils.secrets import redact
+from nbutils.platform.secrets import redact
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
          "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from nbutils import chatformat, embedded
+from nbutils import embedded
+from nbutils.data import chatformat
 
 # A free session: Kaggle gives 29 GiB of RAM and a 15 GiB T4 (x2); Colab's free tier 12.7 GiB and one T4.
 FREE_SESSIONS = {"kaggle": {"ram_gb": 29.0, "gpu_gb": 15.0}, "colab": {"ram_gb": 12.7, "gpu_gb": 15.0}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbutils.secrets import redact
+from nbutils.platform.secrets import redact
 
 MARKER = "export_summary.json"
 

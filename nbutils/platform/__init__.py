@@ -1,1 +1,9 @@
-"""Where the notebooks run (Kaggle, Colab, local) and what the install step leaves behind there."""
+"""Where the notebooks run (Kaggle, Colab, local) and what the install step leaves behind there.
+
+- `environment`: the platform, its run type and the input/working roots; stage folders.
+- `preflight`: accelerators, the precision rule, versions and disk, checked near each notebook's top.
+- `install`: install only what the platform lacks, pinned, never torch.
+- `install_verify`: after pip, what changed, what the kernel still holds, and whether it imports.
+- `secrets`: secrets read the platform's way, never printed, redacted from what is written.
+- `settings`: the project's addresses (repository, Kaggle owner, dataset slug).
+"""

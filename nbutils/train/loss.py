@@ -129,7 +129,7 @@ def chunked_cross_entropy(hidden, weight, labels, num_items_in_batch=None, ignor
 @contextlib.contextmanager
 def lm_head_input(model):
     """While open, lm_head keeps its input (the final hidden states) and computes logits for none of it."""
-    from nbutils.checkpoints import unwrap
+    from nbutils.train.checkpoints import unwrap
 
     head = unwrap(model).get_output_embeddings()
     kept = {}

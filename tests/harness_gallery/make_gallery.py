@@ -87,7 +87,7 @@ CONFLICT = [WHEEL + "\nimport os, sys\nsite = os.path.abspath('site')\nos.makedi
             "!pip install -q --no-index nbformat  # already satisfied: installs nothing, so no second pip check"]
 RUNTIME["stale_module"] = (STALE, "stale-module", 5)
 RUNTIME["package_conflict"] = (CONFLICT, "package-conflict", 3)
-# Run in the numpy-1 Kaggle image twin with the nbutils dataset attached (tests/test_twin.py): name -> (cells,
+# Run in the numpy-1 Kaggle image twin with the nbutils dataset attached (tests/harness/test_twin.py): name -> (cells,
 # every failing (check, cell) the harness must report). The bootstrap cell is the notebooks' own install cell.
 TWIN = {
     # Kaggle's template first cell above the install cell: pandas loads pyarrow, the install replaces it.
@@ -149,7 +149,7 @@ def build(dest: Path = HERE) -> None:
             jupytext.write(edited, dest / f"{name}.py", fmt="py:percent")
     for name, cells in CLEAN.items():
         _write(notebook(cells), dest / f"{name}.ipynb")
-    from nbutils.install import bootstrap_cell_source
+    from nbutils.platform.install import bootstrap_cell_source
 
     for name, (cells, _) in TWIN.items():
         _write(notebook([bootstrap_cell_source() if c == "BOOTSTRAP" else c for c in cells]), dest / f"{name}.ipynb")

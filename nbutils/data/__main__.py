@@ -1,0 +1,5 @@
+import sys
+
+from nbutils.data.splits import main
+
+sys.exit(main())

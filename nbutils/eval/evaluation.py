@@ -1,0 +1,142 @@
+"""Evaluation: guarded batched generation on a bounded sample, task metric, and loss on the whole eval split.
+
+Generation is the expensive part (peft#217: generate on a few dozen examples, perplexity for the
+rest), so `n_samples` prompts are generated and the eval loss covers every eval example.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from nbutils.data import batching, chatformat
+from nbutils.eval.degeneration import CircuitBreaker, detect, summarize
+
+
+def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
+    """Chat-rendered prompts (with the generation prompt) and the reference answers."""
+    rows = eval_ds if limit is None else eval_ds.select(range(min(limit, len(eval_ds))))
+    prompts, refs = [], []
+    for r in rows:
+        msgs = r["messages"]
+        prompts.append(tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True))
+        refs.append(msgs[-1]["content"])
+    return prompts, refs
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = 16,
+             guard: str = "flag", breaker: CircuitBreaker | None = None,
+             eos_token_id: int | list[int] | None = None) -> list[dict]:
+    """Greedy generation with left padding. guard: 'off', 'flag' (stop degenerate rows, keep going) or
+    'abort' (also raise DegenerationError through the circuit breaker when most early outputs are garbage).
+    Stops on any of eos_token_id; by default the union of EOS, the template's end-of-turn token and the
+    model's generation_config.eos_token_id (nbutils.data.chatformat.stop_ids)."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    from nbutils.eval.guard import DegenerationGuard
+
+    if guard not in ("off", "flag", "abort"):
+        raise ValueError(f"guard={guard!r} is not one of off, flag, abort")
+    breaker = breaker if breaker is not None else (CircuitBreaker() if guard == "abort" else None)
+    eos = chatformat.stop_ids(tokenizer, model) if eos_token_id is None else eos_token_id
+    stops = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"  # decoder-only models continue from the right edge
+    out = []
+    try:
+        for i in range(0, len(prompts), batch_size):
+            batch = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            batch = batch.to(model.device)
+            width = batch["input_ids"].shape[1]
+            watch = DegenerationGuard(tokenizer, prompt_length=width, eos_token_id=eos) if guard != "off" else None
+            with torch.no_grad():
+                seq = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                                     stopping_criteria=StoppingCriteriaList([watch]) if watch else None)
+            states = watch.report() if watch else [{}] * len(seq)
+            texts = []
+            for row, state in zip(seq[:, width:].tolist(), states):
+                cut = next((k for k, t in enumerate(row) if t in stops), None)
+                stopped = cut is not None
+                row = row[:cut] if stopped else row
+                row = [t for t in row if t != tokenizer.pad_token_id]
+                text = tokenizer.decode(row, skip_special_tokens=True).strip()
+                verdict = detect(tokenizer.decode(row, skip_special_tokens=False))  # marker loops count too
+                if state.get("stopped") and not verdict.degenerate:
+                    verdict.degenerate, verdict.reasons = True, list(state["reasons"])
+                texts.append(text)
+                out.append({"text": text, "tokens": len(row), "eos": stopped, "verdict": verdict,
+                            "guard_stopped": bool(state.get("stopped")), "stop_token": state.get("stop_token")})
+            if breaker is not None:
+                breaker.update(texts, [r["verdict"] for r in out[-len(texts):]])
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def exact_match(outputs: list[str], references: list[str]) -> float:
+    """Share of outputs equal to the reference after trimming whitespace and case."""
+    norm = lambda s: " ".join(s.lower().split())  # noqa: E731
+    return sum(norm(o) == norm(r) for o, r in zip(outputs, references)) / max(1, len(references))
+
+
+def eval_loss(model, eval_ds, pad_id: int, batch_size: int = 32) -> float:
+    """Mean loss per target token over the whole eval split (prompt tokens masked)."""
+    import torch
+
+    collate = batching.make_collator({"strategy": "length_grouped"}, pad_id)
+    total, count = 0.0, 0
+    for i in range(0, len(eval_ds), batch_size):
+        batch = collate([eval_ds[j] for j in range(i, min(i + batch_size, len(eval_ds)))])
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        n = int((batch["labels"][:, 1:] != -100).sum())
+        with torch.no_grad():
+            loss = model(**batch).loss
+        total += float(loss) * n
+        count += n
+    return total / max(1, count)
+
+
+def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: str,
+          breaker: CircuitBreaker | None = None) -> tuple[dict, list[dict]]:
+    """One model's report entry (task metric, loss, perplexity, degeneration figures) and its generations."""
+    outs = generate(model, tokenizer, prompts, max_new_tokens, guard=guard, breaker=breaker)
+    loss = eval_loss(model, eval_ds, tokenizer.pad_token_id)
+    entry = {"task_metric": exact_match([o["text"] for o in outs], refs), "eval_loss": loss,
+             "perplexity": math.exp(min(loss, 50.0)), **summarize(outs, max_new_tokens)}
+    return entry, outs
+
+
+def probe(tokenizer, prompts: list[str], max_new_tokens: int = 32, threshold: float = 0.5):
+    """A training-time probe for 02's hook: True when most probe generations are degenerate."""
+
+    def run(model) -> bool:
+        was_training = model.training
+        model.eval()
+        outs = generate(model, tokenizer, prompts, max_new_tokens, guard="flag")
+        if was_training:
+            model.train()
+        share = sum(o["verdict"].degenerate for o in outs) / max(1, len(outs))
+        print(f"[probe] {share:.0%} of {len(outs)} probe generations degenerate")
+        return share > threshold
+
+    return run
+
+
+def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
+    """Rows for the per-sample table: prompt / reference / output / verdict, for both models."""
+    rows = []
+    for p, r, b, t in zip(prompts, refs, base_out, tuned_out):
+        for model, o in (("base", b), ("tuned", t)):
+            verdict = ("degenerate: " + ", ".join(o["verdict"].reasons)) if o["verdict"].degenerate else "ok"
+            rows.append({"model": model, "prompt": p, "reference": r, "output": o["text"], "verdict": verdict,
+                         "eos": o["eos"], "tokens": o["tokens"], "correct": o["text"].strip().lower() == r.strip().lower()})
+    return rows
+
+
+def write_report(output_dir: str | Path, report: dict) -> Path:
+    path = Path(output_dir) / "eval_report.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    return path

@@ -1,0 +1,161 @@
+"""The degeneration guard inside `model.generate`: stop only the rows that turn to garbage, as they stream.
+
+Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
+only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
+seen); an exact repeat in the ids, or every `detect_every` tokens anyway, makes it decode just the
+new tokens onto the row's text tail and run `nbutils.eval.degeneration.detect` on that bounded tail. It
+detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
+tokens they would get without it. `make bench` measures its cost inside generate.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+from transformers import LogitsProcessor, StoppingCriteria
+
+from nbutils.eval.degeneration import TAIL_CHARS, detect
+
+
+@dataclass
+class RowState:
+    stopped: bool = False
+    reasons: list[str] = field(default_factory=list)
+    stop_token: int | None = None  # index (from the generation start) of the last token generated before the stop
+    tokens: int = 0  # tokens generated, up to and including EOS or the stop
+    eos: bool = False
+    ids: list[int] = field(default_factory=list)
+    text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
+    decoded: int = 0  # tokens already decoded into text
+
+
+def _id_loop(ids: list[int], max_period: int = 64) -> bool:
+    """Cheap pre-check on token ids: does the tail repeat exactly (two copies, 8+ tokens)?"""
+    rev, p = ids[:-2 * max_period - 1:-1], 0
+    size = len(rev)
+    while True:
+        try:
+            p = rev.index(rev[0], p + 1, size // 2 + 1)
+        except (ValueError, IndexError):
+            return False
+        run = 0
+        while run + p < size and rev[run] == rev[run + p]:
+            run += 1
+        if run >= p and run + p >= 8:
+            return True
+
+
+class DegenerationGuard(StoppingCriteria):
+    """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
+
+    Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
+    repeat, and anyway every `detect_every` tokens, it decodes only the row's new tokens (plus two
+    of context), appends them to the row's text tail and runs `detect` on it. Rows that emitted EOS
+    are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
+    would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
+    to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
+    """
+
+    def __init__(self, tokenizer, *, check_every: int = 8, prompt_length: int | None = None,
+                 eos_token_id: int | list[int] | None = None, detect_every: int = 32, stop: bool = True):
+        self.tokenizer, self.check_every, self.detect_every = tokenizer, check_every, detect_every
+        self.prompt_length, self.stop = prompt_length, stop
+        if eos_token_id is None:  # EOS, the template's end-of-turn token and the generation config's stops
+            from nbutils.data.chatformat import stop_ids
+
+            eos_token_id = stop_ids(tokenizer)
+        eos = eos_token_id
+        self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
+        self.rows: list[RowState] = []
+        self._start, self._done = 0, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
+        batch, length = input_ids.shape
+        if self._done is None or len(self.rows) != batch or length - self._start < self.rows[0].tokens:
+            self.rows = [RowState() for _ in range(batch)]  # a new generate() call
+            self._start = self.prompt_length if self.prompt_length is not None else length - 1
+            self._done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        generated = length - self._start
+        if generated % self.check_every == 0:
+            self._check(input_ids, generated, generated % self.detect_every == 0)
+        return self._done
+
+    def _check(self, input_ids: torch.LongTensor, generated: int, full: bool) -> None:
+        active = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
+        if not active:
+            return
+        seen = min(len(self.rows[i].ids) for i in active)
+        suspects, fresh = [], input_ids[:, self._start + seen:].tolist()
+        for i in active:
+            row = self.rows[i]
+            new = fresh[i][len(row.ids) - seen:]
+            hit = None if self.eos.isdisjoint(new) else next(k for k, t in enumerate(new) if t in self.eos)
+            row.ids += new if hit is None else new[:hit + 1]
+            row.tokens = len(row.ids)
+            if hit is not None:
+                row.eos = True  # finished: never checked again
+            elif full or _id_loop(row.ids):
+                suspects.append(row)
+        if not suspects:
+            return
+        ctx = 2  # already-decoded tokens decoded again as context: a fragment alone loses its leading space
+        pieces = [r.ids[max(0, r.decoded - ctx):] for r in suspects]
+        heads = [r.ids[max(0, r.decoded - ctx):r.decoded] for r in suspects]
+        texts = self._decode(pieces + heads)
+        changed = False
+        for row, piece, head, full_text in zip(suspects, pieces, texts[len(suspects):], texts):
+            end = len(row.ids)
+            while full_text.endswith("\ufffd") and end > row.decoded + 1 and len(row.ids) - end < 3:
+                end -= 1  # a character split across tokens: decode up to where it starts, the rest comes later
+                full_text = self._decode([piece[:len(piece) - len(row.ids) + end]])[0]
+            if full_text.endswith("\ufffd") and len(row.ids) - row.decoded < 8:
+                continue
+            cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
+            add = full_text[cut:]
+            row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
+            verdict = detect(row.text)
+            if verdict.degenerate and not row.reasons:
+                row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
+                row.stopped = changed = self.stop
+        if changed:
+            self._done = torch.tensor([r.stopped for r in self.rows], dtype=torch.bool, device=self._done.device)
+
+    def _decode(self, seqs: list[list[int]]) -> list[str]:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)  # straight into Rust, no thread pool
+        if backend is not None:
+            return [backend.decode(s, skip_special_tokens=False) for s in seqs]
+        return self.tokenizer.batch_decode(seqs, skip_special_tokens=False)
+
+    def report(self) -> list[dict]:
+        """Per row: stopped, reasons, stop_token, tokens (generated, as far as the guard saw), eos."""
+        return [{"stopped": r.stopped, "reasons": r.reasons, "stop_token": r.stop_token, "tokens": r.tokens,
+                 "eos": r.eos} for r in self.rows]
+
+
+class GenerationObserver(LogitsProcessor):
+    """Records per-row mean entropy and mean log-probability of the chosen token; returns scores unchanged."""
+
+    def __init__(self):
+        self.entropy, self.logprob, self.steps, self.chosen, self._last = None, None, 0, 0, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        with torch.no_grad():
+            logp = torch.log_softmax(scores.float(), dim=-1)
+            ent = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+            self.entropy = ent if self.entropy is None else self.entropy + ent
+            if self._last is not None:  # the token picked from the previous step's distribution
+                lp = self._last.gather(1, input_ids[:, -1:]).squeeze(1)
+                self.logprob = lp if self.logprob is None else self.logprob + lp
+                self.chosen += 1
+            self._last, self.steps = logp, self.steps + 1
+        return scores
+
+    def summary(self) -> list[dict]:
+        """Per row: mean entropy (nats) and mean log-prob of the chosen token (the last token is not seen)."""
+        if not self.steps:
+            return []
+        lp = self.logprob.tolist() if self.logprob is not None else [float("nan")] * len(self.entropy)
+        return [{"mean_entropy": e / self.steps, "mean_logprob": p / max(1, self.chosen)}
+                for e, p in zip(self.entropy.tolist(), lp)]

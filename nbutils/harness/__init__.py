@@ -1,0 +1,9 @@
+"""papermill-check: the notebooks run as a Kaggle background run runs them, and stricter (no notebook imports this).
+
+- `runner`: run and check notebooks, the chain and the command line (`python -m nbutils.harness`).
+- `sandbox`: one Kaggle background run simulated locally (paths, internet switch, time budget).
+- `nbchecks`: static checks that find what kills a batch run without starting a kernel.
+- `install_lines`: install commands in cells, read the way a shell reads them.
+- `results`: one row per notebook, report.json, junit.xml and the summary table.
+- `twin`: twins of the Kaggle image, one venv per snapshot, a pristine copy per notebook.
+"""

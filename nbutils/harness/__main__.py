@@ -1,0 +1,5 @@
+import sys
+
+from nbutils.harness.runner import main
+
+sys.exit(main())

@@ -1,0 +1,401 @@
+"""papermill-check: run notebooks the way a Kaggle background run does, and stricter.
+
+    python -m nbutils.harness check [--twin all]         # what `make papermill-check` runs (TWINS=0: no --twin)
+    python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
+                                                         # static checks too, unless --no-static
+    python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
+
+`--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
+pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv first.
+One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
+`report.json` and `junit.xml` go to --out (default runs/papermill-check/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from nbutils.harness import sandbox
+from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
+from nbutils.harness.results import Result, report, summary_table, write_reports  # noqa: F401 -- re-exported
+from nbutils.platform.install import NEEDED
+from nbutils.platform.secrets import SECRET_SHAPES
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAIN = [f"notebooks/{stem}.ipynb" for stem in ("01_data_prep", "02_train_qlora", "03_eval", "04_export")]
+# What each of our notebooks must leave for the next one (stage folder, marker file).
+ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
+             "03_eval": ("eval", "eval_report.json"), "04_export": ("export", "export_summary.json")}
+CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")  # a pip conflict about these (or what they need) matters to the chain
+UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir", "eval": "eval_dir"}
+FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
+                              r"Segmentation fault|core dumped|Killed\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_FILES = 20 * 2**30, 500  # Kaggle's /kaggle/working limits
+# The kernel's own log (e.g. "running over TCP without encryption") is noise in a harness run; errors still show.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+
+
+def kernel_metadata(root: Path = ROOT) -> dict[str, dict]:
+    """kernel-metadata.json of our notebooks keyed by notebook stem (empty when none are shipped)."""
+    out = {}
+    for path in sorted((root / "kaggle-metadata").glob("*/kernel-metadata.json")):
+        meta = json.loads(path.read_text())
+        out[Path(meta.get("code_file", "")).stem] = meta
+    return out
+
+
+PAPERMILL_TAGS = {"injected-parameters", "papermill-error-cell-tag"}
+
+
+def _original_index(executed_cells, index: int | None) -> int | None:
+    """Index in the notebook as written of executed cell `index` (papermill inserts parameter/error cells)."""
+    if index is None or index >= len(executed_cells):
+        return None
+    if PAPERMILL_TAGS & set(executed_cells[index].get("metadata", {}).get("tags", [])):
+        return None
+    return sum(1 for c in executed_cells[:index] if not PAPERMILL_TAGS & set(c.get("metadata", {}).get("tags", [])))
+
+
+def _error_index(cells) -> int | None:
+    """Index of the first cell that raised (an error output, or papermill's exception flag)."""
+    for i, c in enumerate(cells):
+        if any(o.get("output_type") == "error" for o in c.get("outputs", [])) or \
+                c.get("metadata", {}).get("papermill", {}).get("exception"):
+            return i
+    return None
+
+
+def _failing_line(source: str, traceback: list[str]) -> str:
+    text = ANSI.sub("", "\n".join(traceback))
+    m = re.search(r"Cell In\[\d+\], line (\d+)", text)
+    lines = source.splitlines()
+    if m and 0 < int(m.group(1)) <= len(lines):
+        return lines[int(m.group(1)) - 1].strip()
+    arrows = re.findall(r"^-+> ?\d*\s*(.*)$", text, re.M)
+    return arrows[0].strip() if arrows else (lines[-1].strip() if lines else "")
+
+
+def _interrupted_index(executed_path: Path) -> int | None:
+    """Executed-notebook index of the cell papermill was running when execution stopped (timeout, dead kernel)."""
+    import nbformat
+
+    if not executed_path.exists():
+        return None
+    cells = nbformat.read(executed_path, as_version=4).cells
+    started = [i for i, c in enumerate(cells)
+               if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return started[-1] if started else None
+
+
+def _output_text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            parts.append(str(out.get("data", {}).get("text/plain", "")))
+        elif out.get("output_type") == "error":
+            parts.append("\n".join(out.get("traceback", [])))
+    return ANSI.sub("", "".join(parts))
+
+
+def _secret_values() -> list[str]:
+    """Values of environment variables named like secrets (Kaggle and Colab hand secrets over this way)."""
+    return [v for k, v in os.environ.items()
+            if re.search(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", k.upper()) and len(v) >= 8
+            and not v.startswith(("/", "."))]  # a path to a key file is not the key
+
+
+# Sandbox event type -> (what happened, the fix), for the checks the kernel-side hooks record.
+EVENT_PROBLEMS = {
+    "network-access": (lambda ev: f"tried to connect to {ev['address']} with the internet off",
+                       "ship the file as an input (dataset/model) or enable internet in kernel-metadata"),
+    "shell-error": (lambda ev: f"a shell command exited {ev['exit_code']} but the cell carried on",
+                    "check the command's output; use subprocess.run(..., check=True)"),
+    "stale-module": (lambda ev: f"{ev['module']} {ev['loaded']} is loaded but {ev['installed']} is installed",
+                     "install before any import (first cell) or restart the kernel after installing"),
+    "package-conflict": (lambda ev: f"pip check: {ev['detail'].splitlines()[0]}" + (
+                             "" if ev.get("matters", True) else " (does not matter to the chain: nothing it imports "
+                                                                "needs that package; kept in the report)"),
+                         "pin compatible versions in the install cell"),
+    "broken-import": (lambda ev: f"{ev['package']} no longer imports in a fresh interpreter after this cell's install: "
+                                 f"{ev['error']}",
+                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.platform.install)"),
+}
+
+
+def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: int | None) -> list[Problem]:
+    """Problems visible only after a run: outputs, sandbox events, the working dir."""
+    problems = []
+    by_count = {c.get("execution_count"): i for i, c in enumerate(executed.cells) if c.get("cell_type") == "code"}
+
+    def index_of(count):
+        return _original_index(executed.cells, by_count.get(count))
+
+    for ev in box.read_events():
+        if ev["type"] in EVENT_PROBLEMS:
+            what, fix = EVENT_PROBLEMS[ev["type"]]
+            problems.append(Problem(ev["type"], name, index_of(ev.get("execution_count")), what(ev), fix,
+                                    allowed=ev.get("matters") is False))
+    secrets = _secret_values()
+    for i, cell in enumerate(executed.cells):
+        orig = _original_index(executed.cells, i)
+        if cell.get("cell_type") != "code" or orig is None:
+            continue
+        text = _output_text(cell)
+        if orig != failed:
+            m = FATAL_SIGNATURES.search("\n".join(o.get("text", "") for o in cell.get("outputs", [])
+                                                  if o.get("output_type") == "stream"))
+            if m:
+                problems.append(Problem("stderr-traceback", name, orig, f"printed {m.group(0)!r} yet the cell went on",
+                                        "let the error raise (no bare except), or fix its cause"))
+        if any(s in text for s in secrets) or any(rx.search(text) for rx in SECRET_SHAPES.values()):
+            problems.append(Problem("secret-in-output", name, orig, "a secret value appears in the cell output",
+                                    "never print tokens; nbutils.platform.secrets.get_secret returns them without echo"))
+    size, files = sandbox.usage(box.working)
+    if size > OUTPUT_LIMIT_BYTES or files > OUTPUT_LIMIT_FILES:
+        problems.append(Problem("output-limit", name, None, f"working dir holds {size / 2**30:.1f} GB in {files} files",
+                                "Kaggle keeps 20 GB and 500 files: save only the final checkpoint, zip the rest"))
+    return apply_allowances(problems, original.cells)
+
+
+def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
+                 mounts: list[tuple[Path, str]], twin=None) -> tuple[Result, sandbox.Sandbox]:
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`)."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    name = path.name
+    original = nbformat.read(path, as_version=4)
+    box = sandbox.create(out, path.stem)
+    for src, slug in mounts:
+        sandbox.mount_readonly(src, box, slug)
+    kernel, python, extra = _kernel(twin, box)  # before the input fingerprint: a twin's dataset is an input
+    before = sandbox.fingerprint(box.input)
+    executed_path = out / name
+    result = Result(name, executed=str(executed_path))
+    deadline = time.monotonic() + time_budget if time_budget else None
+    kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
+    saved_env = dict(os.environ)
+    # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
+    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(_embedded_cache())}
+    os.environ.clear()
+    os.environ.update({**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra})
+    failed = None  # index (in the executed copy) of the cell that stopped the run
+    t0 = time.monotonic()
+    try:
+        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
+                                   cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
+    except PapermillExecutionError as e:
+        failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
+        what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
+        result.problems.append(Problem("cell-error", name, None, what,
+                                       f"fix the cell; the traceback is in the executed copy {executed_path}"))
+    except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
+        over = deadline is not None and time.monotonic() >= deadline - 1
+        check = "time-budget" if over else "cell-error"
+        fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
+               if over else "see the executed copy; a dead kernel is often out of memory")
+        result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
+        failed = _interrupted_index(executed_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+    result.seconds = round(time.monotonic() - t0, 1)
+    if time_budget and result.seconds > time_budget and not any(p.check == "time-budget" for p in result.problems):
+        result.problems.append(Problem("time-budget", name, None, f"took {result.seconds:.0f} s, over the "
+                                       f"{time_budget:.0f} s budget", "use smoke=True or fewer steps"))
+    executed = nbformat.read(executed_path, as_version=4) if executed_path.exists() else original
+    failed = _original_index(executed.cells, _error_index(executed.cells) if failed == -1 else failed)
+    for p in result.problems:
+        p.cell = failed if p.cell is None and p.check in ("cell-error", "time-budget") else p.cell
+    result.problems += runtime_checks(name, original, executed, box, failed)
+    written = sandbox.changed(before, sandbox.fingerprint(box.input))
+    if written:
+        result.problems.append(Problem("read-only-input", name, None, f"wrote into the input folder: {written[0]}"
+                                       + (f" (+{len(written) - 1} more)" if len(written) > 1 else ""),
+                                       "inputs are read-only on Kaggle: write under the working dir"))
+    result.status = "failed" if result.failing else "passed"
+    return result, box
+
+
+def _embedded_cache() -> Path:
+    from nbutils import embedded
+
+    return embedded.cache_dir().parent
+
+
+def _kernel(twin, box: sandbox.Sandbox) -> tuple[str, str | None, dict]:
+    """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
+    (`nbutils.harness.twin.Twin`) with the nbutils dataset attached."""
+    if twin is None:
+        return "python3", None, {}
+    from nbutils.harness import twin as twins
+
+    return twins.prepare(twin, box)
+
+
+def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
+        twin=None) -> list[Result]:
+    """Run notebooks in order; each gets the outputs of its kernel_sources mounted read-only as inputs."""
+    from nbutils import embedded
+
+    out.mkdir(parents=True, exist_ok=True)
+    embedded.ensure()  # the embedded default is an input (like a Kaggle dataset), built before the sandboxed runs
+    meta = kernel_metadata()
+    slug_of = {p.stem: meta[p.stem]["id"].split("/")[-1] if p.stem in meta else p.stem.replace("_", "-")
+               for p in notebooks}
+    done: dict[str, sandbox.Sandbox] = {}
+    results, unused = [], set(params)
+    for path in notebooks:
+        m = meta.get(path.stem, {})
+        # Without shipped metadata, every earlier notebook counts as a source (a plain chain).
+        sources = [s.split("/")[-1] for s in m.get("kernel_sources", [])] if m else [slug_of[s] for s in done]
+        # Kaggle mounts an upstream kernel's whole /kaggle/working under /kaggle/input/<slug>/.
+        mounts = [(box.working, slug_of[up]) for up, box in done.items() if slug_of[up] in sources]
+        accepted = _parameter_names(path)
+        unused -= accepted
+        nb_params = dict(params)
+        for up, box in done.items():  # upstream folders go in as parameters, pointing into the read-only mounts
+            stage = ARTIFACTS.get(up, ("", ""))[0]
+            if slug_of[up] in sources and UPSTREAM_PARAMS.get(stage) in accepted and (box.working / stage).exists():
+                nb_params.setdefault(UPSTREAM_PARAMS[stage], str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage))
+        net = internet if internet is not None else bool(m.get("enable_internet", True))
+        result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
+                                   time_budget, mounts, twin)
+        if path.stem in ARTIFACTS and not result.failing:
+            stage, marker = ARTIFACTS[path.stem]
+            if not (box.working / stage / marker).exists():
+                result.problems.append(Problem("missing-artifact", path.name, None,
+                                               f"did not write {stage}/{marker}, which the next notebook needs",
+                                               "check the notebook's output_dir handling (nbutils.platform.environment.stage_dir)"))
+                result.status = "failed"
+        done[path.stem] = box
+        results.append(result)
+        if result.failing:
+            break  # like a chain of Kaggle kernels: later ones would only fail for lack of inputs
+    if unused and len(results) == len(notebooks):
+        print(f"note: no notebook has a parameter named {', '.join(sorted(unused))} (ignored)", file=sys.stderr)
+    return results
+
+
+def _parameter_names(path: Path) -> set[str]:
+    """Names assigned in the `parameters` cell (ast: papermill's own parser skips any line with two '=')."""
+    import ast
+
+    import nbformat
+
+    names = set()
+    for cell in nbformat.read(path, as_version=4).cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def lint(notebooks: list[Path]) -> list[Result]:
+    results = [Result(p.name, problems=check_notebook(p)) for p in notebooks]
+    for r in results:
+        r.status = "failed" if r.failing else "passed"
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nbutils.harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for cmd in ("run", "lint", "check"):
+        p = sub.add_parser(cmd)
+        if cmd != "check":
+            p.add_argument("notebooks", nargs="+", type=Path)
+        p.add_argument("--out", type=Path, default=ROOT / "runs" / "papermill-check")
+        if cmd != "lint":
+            p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+            p.add_argument("--no-internet", action="store_true")
+            p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
+            p.add_argument("--twin", action="append", default=[], metavar="NAME",
+                           help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
+                                "check runs the project venv first, then the twins")
+        if cmd == "run":
+            p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
+    args = parser.parse_args(argv)
+    if args.command == "lint":
+        return report(lint(args.notebooks), args.out)
+    params = {k: _literal(v) for k, v in args.parameter}
+    if args.command == "check":
+        notebooks = [ROOT / nb for nb in CHAIN]
+        # The default chain must work with the internet off: the embedded default needs none.
+        t0 = time.monotonic()
+        results = with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))
+        print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        return report(results + run_twins(notebooks, args.out, params, False, args.time_budget, args.twin), args.out)
+    internet = False if args.no_internet else None
+    if args.twin:
+        ran = lambda: run_twins(args.notebooks, args.out, params, internet, args.time_budget, args.twin)
+    else:
+        ran = lambda: run(args.notebooks, args.out, params, internet, args.time_budget)
+    return report(ran() if args.no_static else with_static(args.notebooks, ran), args.out)
+
+
+def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
+              names: list[str]) -> list[Result]:
+    """The notebooks again in each named Kaggle image twin ('all': every snapshot), under out/twin-<name>/."""
+    from nbutils.harness import twin as twins
+
+    if not names:
+        return []
+    results = []
+    for t in twins.twins(None if "all" in names else names):
+        t0 = time.monotonic()
+        ran = run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)
+        print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
+        if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():
+            summary = twins.rerun_install(last)  # a second run in the same session installs nothing
+            print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
+            if "nothing to install" not in summary:
+                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
+                                                f"the same session installed something: {summary}", "see nbutils.platform.install"))
+                ran[-1].status = "failed"
+        for r in ran:
+            r.notebook = f"{r.notebook} [twin {t.name}]"
+            for p in r.problems:
+                p.notebook = r.notebook
+        results += ran
+    return results
+
+
+def with_static(notebooks: list[Path], execute) -> list[Result]:
+    """Static checks, then `execute()`; one row per notebook, its static problems first, then the run's."""
+    linted = {r.notebook: r for r in lint(notebooks)}
+    ran = execute()
+    for r in ran:
+        static = linted.pop(r.notebook.split(" [twin ")[0], None)  # once, on the first row for that notebook
+        r.problems = (static.problems if static else []) + r.problems
+        r.status = "failed" if r.failing else "passed"
+    return ran + [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
+
+
+def _literal(value: str):
+    import ast
+
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Twins of the Kaggle image: one venv per snapshot in kaggle-image/, a pristine copy of it per notebook.
+
+A snapshot (`kaggle-image/<name>.txt`) pins what a Kaggle GPU image preinstalls that matters to the chain;
+torch is always this machine's own (requirements.txt's pin). A twin is a venv with the snapshot installed,
+cached under NBUTILS_TWIN_CACHE (default ~/.cache/nbutils-twins) in a folder named by a hash of the
+snapshot, the torch pin and the Python version, so it is rebuilt only when one of them changes.
+Each notebook then runs in a hard-linked copy (pip unlinks a file before writing it, so installing into the
+copy never touches the cached twin).
+
+    python -m nbutils.harness.twin build [NAME ...]            # build (or find) the twins; register them as kernels
+    python -m nbutils.harness.twin refresh FREEZE NAME         # a real `pip freeze` from Kaggle -> kaggle-image/NAME.txt
+    python -m nbutils.harness.twin list                        # name, cache folder, built or not
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOTS = ROOT / "kaggle-image"
+KERNEL_PREFIX = "kaggle-"
+# What a snapshot keeps from a freeze: the packages the chain imports or that pip moves under it.
+KEEP = ("accelerate", "beautifulsoup4", "bitsandbytes", "datasets", "fsspec", "huggingface-hub", "ipykernel", "ipython",
+        "ipywidgets", "jupyter-client", "matplotlib", "numpy", "pandas", "peft", "protobuf", "pyarrow", "safetensors",
+        "scikit-learn", "scipy", "sentence-transformers", "tokenizers", "tqdm", "transformers")
+
+
+@dataclass(frozen=True)
+class Twin:
+    name: str
+    snapshot: Path
+    key: str  # hash of the snapshot, the torch pin and the Python version
+
+    @property
+    def folder(self) -> Path:
+        return cache_root() / f"{self.name}-{self.key}"
+
+    @property
+    def python(self) -> Path:
+        return self.folder / "venv" / "bin" / "python"
+
+    @property
+    def built(self) -> bool:
+        return (self.folder / "built.json").exists()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NBUTILS_TWIN_CACHE") or Path.home() / ".cache" / "nbutils-twins")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def torch_pin(root: Path = ROOT) -> str:
+    for line in (root / "requirements.txt").read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==")[1].split()[0]
+    raise ValueError("requirements.txt pins no torch")
+
+
+def requirements(snapshot: Path) -> list[str]:
+    """The pinned lines of a snapshot (comments and blanks dropped); a clear error for anything else."""
+    out = []
+    for n, line in enumerate(snapshot.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if not re.match(r"^[A-Za-z0-9_.-]+==[A-Za-z0-9_.+!-]+$", line):
+            raise ValueError(f"{snapshot}:{n}: {line!r} is not `name==version`: a snapshot pins exact versions")
+        if _canonical(line.split("==")[0]) in ("torch", "torchvision", "torchaudio"):
+            raise ValueError(f"{snapshot}:{n}: torch is never pinned in a snapshot (the twin uses this machine's torch)")
+        out.append(line)
+    return out
+
+
+def twins(names: list[str] | None = None) -> list[Twin]:
+    """Every snapshot in kaggle-image/ (or the named ones), with its cache key."""
+    paths = sorted(SNAPSHOTS.glob("*.txt"))
+    if names:
+        known = {p.stem: p for p in paths}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise KeyError(f"no snapshot {', '.join(missing)} in {SNAPSHOTS}; known: {', '.join(known)}")
+        paths = [known[n] for n in names]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return [Twin(p.stem, p, hashlib.sha256(p.read_bytes() + f"torch=={torch_pin()} python{version}".encode())
+                 .hexdigest()[:12]) for p in paths]
+
+
+def build(twin: Twin, quiet: bool = True) -> dict:
+    """The twin's venv, built once per key (a lock keeps two builds of one twin from racing)."""
+    from filelock import FileLock
+
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with FileLock(str(twin.folder) + ".lock"):
+        if twin.built:
+            return {**json.loads((twin.folder / "built.json").read_text()), "cached": True}
+        start = time.monotonic()
+        # Built in place (a venv's scripts name their folder); built.json, written last, marks it complete.
+        shutil.rmtree(twin.folder, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(twin.folder / "venv")], check=True)
+        py = str(twin.python)
+        # Like the image: the machine's torch, then the snapshot, torch held at its pin.
+        (twin.folder / "constraints.txt").write_text(f"torch=={torch_pin()}\n")
+        subprocess.run([py, "-m", "pip", "install", *(["-q"] if quiet else []), f"torch=={torch_pin()}",
+                        *requirements(twin.snapshot), "-c", str(twin.folder / "constraints.txt")], check=True)
+        freeze = subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+        (twin.folder / "freeze.txt").write_text(freeze)
+        info = {"name": twin.name, "key": twin.key, "seconds": round(time.monotonic() - start, 1),
+                "packages": len(freeze.splitlines()), "built": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        (twin.folder / "built.json").write_text(json.dumps(info, indent=2))
+        return {**info, "cached": False}
+
+
+def _fix_scripts(venv: Path, old: Path) -> None:
+    """Point a copied venv's scripts at its own folder (`!pip` and friends name their interpreter by path)."""
+    for path in (venv / "bin").iterdir():
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64 * 1024:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        if str(old) in text:
+            path.unlink()  # hard-linked to the cached twin: replace, never write through
+            path.write_text(text.replace(str(old), str(venv)))
+            path.chmod(0o755)
+
+
+def register(twin: Twin, prefix: Path = Path(sys.prefix)) -> str:
+    """Register the twin as a Jupyter kernel `kaggle-<name>` in the project venv (for a look by hand)."""
+    name = KERNEL_PREFIX + twin.name
+    subprocess.run([str(twin.python), "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", name,
+                    "--display-name", f"Kaggle twin {twin.name}"], check=True, capture_output=True)
+    return name
+
+
+def pristine_copy(twin: Twin, dest: Path) -> Path:
+    """A hard-linked copy of the twin's venv at dest (seconds, almost no disk); its python path."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(twin.folder / "venv"), str(dest)], check=True)
+    _fix_scripts(dest, twin.folder / "venv")
+    return dest / "bin" / "python"
+
+
+def kernelspec(python: Path, folder: Path, name: str = "kaggle-twin") -> tuple[str, Path]:
+    """A kernelspec for one copy under folder/kernels/<name>; put folder on JUPYTER_PATH to use it."""
+    spec = folder / "kernels" / name
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        # -Xfrozen_modules=off: older ipykernels' debugger warns about frozen modules on every start.
+        "argv": [str(python), "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": name, "language": "python", "metadata": {"debugger": False}}))
+    return name, folder
+
+
+def dataset_dir() -> Path:
+    return Path(os.environ.get("NBUTILS_TWIN_DATASET") or ROOT / "build" / "kaggle-dataset")
+
+
+def prepare(twin: Twin, box) -> tuple[str, str, dict]:
+    """For one notebook's sandbox: a pristine copy of the twin, its kernelspec, the nbutils dataset attached.
+
+    Returns (kernel name, python, environment additions) for the harness.
+    """
+    from nbutils.harness import sandbox
+    from nbutils.platform import settings
+
+    if not twin.built:
+        raise RuntimeError(f"the {twin.name} twin is not built: run `make kaggle-twins` (or python -m nbutils.harness.twin build)")
+    dataset = dataset_dir()
+    if not (dataset / "wheelhouse.json").exists():
+        raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-dataset` first")
+    python = pristine_copy(twin, box.root / "env")
+    kernel, folder = kernelspec(python, box.root / "jupyter")
+    sandbox.mount_readonly(dataset, box, settings.DATASET_SLUG, link=True)
+    return kernel, str(python), {"JUPYTER_PATH": str(folder)}
+
+
+def rerun_install(box_root: Path) -> str:
+    """Run the install cell again in a notebook's finished twin copy (offline); its one-line summary.
+
+    A second run in the same session must find everything in place and install nothing.
+    """
+    from nbutils.harness.sandbox import Sandbox, environment
+    from nbutils.platform.install import bootstrap_cell_source
+
+    box = Sandbox(box_root, box_root / "input", box_root / "working", box_root / "temp", box_root / "events.jsonl")
+    python = box_root / "env" / "bin" / "python"
+    env = environment(box, internet=False, python=str(python))
+    cell = bootstrap_cell_source().replace("\nensure_packages()", "\nprint(repr(ensure_packages()))")
+    proc = subprocess.run([str(python), "-c", cell], cwd=box.working, env=env, capture_output=True, text=True)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return lines[-1] if lines else f"no output (exit {proc.returncode})"
+
+
+def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
+    """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: only the KEEP packages, pinned."""
+    keep, found = {_canonical(k) for k in KEEP}, {}
+    for line in freeze.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", line.strip())
+        if m and _canonical(m.group(1)) in keep:
+            found[_canonical(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
+    if "numpy" not in found:
+        raise ValueError(f"{freeze}: no numpy==... line; is it the output of `pip freeze` on Kaggle?")
+    today = datetime.date.today().isoformat()
+    header = (f"# Kaggle GPU image: the preinstalled packages that matter to the QLoRA chain.\n# date: {today}\n"
+              f"# source: `pip freeze` in a Kaggle session ({freeze.name}), filtered by `make kaggle-image-refresh`\n"
+              f"# python: {sys.version_info.major}.{sys.version_info.minor} (the twin's; check the session's)\n")
+    path = dest / f"{name}.txt"
+    path.write_text(header + "".join(f"{found[k]}\n" for k in sorted(found)))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv) or ["list"]
+    if args[0] == "build":
+        for twin in twins(args[1:] or None):
+            info = build(twin, quiet=True)
+            kernel = register(twin)
+            how = "cached" if info["cached"] else f"built in {info['seconds']} s"
+            print(f"[twin] {twin.name}: {how}, "
+                  f"{info['packages']} packages, kernel {kernel}, {twin.folder}", flush=True)
+    elif args[0] == "refresh" and len(args) == 3:
+        print(refresh(Path(args[1]), args[2]))
+    elif args[0] == "list":
+        for twin in twins():
+            print(f"{twin.name}\t{'built' if twin.built else 'not built'}\t{twin.folder}")
+    else:
+        print("usage: python -m nbutils.harness.twin build [NAME ...] | refresh FREEZE NAME | list", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from nbutils.kaggle.publish import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""Where we run and where files go: Kaggle (interactive or batch), Colab or local.
+
+Every notebook finds its inputs and writes its outputs through these helpers, so the same code
+works on Kaggle (/kaggle/input, /kaggle/working), on Colab (/content) and locally (runs/), and
+the harness can simulate Kaggle locally by pointing the roots elsewhere with environment variables:
+NBUTILS_INPUT_ROOT, NBUTILS_WORKING_ROOT, NBUTILS_TEMP_ROOT.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+KAGGLE_ROOTS = ("/kaggle/input", "/kaggle/working", "/kaggle/temp")
+COLAB_ROOTS = ("/content", "/content", "/tmp")
+# A notebook stage writes into <working_root>/<stage>; the next notebook looks for that folder
+# in its working root first (same session or local chain), then among attached inputs (Kaggle
+# mounts an upstream notebook's output under /kaggle/input/<slug>/).
+STAGE_MARKERS = {"data_prep": "manifest.json", "train_qlora": "training_summary.json", "eval": "eval_report.json",
+                 "export": "export_summary.json"}
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str  # "kaggle" | "colab" | "local"
+    run_type: str  # "interactive" | "batch"
+    input_root: Path
+    working_root: Path
+    temp_root: Path
+
+    @property
+    def is_batch(self) -> bool:
+        return self.run_type == "batch"
+
+
+def _repo_root() -> Path | None:
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").exists() and (here / "notebooks").is_dir() else None
+
+
+def detect_platform(env: dict | None = None) -> Platform:
+    """Name the platform and its input/working/temp roots (environment variables win)."""
+    env = os.environ if env is None else env
+    run_type_raw = env.get("KAGGLE_KERNEL_RUN_TYPE", "")
+    if run_type_raw or env.get("KAGGLE_URL_BASE") or env.get("KAGGLE_DATA_PROXY_TOKEN"):
+        name, roots = "kaggle", KAGGLE_ROOTS
+        run_type = "batch" if run_type_raw.lower() == "batch" else "interactive"
+    elif env.get("COLAB_RELEASE_TAG") or "google.colab" in sys.modules:
+        name, roots, run_type = "colab", COLAB_ROOTS, "interactive"
+    else:
+        base = _repo_root() or Path.cwd()
+        name, run_type = "local", "batch" if env.get("PAPERMILL_EXECUTION") else "interactive"
+        roots = (str(base / "runs" / "input"), str(base / "runs"), str(base / "runs" / "tmp"))
+    return Platform(
+        name=name,
+        run_type=run_type,
+        input_root=Path(env.get("NBUTILS_INPUT_ROOT") or roots[0]),
+        working_root=Path(env.get("NBUTILS_WORKING_ROOT") or roots[1]),
+        temp_root=Path(env.get("NBUTILS_TEMP_ROOT") or roots[2]),
+    )
+
+
+def stage_dir(stage: str, output_dir: str | os.PathLike = "", platform: Platform | None = None) -> Path:
+    """The folder a notebook writes to: `output_dir` if given, else <working_root>/<stage>."""
+    platform = platform or detect_platform()
+    path = Path(output_dir) if str(output_dir) else platform.working_root / stage
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def find_upstream(stage: str, given: str | os.PathLike = "", platform: Platform | None = None) -> Path:
+    """Locate an upstream notebook's output folder: `given` if set, else search working then input roots."""
+    marker = STAGE_MARKERS[stage]
+    if str(given):
+        path = Path(given)
+        if not (path / marker).exists():
+            raise FileNotFoundError(
+                f"{path} has no {marker}: it is not the output of the '{stage}' notebook. "
+                f"Run that notebook first, or pass its output folder."
+            )
+        return path
+    platform = platform or detect_platform()
+    candidates = [platform.working_root / stage]
+    if platform.input_root.is_dir():
+        # Kaggle mounts upstream outputs a level or two below /kaggle/input; look there, shallowly.
+        for depth in ("*", "*/*", "*/*/*"):
+            candidates += sorted(platform.input_root.glob(f"{depth}/{stage}"))
+    for path in candidates:
+        if (path / marker).exists():
+            return path
+    looked = ", ".join(str(p) for p in candidates[:4])
+    raise FileNotFoundError(
+        f"No output of the '{stage}' notebook found (looked for {marker} in {looked}). "
+        f"Run the '{stage}' notebook first; on Kaggle add its output with 'Add Input'."
+    )
+
+
+def process_start_time() -> float:
+    """When this Python process (the notebook's kernel) started, as a Unix time."""
+    try:
+        import psutil
+
+        return psutil.Process(os.getpid()).create_time()
+    except Exception:  # noqa: BLE001 -- psutil is optional: read /proc instead
+        with open("/proc/self/stat") as f:  # field 22: start time in clock ticks after boot
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def session_start(platform=None) -> float:
+    """When the time budget starts counting: on Kaggle the kernel's start (its 12 hours run from the
+    session start, not from this cell), elsewhere now (a local kernel may have been open for days).
+    Processes the notebook starts for DDP inherit the kernel's answer through NBUTILS_SESSION_START:
+    their own start is the fork, which may come hours into the session."""
+    if os.environ.get("NBUTILS_SESSION_START"):
+        return float(os.environ["NBUTILS_SESSION_START"])
+    if (platform or detect_platform()).name != "kaggle":
+        return time.time()
+    try:
+        return process_start_time()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()

@@ -1,0 +1,316 @@
+"""The notebooks' install step: install only what the platform lacks, pinned, and never torch.
+
+Kaggle and Colab images ship torch (built for their CUDA) and often older transformers/datasets;
+bitsandbytes and peft are usually absent. Upgrading a package after it was imported leaves the old
+one loaded (the classic background-run killer), so this runs in the first code cell, before anything
+heavy is imported. The decision is a pure function (`plan_install`), tested per platform without pip;
+`run_install` executes a plan and checks the versions afterwards.
+
+The notebook cell is `bootstrap_cell_source()`: it installs nbutils itself (it cannot import nbutils
+before nbutils is there), then calls `ensure_packages()`.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.metadata
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbutils.platform import settings
+
+
+@dataclass(frozen=True)
+class Need:
+    pin: str  # the version installed when the package is missing or too old
+    minimum: str  # a preinstalled version at or above this is left alone
+    module: str  # import name, to spot a package imported before it was upgraded
+    exact: bool = False  # only the pinned version will do (APIs that move between minor releases)
+
+
+# The one list of what the notebooks need besides torch (requirements.txt must agree; a test checks it).
+NEEDED = {
+    "transformers": Need("5.23.0", "5.23.0", "transformers", exact=True),
+    "peft": Need("0.21.2", "0.18", "peft"),
+    "bitsandbytes": Need("0.50.2", "0.45", "bitsandbytes"),
+    "accelerate": Need("1.15.0", "1.0", "accelerate"),
+    "datasets": Need("5.2.0", "4.0", "datasets"),
+    "matplotlib": Need("3.11.2", "3.7", "matplotlib"),
+    "pandas": Need("3.1.1", "2.0", "pandas"),
+    "pyarrow": Need("26.0.1", "14.0", "pyarrow"),
+    "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
+    "tqdm": Need("4.70.1", "4.66", "tqdm"),
+    "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
+    "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
+    "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
+    "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
+}
+PINS = {name: need.pin for name, need in NEEDED.items()}
+MINIMUM = {name: need.minimum for name, need in NEEDED.items()}
+# What the images usually ship (versions vary, often older): the plan still checks the real versions.
+USUALLY_PREINSTALLED = {
+    "kaggle": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
+               "beautifulsoup4", "tqdm", "ipywidgets", "filelock"),
+    "colab": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
+              "beautifulsoup4", "tqdm", "ipywidgets", "peft", "filelock"),
+}
+# Never installed or upgraded here: the platform's torch matches its CUDA driver.
+NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
+# numpy is held at the image's version: the image's own compiled packages (matplotlib, scipy, scikit-learn,
+# opencv, numba ...) are built against it, and moving it would mean moving all of them. On a numpy-1 image
+# these pins replace ours: the newest releases that still run on numpy 1 (pyarrow 26 stops at import with
+# "pyarrow requires NumPy 2.0 or newer" without declaring it; pandas 3 declares numpy>=2). The wheelhouse
+# carries both sets. name -> (pin on numpy 1, cap passed to pip as a constraint).
+NUMPY1_PINS = {"pyarrow": ("25.0.1", "<26"), "pandas": ("2.3.3", "<3")}
+WHEELHOUSE_MANIFEST = "wheelhouse.json"
+
+
+@dataclass
+class InstallPlan:
+    platform: str
+    source: str  # "none" | "wheelhouse" | "index"
+    packages: list[str] = field(default_factory=list)  # pip specs: "peft==0.21.2", "nbutils @ git+..."
+    pip_args: list[str] = field(default_factory=list)  # e.g. ["--no-index", "--find-links", DIR]
+    constraints: dict[str, str] = field(default_factory=dict)  # name -> specifier: "==2.6.0" holds torch/numpy
+    notes: list[str] = field(default_factory=list)
+    summary: str = ""  # one line, set by run_install; what the cell shows last
+    # Present packages handed to pip as `name>=minimum`: satisfied, so left alone, unless a pin's dependencies
+    # need them moved (transformers 5.23 needs huggingface-hub 2, which datasets 4.8 refuses: pip then moves datasets).
+    keep: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return self.summary or f"install plan: {len(self.packages)} package(s) from {self.source}"
+
+    def command(self, constraints_file: str | None = None) -> list[str]:
+        """The pip command line (without the interpreter) this plan runs."""
+        extra = ["-c", constraints_file] if constraints_file else []
+        # --no-compile: a session imports a few hundred of the thousands of modules it installs; compiling
+        # them all up front took most of the install's time.
+        return ["-m", "pip", "install", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages,
+                *self.keep]
+
+
+def _version(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def _is_never(name: str) -> bool:
+    return any(name == n or (n.endswith("-") and name.startswith(n)) for n in NEVER)
+
+
+def needs_install(name: str, version: str | None) -> bool:
+    """Missing, below the minimum, or (for exact pins) not the pinned version."""
+    need = NEEDED[name]
+    if version is None:
+        return True
+    if need.exact:
+        return _version(version) != _version(need.pin)
+    return _version(version) < _version(need.minimum)
+
+
+def nbutils_git_spec() -> str:
+    return f"nbutils @ git+https://github.com/{settings.repository()}@{settings.branch()}"
+
+
+def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.PathLike | None,
+                 installed: dict[str, str | None]) -> InstallPlan:
+    """What to install and from where; raises with what to do when it cannot be installed at all.
+
+    Local: nothing (`make setup` installed the pinned environment). Kaggle: from the attached
+    dataset's wheelhouse with --no-index when it is there (works with the internet off), else from
+    PyPI. Colab: from PyPI, nbutils from GitHub. Never torch; torch is held at its installed version.
+    """
+    plan = InstallPlan(platform_name, "none")
+    if platform_name == "local":
+        plan.notes.append("local run: `make setup` installed the pinned environment; nothing to do")
+        return plan
+    numpy1 = _version(installed.get("numpy") or "2")[:1] < (2,)
+    pins = {**PINS, **({n: pin for n, (pin, _) in NUMPY1_PINS.items()} if numpy1 else {})}
+    need = [n for n in NEEDED if not _is_never(n) and needs_install(n, installed.get(n))]
+    for name in need:
+        have = installed.get(name)
+        plan.notes.append(f"{name}: {'missing' if have is None else have} -> {pins[name]}")
+    specs = [f"{n}=={pins[n]}" for n in need]
+    if not installed.get("nbutils"):
+        specs.insert(0, "nbutils" if dataset_dir is not None else nbutils_git_spec())
+    if not specs:
+        plan.notes.append("every package is present and recent enough; nothing to install")
+        return plan
+    plan.packages = specs
+    plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not _is_never(n)]
+    for held in ("torch", "numpy"):
+        if installed.get(held):
+            plan.constraints[held] = f"=={installed[held]}"
+    if numpy1:
+        plan.constraints.update({n: cap for n, (_, cap) in NUMPY1_PINS.items()})
+        plan.notes.append(f"numpy {installed['numpy']} held (the image's compiled packages need numpy 1); "
+                          + ", ".join(f"{n}{cap}" for n, (_, cap) in NUMPY1_PINS.items()) + " (later releases need numpy 2)")
+    if dataset_dir is not None:
+        plan.source = "wheelhouse"
+        plan.pip_args = ["--no-index", "--find-links", str(dataset_dir)]
+        plan.notes.append(f"installing from the attached dataset {dataset_dir} with --no-index (no internet needed)")
+    elif has_internet:
+        plan.source = "index"
+        plan.notes.append("installing from PyPI")
+    else:
+        where = {"kaggle": f"attach the '{settings.DATASET_SLUG}' dataset (Add Input > Datasets) or turn "
+                           "Internet on (Settings > Internet)",
+                 "colab": "check the runtime's internet connection"}.get(platform_name, "connect to the internet")
+        raise RuntimeError(f"Need {', '.join(specs)} but there is no internet and no wheelhouse: {where}, "
+                           "then run this cell again.")
+    return plan
+
+
+def installed_versions(names=(*NEEDED, "nbutils", "torch", "numpy")) -> dict[str, str | None]:
+    """Installed distribution versions (None when absent), read from package metadata without importing."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def find_dataset(input_root: str | os.PathLike) -> Path | None:
+    """The attached nbutils dataset (a folder holding nbutils-*.whl) under the input root, a few levels deep."""
+    for depth in ("*", "*/*", "*/*/*"):
+        wheels = sorted(glob.glob(os.path.join(str(input_root), depth, "nbutils-*.whl")))
+        if wheels:
+            return Path(wheels[-1]).parent
+    return None
+
+
+def has_internet(host: str = "pypi.org") -> bool:
+    """DNS only: resolving a name opens no connection, so an offline harness run is not tripped by it."""
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
+
+
+def _wheelhouse_hint(plan: InstallPlan) -> str:
+    if plan.source != "wheelhouse":
+        return ""
+    folder = Path(plan.pip_args[-1])
+    try:
+        built_for = json.loads((folder / WHEELHOUSE_MANIFEST).read_text()).get("python_version", "?")
+    except (OSError, ValueError):
+        built_for = "?"
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (f" The attached dataset {folder} may be older than these pins, or built for another Python "
+            f"(built for {built_for}, this kernel runs {here}): rebuild it with `make kaggle-dataset` "
+            f"(KAGGLE_PYTHON={here} if they differ) and upload a new version, or turn Internet on and detach it.")
+
+
+def _run_pip(plan: InstallPlan) -> tuple[int, str]:
+    """Run pip for the plan, its output shown line by line (and returned for the conflict check)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints = None
+        if plan.constraints:
+            constraints = os.path.join(tmp, "constraints.txt")
+            Path(constraints).write_text("".join(f"{n}{spec}\n" for n, spec in plan.constraints.items()))
+        cmd = [sys.executable, *plan.command(constraints)]
+        print("[install] pip " + " ".join(cmd[3:]) +
+              (f"  (holding {', '.join(f'{n}{v}' for n, v in plan.constraints.items())})" if constraints else ""),
+              flush=True)
+        # Piped and printed: a subprocess' own output does not reach the cell on every platform (Colab).
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+        return proc.wait(), "".join(lines)
+
+
+def run_install(plan: InstallPlan) -> None:
+    """Run pip for the plan, then check what it left: pins, stale modules, fresh imports, conflicts."""
+    from nbutils.platform import install_verify
+
+    for note in plan.notes:
+        print(f"[install] {note}")
+    if not plan.packages:
+        plan.summary = "[install] nothing to install" + (" (local run)" if plan.platform == "local" else "")
+        return
+    assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+    before = install_verify.distribution_versions()
+    returncode, output = _run_pip(plan)
+    if returncode != 0:
+        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}; "
+                           "its messages are above." + _wheelhouse_hint(plan))
+    importlib.invalidate_caches()  # packages new to this process become importable in this kernel
+    pinned = {p.split("==")[0]: p.split("==")[1] for p in plan.packages if "==" in p}
+    after = installed_versions(pinned)
+    wrong = [f"{n}=={v} (found {after[n]})" for n, v in pinned.items()
+             if after[n] is None or _version(after[n]) != _version(v)]
+    if wrong:
+        raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
+                           ". Restart the session and run this cell first, before any other import.")
+    verdict = install_verify.verify(before, list(pinned), output, [*NEEDED, "nbutils", "torch"])
+    for conflict in verdict.conflicts:
+        print(f"[install] conflict: {conflict}", flush=True)
+    errors = verdict.errors()
+    if errors:
+        raise RuntimeError("The install left this environment broken:\n- " + "\n- ".join(errors))
+    moved = len(verdict.moved) - len(pinned)
+    harmless = sum(not c.matters for c in verdict.conflicts)
+    held = ", ".join(f"{n}{v}" for n, v in plan.constraints.items() if v.startswith("=="))
+    plan.summary = (f"[install] verified: {len(pinned)} pinned package(s) from "
+                    f"{'the attached dataset (offline)' if plan.source == 'wheelhouse' else 'PyPI'}"
+                    + (f", {moved} more moved by pip" if moved > 0 else "") + (f"; held {held}" if held else "")
+                    + (f"; {harmless} conflict(s) that do not matter to the chain" if harmless else "")
+                    + "; every changed package imports in a fresh process")
+
+
+def ensure_packages() -> InstallPlan:
+    """The install cell's second half: decide for this platform, install, verify."""
+    from nbutils.platform.environment import detect_platform
+
+    platform = detect_platform()
+    installed = installed_versions()
+    dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
+    missing = any(needs_install(n, installed.get(n)) for n in NEEDED)
+    online = has_internet() if platform.name != "local" and dataset is None and missing else False
+    plan = plan_install(platform.name, online, dataset, installed)
+    run_install(plan)
+    return plan
+
+
+def bootstrap_cell_source() -> str:
+    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub; then the rest.
+
+    nbutils cannot install itself before it is importable, so these few lines do only that; locally
+    (make setup) nbutils is already installed and they skip straight to `ensure_packages()`.
+    """
+    return f'''# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
+import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
+
+if importlib.util.find_spec("nbutils") is None:
+    root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
+    wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
+    args = ["--no-index", wheels[-1]] if wheels else ["{nbutils_git_spec()}"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
+    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
+    pip.check_returncode()
+from nbutils.platform.install import ensure_packages  # noqa: E402
+
+ensure_packages()  # installs only what is missing or too old, pinned; never torch
+'''
+
+
+if __name__ == "__main__":
+    ensure_packages()

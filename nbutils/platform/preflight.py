@@ -1,0 +1,203 @@
+"""Accelerators, the precision rule and the preflight check every notebook runs near its top.
+
+The precision rule never trusts `torch.cuda.is_bf16_supported()`: it counts emulation and says
+yes on a T4 (compute capability 7.5), where bf16 is slow or broken. We read the capability.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbutils.platform.environment import Platform, detect_platform
+
+PACKAGES = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "datasets", "protobuf")
+# Versions the notebooks are written for (APIs renamed in transformers 5.x, peft's kbit helpers).
+MIN_VERSIONS = {"transformers": (5, 0), "peft": (0, 18), "datasets": (4, 0)}
+
+
+class PreflightError(RuntimeError):
+    """A blocker found before any GPU time is spent; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    index: int
+    name: str
+    capability: tuple[int, int]
+    memory_gb: float
+
+
+@dataclass(frozen=True)
+class Precision:
+    dtype: str  # "bf16" | "fp16" | "fp32": the compute dtype
+    attn_implementation: str  # "sdpa" | "flash_attention_2"
+    reason: str
+
+
+def accelerators() -> list[Accelerator]:
+    """The visible CUDA devices (empty on a CPU machine), read without initialising CUDA.
+
+    nvidia-smi first: accelerate's notebook launcher (2xT4 on Kaggle) refuses to start once an
+    earlier cell has initialised CUDA, and torch.cuda.get_device_properties does exactly that.
+    """
+    import os
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        rows = [r.split(", ") for r in out.stdout.strip().splitlines()] if out.returncode == 0 else []
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if rows and all(len(r) == 4 for r in rows):
+            keep = [r for r in rows if visible is None or r[0] in visible.split(",")]
+            return [Accelerator(i, r[1], tuple(int(x) for x in r[2].split(".")), round(float(r[3]) / 1024, 1))
+                    for i, r in enumerate(keep)]
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append(Accelerator(i, p.name, (p.major, p.minor), round(p.total_memory / 2**30, 1)))
+    return out
+
+
+def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Precision:
+    """bf16 only at compute capability >= 8.0; fp16 below (T4, P100); fp32 on the CPU."""
+    requested = requested.lower()
+    if requested not in ("auto", "bf16", "fp16", "fp32"):
+        raise PreflightError(f"precision={requested!r} is not one of auto, bf16, fp16, fp32.")
+    if not accels:
+        if requested in ("bf16", "fp16"):
+            raise PreflightError(
+                f"precision={requested!r} asked but no GPU is visible: mixed precision needs a GPU. "
+                "Use precision='auto' (fp32 on the CPU), or turn on a GPU accelerator."
+            )
+        return Precision("fp32", "sdpa", "no GPU: fp32 on the CPU")
+    cap = min(a.capability for a in accels)
+    name = accels[0].name
+    native_bf16 = cap >= (8, 0)
+    if requested == "bf16" and not native_bf16:
+        raise PreflightError(
+            f"bf16 asked on {name} (compute capability {cap[0]}.{cap[1]}), which has no native bf16: "
+            "torch.cuda.is_bf16_supported() counts slow emulation. Use precision='fp16' or 'auto'."
+        )
+    dtype = requested if requested != "auto" else ("bf16" if native_bf16 else "fp16")
+    attn = "flash_attention_2" if native_bf16 and importlib.util.find_spec("flash_attn") else "sdpa"
+    reason = f"{name} capability {cap[0]}.{cap[1]}: " + ("native bf16" if native_bf16 else "no native bf16, fp16")
+    return Precision(dtype, attn, reason)
+
+
+def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict | None = None,
+                  num_processes: int = 0) -> str:
+    """How training will use the GPUs, before the memory plan: 'ddp', 'split' or 'single', and why."""
+    from nbutils.train.launch import decide
+
+    d = decide(multi_gpu, num_processes, len(accels), None, env)
+    return f"{d.mode}: {d.why}" + (" (unless the memory plan finds one GPU too small)" if d.processes > 1 else "")
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages the notebooks rely on ('missing' when absent)."""
+    out = {}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "missing"
+    return out
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("+")[0].split(".")[:2] if p.isdigit())
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            return True
+    except OSError:
+        return False
+
+
+def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
+              accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto",
+              num_processes: int = 0, base_model: str | None = None, attn_implementation: str = "auto") -> dict:
+    """Print one table of where/what we run on; raise PreflightError for blockers.
+
+    With base_model, "attention" is the implementation that model will load with: attn_implementation
+    unless it is "auto", else what its class supports (nbutils.train.modeling.choose_attention)."""
+    platform = platform or detect_platform()
+    accels = accelerators() if accels is None else accels
+    vers = versions()
+    problems = []
+    try:
+        chosen = choose_precision(accels, precision)
+    except PreflightError as e:
+        problems.append(str(e))
+        chosen = None
+    if load_in_4bit and vers["bitsandbytes"] == "missing":
+        problems.append("load_in_4bit=True but bitsandbytes is not installed: run the install cell "
+                        "(pip install bitsandbytes) or set load_in_4bit=False.")
+    for pkg, minimum in MIN_VERSIONS.items():
+        if vers[pkg] != "missing" and _version_tuple(vers[pkg]) < minimum:
+            problems.append(f"{pkg} {vers[pkg]} is older than {'.'.join(map(str, minimum))}, which "
+                            "these notebooks are written for: run the install cell, then restart.")
+    if not _writable(platform.working_root):
+        problems.append(f"working dir {platform.working_root} is not writable: nothing could be saved. "
+                        "Set NBUTILS_WORKING_ROOT to a writable folder.")
+    free_gb = shutil.disk_usage(platform.working_root).free / 2**30 if platform.working_root.exists() else 0.0
+    try:
+        mode = parallel_mode(accels, multi_gpu, num_processes=num_processes)
+    except ValueError as e:
+        problems.append(str(e))
+        mode = "blocked"
+    attention = chosen.attn_implementation if chosen else "-"
+    if base_model is not None and chosen is not None:
+        from nbutils.train.modeling import choose_attention, load_config
+
+        try:
+            attention = choose_attention(load_config(base_model), attn_implementation, attention)
+        except (OSError, ValueError) as e:  # an unreachable hub id: the load itself will say more
+            attention = f"{attn_implementation} (config not readable: {str(e)[:80]})"
+    gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
+    info = {
+        "platform": platform.name, "run_type": platform.run_type, "gpus": gpus, "gpu_count": len(accels),
+        "parallel_mode": mode,
+        "precision": chosen.dtype if chosen else "blocked", "attention": attention,
+        **{f"version.{k}": v for k, v in vers.items()},
+        "working_dir": str(platform.working_root), "free_disk_gb": round(free_gb, 1),
+    }
+    import os
+
+    if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
+        width = max(len(k) for k in info)
+        print("\n".join(f"{k:<{width}}  {v}" for k, v in info.items()))
+    if problems:
+        raise PreflightError("Preflight found blockers:\n- " + "\n- ".join(problems))
+    info["precision_obj"] = chosen
+    info["gpu_capability"] = min(a.capability for a in accels) if accels else None
+    info["gpu_memory_gb"] = min(a.memory_gb for a in accels) if accels else None
+    return info
+
+
+def check_disk(output_dir: str | Path, checkpoint_mb: float, keep: int | None) -> float:
+    """Free space of the filesystem holding output_dir against the checkpoints the run keeps; PreflightError if short."""
+    from nbutils.train import diskspace
+
+    need = diskspace.needed_mb(checkpoint_mb, keep)
+    problem = diskspace.check(Path(output_dir), need, keep)
+    if problem:
+        raise PreflightError(problem)
+    print(f"disk: {diskspace.free_mb(Path(output_dir)):,.0f} MB free at {output_dir}; checkpoints need ~{need:,.0f} MB "
+          f"({keep} kept + one being written + the final adapter)")
+    return need

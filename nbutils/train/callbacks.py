@@ -1,0 +1,171 @@
+"""Trainer callbacks for the ways runs lose GPU hours: the 12-hour wall, NaNs, silent progress, garbage.
+
+Each callback that stops training records why in a shared `StopReason` (first writer wins), so
+the summary can say it. Under several processes every stop decision goes through `agree`: a
+stop taken by one rank alone would leave the others waiting in the next all-reduce forever.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from transformers import TrainerCallback
+
+from nbutils.platform.environment import process_start_time, session_start  # noqa: F401  (re-exported)
+
+
+class StopReason:
+    """Shared, first-writer-wins reason for stopping ("time_budget", "nan", "degenerate")."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.detail: str = ""
+
+    def set(self, reason: str, detail: str) -> None:
+        if self.reason is None:
+            self.reason, self.detail = reason, detail
+            print(f"[train] stopping: {detail}", file=sys.stderr, flush=True)
+
+
+def agree(flag: bool) -> bool:
+    """True on every process if it is True on any: a stop decided by one rank alone would hang the others."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    import torch
+
+    t = torch.tensor([1.0 if flag else 0.0], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+class TimeBudget(TrainerCallback):
+    """Stop and save before the budget runs out, leaving room for one more step and a save."""
+
+    def __init__(self, budget_min: float, stop: StopReason, start: float | None = None, clock=time.time):
+        self.budget_s, self.stop, self.clock = budget_min * 60, stop, clock
+        self.start = session_start() if start is None else start
+        self.last, self.step_s, self.save_s = None, 0.0, 0.0
+
+    def on_step_end(self, args, state, control, **kw):
+        now = self.clock()
+        if self.last is not None:
+            self.step_s = max(self.step_s, now - self.last)
+        self.last = now
+        remaining = self.budget_s - (now - self.start)
+        if agree(remaining < 2 * self.step_s + self.save_s):
+            self.stop.set("time_budget", f"time budget of {self.budget_s / 60:g} min nearly used at step "
+                                         f"{state.global_step}; saving a complete checkpoint")
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_save(self, args, state, control, **kw):
+        if self.last is not None:
+            self.save_s = max(self.save_s, self.clock() - self.last)
+
+
+class NanGuard(TrainerCallback):
+    """NaN/inf loss or weights: stop at once; the last good checkpoint stays the one to use.
+
+    Under fp16 an inf gradient norm alone is normal: the grad scaler skips that step and lowers
+    its scale. It counts only when it repeats at `patience` logs in a row (the scale collapsed).
+    Before every save the trainable weights are checked too, so a NaN between two log lines is
+    never written into a checkpoint that looks good.
+    """
+
+    def __init__(self, stop: StopReason, patience: int = 3):
+        self.stop, self.patience, self.bad_norms = stop, patience, 0
+
+    def _stop(self, control, detail: str) -> None:
+        self.stop.set("nan", detail + ": in fp16 this is usually an overflow; lower learning_rate, keep LoRA "
+                                      "weights fp32, or use bf16 on compute capability >= 8.0")
+        control.should_training_stop = True
+        control.should_save = False
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        logs = logs or {}
+        loss, norm = logs.get("loss"), logs.get("grad_norm")
+        if loss is not None and not math.isfinite(float(loss)):
+            return self._stop(control, f"loss is {loss} at step {state.global_step}")
+        if norm is None:
+            return
+        self.bad_norms = 0 if math.isfinite(float(norm)) else self.bad_norms + 1
+        if self.bad_norms >= (self.patience if getattr(args, "fp16", False) else 1):
+            self._stop(control, f"grad_norm is {norm} at step {state.global_step}")
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if control.should_save and model is not None and agree(not finite_trainables(model)):
+            self._stop(control, f"trainable weights hold NaN/inf at step {state.global_step}")
+
+
+def finite_trainables(model) -> bool:
+    """True when every trainable parameter (the LoRA weights) is finite."""
+    import torch
+
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
+
+
+class ProgressLog(TrainerCallback):
+    """Plain periodic lines (step, loss, tokens/s, ETA) for batch logs, where widgets show nothing."""
+
+    def __init__(self, stream=None):
+        self.stream, self.t0, self.tokens0 = stream, None, 0  # None: sys.stdout at print time
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.t0, self.tokens0, self.step0 = time.time(), state.num_input_tokens_seen or 0, state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if not logs or "loss" not in logs or self.t0 is None or not state.is_world_process_zero:
+            return
+        elapsed = max(1e-6, time.time() - self.t0)
+        done = max(1, state.global_step - self.step0)
+        eta = (state.max_steps - state.global_step) * elapsed / done
+        tokens = (state.num_input_tokens_seen or 0) - self.tokens0
+        print(f"[train] step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.4f}  "
+              f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min", file=self.stream or sys.stdout, flush=True)
+
+
+class Probe(TrainerCallback):
+    """At each evaluation call probe(model) -> True if generations are degenerate; two in a row stop training."""
+
+    def __init__(self, probe, stop: StopReason, patience: int = 2):
+        self.probe, self.stop, self.patience, self.streak = probe, stop, patience, 0
+
+    def on_evaluate(self, args, state, control, model=None, **kw):
+        if model is None:
+            return
+        self.streak = self.streak + 1 if agree(bool(self.probe(model))) else 0
+        if self.streak >= self.patience:
+            self.stop.set("degenerate", f"probe generations degenerate at {self.streak} evaluations in a row "
+                                        f"(step {state.global_step}); keeping the last checkpoint")
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class PeakMemory(TrainerCallback):
+    """On a GPU, the measured peak (torch.cuda.max_memory_allocated) after the first steps of this
+    run, printed next to the memory plan's estimate; at the end, the peak of the whole run."""
+
+    def __init__(self, after_steps: int = 3, estimate_gb: float | None = None, stream=None):
+        self.after, self.estimate_gb, self.stream = after_steps, estimate_gb, stream
+        self.steps, self.peak_gb, self.run_peak_gb = 0, None, None
+
+    def on_step_end(self, args, state, control, **kw):
+        import torch
+
+        self.steps += 1  # counted in this run: a resumed run starts at a later global_step
+        if self.steps == self.after and torch.cuda.is_available():
+            self.peak_gb = torch.cuda.max_memory_allocated() / 2**30
+            if state.is_world_process_zero:
+                est = f" (estimate {self.estimate_gb:.2f} GB)" if self.estimate_gb else ""
+                print(f"[memory] measured peak after {self.after} steps: {self.peak_gb:.2f} GB{est}",
+                      file=self.stream or sys.stdout, flush=True)
+
+    def on_train_end(self, args, state, control, **kw):
+        import torch
+
+        if torch.cuda.is_available():
+            self.run_peak_gb = torch.cuda.max_memory_allocated() / 2**30

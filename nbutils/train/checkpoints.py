@@ -1,0 +1,310 @@
+"""Checkpoints you can trust: atomic writes, a manifest checked on every use, rotation by step, resume.
+
+A checkpoint folder counts only when it holds the COMPLETE marker, written last (after fsync), and
+its manifest.json (every file's size and SHA-256, the global step, the run's settings) matches what
+is on disk. A run killed mid-save leaves a folder without the marker; a file truncated or altered
+later fails the manifest. Resume and 03 take the newest checkpoint that verifies and say which
+ones they skipped and why. Rotation keeps the newest verified checkpoints by step (never by
+modification time) and never deletes the last verified one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from nbutils.train import diskspace, faultpoints
+from nbutils.train import manifest as mf
+
+MARKER = mf.MARKER
+ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
+TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
+RUN_FILES = ["run_config.json", "trainer_state.json"]
+RESUME_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth"]  # Trainer checkpoints only: what resume restores
+# Settings a resume may change on purpose: training longer. The schedule is recomputed for the new length.
+EXTENDABLE = ("max_steps", "num_epochs")
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint that verifies, or a file about it that cannot be read; the message says what to re-run."""
+
+
+class ResumeMismatchError(ValueError):
+    """The checkpoint to resume was trained with other settings: resuming would mix two runs."""
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a folder's entries (new files, renames) durable, not only the files' bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in path.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        elif p.is_dir():
+            _fsync_dir(p)
+    _fsync_dir(path)
+
+
+def mark_complete(path: Path, step: int | None = None, settings: dict | None = None) -> None:
+    """The commit point: everything on disk, then the manifest, then the marker (each fsynced)."""
+    path = Path(path)
+    _fsync_tree(path)
+    faultpoints.point("manifest")
+    mf.write(path, step, settings)
+    faultpoints.point("marker")
+    with open(path / MARKER, "w") as f:
+        f.write("ok\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(path)
+
+
+def is_complete(path: Path) -> bool:
+    return (path / MARKER).exists()
+
+
+def unwrap(model):
+    """Strip accelerate/DDP/compile wrappers so save_pretrained reaches the PEFT model."""
+    try:
+        from accelerate.utils import extract_model_from_parallel
+
+        model = extract_model_from_parallel(model)
+    except ImportError:
+        pass
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def _tmp_name(dest: Path) -> Path:
+    """A temp folder no other writer (or an earlier killed run) can share."""
+    return dest.with_name(f"{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    if dest.exists():
+        discard(dest)
+    tmp.rename(dest)
+    _fsync_dir(dest.parent)
+
+
+def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: dict | None = None,
+               settings: dict | None = None) -> Path:
+    """Adapter + tokenizer + run config + trainer state + manifest written to a temp folder, then renamed into place."""
+    dest = Path(dest)
+    tmp = _tmp_name(dest)
+    try:
+        unwrap(model).save_pretrained(tmp)
+        faultpoints.point("final_save")
+        tokenizer.save_pretrained(tmp)
+        (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str))
+        if trainer_state is not None:
+            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, default=str))
+        mark_complete(tmp, (trainer_state or {}).get("global_step"), settings)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if diskspace.is_no_space(e):
+            need = diskspace.final_mb(sum(p.numel() for p in model.parameters() if p.requires_grad))
+            raise diskspace.DiskFullError(diskspace.message(
+                dest.parent, need, None, f". The final checkpoint was not saved; the Trainer checkpoints are intact: "
+                f"rerun after freeing space (it resumes and saves again). (The writer said: {e})")) from None
+        raise
+    _swap_in(tmp, dest)
+    return dest
+
+
+def copy_complete(src: Path, dest: Path) -> Path:
+    """Use an earlier verified checkpoint as the final one (after a NaN stop, say)."""
+    dest = Path(dest)
+    tmp = _tmp_name(dest)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER, mf.NAME))
+    old = mf.read(src) or {}
+    mark_complete(tmp, old.get("global_step"), old.get("settings"))
+    _swap_in(tmp, dest)
+    return dest
+
+
+def discard(path: Path) -> None:
+    """Delete a folder so that a kill half-way never leaves a damaged checkpoint under its name: rename, then delete."""
+    path = Path(path)
+    trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
+    path.rename(trash)
+    _fsync_dir(path.parent)
+    faultpoints.point("rotate")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def missing_files(path: Path, resumable: bool = False) -> list[str]:
+    """Files a usable checkpoint needs that are not there, by name (resumable: also what resume restores)."""
+    need = ADAPTER_FILES + TOKENIZER_FILES + RUN_FILES + [MARKER] + (RESUME_FILES if resumable else [])
+    # Under several processes each rank saves its own rng_state_<rank>.pth instead of rng_state.pth.
+    return [name for name in need if not (Path(path) / name).exists()
+            and not (name == "rng_state.pth" and any(Path(path).glob("rng_state_*.pth")))]
+
+
+def problems(path: Path, resumable: bool = False) -> list[str]:
+    """Why a checkpoint cannot be used, one reason each: missing files, then the manifest check (empty: it verifies)."""
+    missing = missing_files(path, resumable)
+    return [f"{name} missing" for name in missing] or mf.problems(path)
+
+
+def verify(path: Path, base_model: str, load_in_4bit: bool = True, precision: str = "fp32") -> dict:
+    """Check files by name and against the manifest; if they pass, reload base + adapter and generate a few tokens."""
+    missing = missing_files(path)
+    found = [f"{name} missing" for name in missing] or mf.problems(path)
+    if found:
+        return {"ok": False, "missing": missing, "problems": found, "generated": None}
+    faultpoints.point("verify")
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from nbutils.train.modeling import load_base
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = PeftModel.from_pretrained(load_base(base_model, precision, load_in_4bit), path).eval()
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False, add_generation_prompt=True) \
+        if tok.chat_template else "hello"
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
+    out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    return {"ok": True, "missing": [], "problems": [], "generated": tok.decode(out[0, ids["input_ids"].shape[1]:])}
+
+
+def _step(p: Path) -> int:
+    return int(p.name.split("-")[1])
+
+
+def checkpoint_dirs(folder: Path) -> list[Path]:
+    """Every checkpoint-N folder (complete or not) in step order."""
+    found = [p for p in Path(folder).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name) and p.is_dir()]
+    return sorted(found, key=_step)
+
+
+def trainer_checkpoints(folder: Path) -> list[Path]:
+    """Trainer checkpoints (checkpoint-N) holding the COMPLETE marker, in step order (not yet verified)."""
+    return [p for p in checkpoint_dirs(folder) if is_complete(p)]
+
+
+def newest_verified(folder: Path, resumable: bool = True) -> tuple[Path | None, list[tuple[Path, list[str]]]]:
+    """The newest checkpoint-N that verifies, and the newer ones skipped with their reasons."""
+    skipped = []
+    for path in reversed(checkpoint_dirs(folder)):
+        found = problems(path, resumable)
+        if not found:
+            return path, skipped
+        skipped.append((path, found))
+    return None, skipped
+
+
+def report_skipped(skipped: list[tuple[Path, list[str]]]) -> None:
+    for path, reasons in skipped:
+        print(f"[checkpoint] skipped {path}: {'; '.join(reasons)}", flush=True)
+
+
+def rotate(folder: Path, keep: int | None, protect: str | Path | None = None, verified: set | None = None) -> list[Path]:
+    """Keep the newest `keep` verified checkpoints by step (and `protect`, the best one); delete the older rest.
+
+    Never deletes when nothing verifies, nor anything newer than the newest verified checkpoint.
+    `verified` caches paths already hashed in this process, so each checkpoint is hashed once.
+    """
+    if not keep or keep <= 0:
+        return []
+    verified = set() if verified is None else verified
+    kept: list[Path] = []
+    dirs = checkpoint_dirs(folder)
+    for path in reversed(dirs):
+        if len(kept) < keep and (str(path) in verified or not problems(path, resumable=True)):
+            verified.add(str(path))
+            kept.append(path)
+    if not kept:
+        return []
+    safe = {str(p) for p in kept} | ({str(Path(protect))} if protect else set())
+    removed = [p for p in dirs if str(p) not in safe and _step(p) < _step(kept[0])]
+    for path in removed:
+        discard(path)
+        verified.discard(str(path))
+    for trash in Path(folder).glob(".trash-checkpoint-*"):  # left by a kill during an earlier rotation
+        shutil.rmtree(trash, ignore_errors=True)
+    return removed
+
+
+def clean_unverified(folder: Path, above_step: int | None) -> None:
+    """Before training resumes at `above_step`: remove the checkpoints above it that did not verify (the
+    Trainer writes into the same names), and leftovers of killed rotations and saves."""
+    for path in checkpoint_dirs(folder):
+        if (above_step is None or _step(path) > above_step) and problems(path, resumable=True):
+            print(f"[checkpoint] removing {path.name}: it did not verify and training will write it again", flush=True)
+            discard(path)
+    for trash in [*Path(folder).glob(".trash-*"), *Path(folder).parent.glob("checkpoint.tmp-*")]:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def resume_mismatch(checkpoint: Path, settings: dict) -> list[str]:
+    """Settings that differ between the checkpoint's manifest and this run, one line each."""
+    return mf.differences((mf.read(checkpoint) or {}).get("settings", {}), settings)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global step of a checkpoint, from its manifest (trainer_state.json must agree: `problems` checks)."""
+    return mf.step(checkpoint)
+
+
+def find_resumable(output_dir: Path, platform=None) -> Path | None:
+    """Newest verified Trainer checkpoint in output_dir/trainer, else in an attached earlier output; skipped ones are printed."""
+    from nbutils.platform.environment import detect_platform
+
+    found, skipped = newest_verified(Path(output_dir) / "trainer")
+    report_skipped(skipped)
+    if found:
+        return found
+    platform = platform or detect_platform()
+    if platform.input_root.is_dir():  # a Kaggle run attached the output of its previous version
+        for depth in ("*", "*/*"):
+            for folder in sorted(platform.input_root.glob(f"{depth}/train_qlora/trainer")):
+                found, skipped = newest_verified(folder)
+                report_skipped(skipped)
+                if found:
+                    return found
+    return None
+
+
+def read_summary(train_dir: Path) -> dict:
+    """training_summary.json of 02, or a CheckpointError naming the file and what to re-run."""
+    path = Path(train_dir) / "training_summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} not found: run 02_train_qlora first (or point adapter_dir at its output).") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is damaged ({e}): re-run 02_train_qlora (it resumes from its last verified "
+                              "checkpoint and rewrites the summary).") from None
+    if not isinstance(summary, dict) or "checkpoint_dir" not in summary:
+        raise CheckpointError(f"{path} has no checkpoint_dir: it is not a summary written by 02_train_qlora; re-run 02.")
+    return summary
+
+
+def for_eval(train_dir: Path) -> tuple[Path, dict]:
+    """The checkpoint 03 should load: the final one if it verifies, else the newest Trainer checkpoint that does."""
+    train_dir = Path(train_dir)
+    summary = read_summary(train_dir)
+    candidates = [train_dir / summary["checkpoint_dir"], *reversed(checkpoint_dirs(train_dir / "trainer"))]
+    for path in candidates:
+        found = problems(path) if path.exists() else ["not found"]
+        if not found:
+            if path != candidates[0]:
+                print(f"[checkpoint] using {path} (step {checkpoint_step(path)}) instead of the final checkpoint "
+                      f"(summary: step {summary.get('global_step')}); re-run 02_train_qlora to rebuild it", flush=True)
+            return path, summary
+        print(f"[checkpoint] skipped {path}: {'; '.join(found)}", flush=True)
+    raise CheckpointError(f"no checkpoint in {train_dir} verifies (see the lines above): re-run 02_train_qlora; it "
+                          "resumes from its last verified checkpoint, or starts over when there is none.")

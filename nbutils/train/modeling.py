@@ -1,0 +1,114 @@
+"""Loading the base model in 4-bit and attaching LoRA, the QLoRA way, right for a T4.
+
+- nf4 with double quantization; compute dtype from the precision rule (fp16 on a T4).
+- Trainable parameters (LoRA) stay fp32 even when compute is fp16: the fp16 grad scaler refuses
+  to unscale fp16 gradients ("Attempting to unscale FP16 gradients").
+- Gradient checkpointing with use_reentrant=False: the reentrant variant silently drops
+  gradients when the inputs do not require grad, which is the case with frozen 4-bit weights.
+"""
+
+from __future__ import annotations
+
+from nbutils import embedded
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def load_tokenizer(base_model: str, verbose: bool = False):
+    """Tokenizer prepared by nbutils.data.chatformat: a pad that is not EOS (and not new), a chat template always."""
+    from transformers import AutoTokenizer
+
+    from nbutils.data import chatformat
+
+    return chatformat.prepare_tokenizer(AutoTokenizer.from_pretrained(embedded.resolve_model(base_model)), verbose)
+
+
+def load_config(base_model: str):
+    """The model's config only (no weights): for validation and the memory plan before loading."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(embedded.resolve_model(base_model))
+
+
+def choose_attention(config, requested: str = "auto", preferred: str = "sdpa") -> str:
+    """`requested` unless it is "auto"; else `preferred` (preflight's: flash_attention_2 at capability >= 8.0
+    when installed, else sdpa) where the model class supports it, sdpa where it does, eager otherwise
+    (Gemma-2: sdpa cannot apply its logit soft-capping, so transformers refuses it)."""
+    if requested != "auto":
+        return requested
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if cls is None:
+        return "eager"
+    if preferred == "flash_attention_2" and getattr(cls, "_supports_flash_attn", False):
+        return "flash_attention_2"
+    return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
+
+
+def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = True,
+              attn_implementation: str = "auto", device_map=None, preferred_attention: str = "sdpa"):
+    """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule.
+
+    attn_implementation="auto" picks per model class (see choose_attention); preferred_attention is
+    preflight's env["attention"]."""
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    attn_implementation = choose_attention(load_config(base_model), attn_implementation, preferred_attention)
+
+    dtype = getattr(torch, DTYPES[precision])
+    quant = None
+    if load_in_4bit:
+        quant = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
+        )
+    if device_map is None and torch.cuda.is_available():
+        import os
+
+        # Under DDP each process holds its own 4-bit copy on its own GPU (accelerate#2378, unsloth#431).
+        device_map = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    elif device_map == "split":
+        device_map = "auto"  # one process, layers spread over all visible GPUs: bigger models, no speed-up
+    return AutoModelForCausalLM.from_pretrained(
+        embedded.resolve_model(base_model), quantization_config=quant, dtype=dtype,
+        attn_implementation=attn_implementation, device_map=device_map,
+    )
+
+
+def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0.0, use_rslora: bool = False,
+                gradient_checkpointing: bool = True, seed: int = 0):
+    """k-bit preparation, then LoRA on all linear layers (alpha = r by default); trainables in fp32."""
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import set_seed
+
+    set_seed(seed)  # LoRA's A matrices are drawn from the global RNG: same seed, same run
+
+    if getattr(model, "is_loaded_in_4bit", False):
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    elif gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    config = LoraConfig(
+        r=r, lora_alpha=alpha or r, lora_dropout=dropout, use_rslora=use_rslora,
+        target_modules="all-linear", task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, config)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.float32)
+    return model
+
+
+def trainable_summary(model) -> dict:
+    """Counts and dtypes of trainable parameters (to show fp32 LoRA weights under fp16 compute)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    total = sum(p.numel() for p in model.parameters())
+    n = sum(p.numel() for p in trainable)
+    return {"trainable": n, "total": total, "share": round(n / total, 4),
+            "trainable_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in trainable})}

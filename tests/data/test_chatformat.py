@@ -1,0 +1,138 @@
+"""Tokenizer preparation, stop tokens, roles and labels on every family twin (tests/twins/families.py)."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoTokenizer, LogitsProcessor, LogitsProcessorList
+
+from nbutils.data import chatformat
+from nbutils.data import splits as data
+from nbutils.eval import evaluation
+from nbutils.train import checkpoints, modeling
+from tests.twins.families import FAMILIES
+
+NAMES = sorted(FAMILIES)
+CONVS = [
+    [{"role": "system", "content": "answer in one word ."}, {"role": "user", "content": "what kind of word is oslo ?"},
+     {"role": "assistant", "content": "city"}, {"role": "user", "content": "and bread ?"},
+     {"role": "assistant", "content": "food"}],
+    [{"role": "user", "content": "classify the word cat ."}, {"role": "user", "content": "one word please ."},
+     {"role": "assistant", "content": "pet"}],
+    [{"role": "user", "content": "tell me what rome is ."}, {"role": "assistant", "content": "city"}],
+]
+
+
+def _prepared(twin, name, tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVS))
+    tok = modeling.load_tokenizer(twin(name))
+    m = data.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    return tok, m, list(data.load_split(tmp_path / "out", "train")) + list(data.load_split(tmp_path / "out", "eval"))
+
+
+def _label_runs(row):
+    runs, cur = [], []
+    for t, lab in zip(row["input_ids"], row["labels"]):
+        if lab != data.IGNORE_INDEX:
+            cur.append(t)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    return runs + ([cur] if cur else [])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, tmp_path):
+    fam = FAMILIES[name]
+    tok, manifest, rows = _prepared(twin, name, tmp_path)
+    stop = tok.convert_tokens_to_ids(fam.expect_stop)
+    model = type("M", (), {"generation_config": __import__("transformers").GenerationConfig.from_pretrained(twin(name))})
+    assert stop in chatformat.stop_ids(tok, model)  # what generation stops on
+    assert manifest["counts"]["quarantined"] == 0, json.loads((tmp_path / "out" / "quarantine.jsonl").read_text() or "{}")
+    for row in rows:
+        answers = [m for m in row["messages"] if m["role"] == "assistant"]
+        runs = _label_runs(row)
+        assert len(runs) == len(answers), (name, tok.decode(row["input_ids"]))
+        for run, ans in zip(runs, answers):
+            assert run[-1] == stop, (name, tok.decode(run))
+            assert ans["content"] in tok.decode(run)
+    assert manifest["tokens"]["end_of_turn"] == fam.expect_stop
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pad_is_not_eos_and_inside_the_embeddings(twin, name):
+    fam = FAMILIES[name]
+    tok = modeling.load_tokenizer(twin(name))
+    assert tok.pad_token == fam.expect_pad and tok.pad_token_id != tok.eos_token_id
+    assert len(tok) == fam.tok_size  # nothing added
+    assert tok.pad_token_id < AutoConfig.from_pretrained(twin(name)).vocab_size
+
+
+def test_roles_merged_where_the_template_refuses_them(twin, tmp_path):
+    for name, system, turns in (("gemma-2", 1, 1), ("mistral-v0.3", 1, 1), ("qwen2.5-instruct", 0, 0)):
+        _, manifest, rows = _prepared(twin, name, tmp_path / name)
+        assert manifest["role_fixes"]["system_merged"] == system, name
+        assert manifest["role_fixes"]["turns_merged"] == turns, name
+        if system:
+            first = next(r for r in rows if r["messages"][0]["content"].startswith("answer in one word"))
+            assert first["messages"][0]["role"] == "user" and "oslo" in first["messages"][0]["content"]
+
+
+class ForceAfter(LogitsProcessor):
+    """Forces token `tok` at the k-th generated step."""
+
+    def __init__(self, tok, k, start):
+        self.tok, self.k, self.start = tok, k, start
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] - self.start == self.k:
+            scores = torch.full_like(scores, -float("inf"))
+            scores[:, self.tok] = 0.0
+        return scores
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generation_stops_on_the_end_of_turn_token(twin, name):
+    fam = FAMILIES[name]
+    tok = modeling.load_tokenizer(twin(name))
+    model = modeling.load_base(twin(name), "fp32", load_in_4bit=False).eval()
+    assert model.config._attn_implementation == fam.expect_attention
+    prompts = [tok.apply_chat_template([{"role": "user", "content": "what kind of word is oslo ?"}], tokenize=False,
+                                       add_generation_prompt=True)]
+    start = len(tok(prompts[0], add_special_tokens=False)["input_ids"])
+    generate = model.generate
+    force = LogitsProcessorList([ForceAfter(tok.convert_tokens_to_ids(fam.expect_stop), 3, start)])
+    model.generate = lambda **kw: generate(**kw, logits_processor=force)
+    [out] = evaluation.generate(model, tok, prompts, max_new_tokens=12, guard="flag")
+    assert out["eos"] and out["tokens"] == 3, out
+
+
+def test_gemma2_loads_eager_in_4bit_and_auto_follows_the_class(twin):
+    model = modeling.load_base(twin("gemma-2"), "fp32", load_in_4bit=True)
+    assert model.config._attn_implementation == "eager"
+    cfg = AutoConfig.from_pretrained(twin("qwen3"))
+    assert modeling.choose_attention(cfg) == "sdpa" and modeling.choose_attention(cfg, "eager") == "eager"
+
+
+@pytest.mark.parametrize("name", ["pythia-base", "llama-3-base"])
+def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_path):
+    tok, _, rows = _prepared(twin, name, tmp_path)
+    assert data.load_manifest(tmp_path / "out")["template"] == "fallback"
+    model = modeling.attach_lora(modeling.load_base(twin(name), "fp32", load_in_4bit=False), r=4,
+                                 gradient_checkpointing=False)
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "ckpt", {})
+    reloaded = AutoTokenizer.from_pretrained(ckpt)
+    assert reloaded.chat_template == chatformat.FALLBACK_TEMPLATE and reloaded.pad_token == tok.pad_token
+    row = rows[0]
+    text = reloaded.apply_chat_template(row["messages"], tokenize=False)
+    assert reloaded(text, add_special_tokens=False)["input_ids"] == row["input_ids"]
+
+
+def test_preflight_shows_the_attention_the_model_loads_with(twin):
+    from nbutils.platform.preflight import preflight
+
+    assert preflight(accels=[], show=False, base_model=twin("gemma-2"))["attention"] == "eager"
+    assert preflight(accels=[], show=False, base_model=twin("qwen3"))["attention"] == "sdpa"
+    assert preflight(accels=[], show=False, base_model=twin("qwen3"), attn_implementation="eager")["attention"] == "eager"

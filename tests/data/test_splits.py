@@ -1,0 +1,402 @@
+"""Data prep: every format in, every bad record quarantined with its reason and line, counts add up."""
+
+import copy
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbutils.data import batching, readers
+from nbutils.data import splits as data
+from nbutils.train.modeling import load_tokenizer
+
+GALLERY = Path(__file__).parents[1] / "data_gallery"
+EXPECTED = json.loads((GALLERY / "expected.json").read_text())["files"]
+GOOD = {"instruction": "what kind of word is oslo ?", "input": "", "output": "city"}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("embedded")
+
+
+def _invariants(m):
+    c = m["counts"]
+    assert c["records"] == c["kept"] + c["quarantined"] + c["duplicates"] + c["too_long"]
+    assert m["splits"]["train"] + m["splits"]["eval"] == c["kept"]
+
+
+def _quarantine(out):
+    return [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
+
+
+def _rows(out):
+    return list(data.load_split(out, "train")) + list(data.load_split(out, "eval"))
+
+
+def _write(path: Path, *recs) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return str(path)
+
+
+# --- the bad-input gallery: one file per failure class -----------------------------------------
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_path, name):
+    try:
+        m = data.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
+    except data.DataError as e:  # a broken JSON document: its one record is bad, nothing is usable
+        assert "nothing usable" in str(e) and name == "malformed_document.json"
+        m = None
+    got = [(Path(q["source"]).name, q["line"], q["reason"]) for q in _quarantine(tmp_path)]
+    want = EXPECTED[name]
+    assert [(n, line) for n, line, _ in got] == [(name, line) for line, _ in want], got
+    for (_, _, reason), (_, prefix) in zip(got, want):
+        assert reason.startswith(prefix), (reason, prefix)
+    if m is None:
+        return
+    c = m["counts"]
+    assert c["quarantined"] + c["too_long"] == len(want)
+    assert c["too_long"] == sum(r.startswith("too-long") for _, r in want)
+    _invariants(m)
+
+
+def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
+    files = [str(GALLERY / n) for n in sorted(EXPECTED) if n != "malformed_document.json"]
+    m = data.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False)
+    _invariants(m)
+    assert len(_quarantine(tmp_path)) == m["counts"]["quarantined"] + m["counts"]["too_long"]
+    assert m["counts"]["duplicates"] > 2  # the good record repeated across files is kept once
+    assert sum(m["quarantine_reasons"].values()) == len(_quarantine(tmp_path))
+
+
+def test_duplicates_exact_and_normalized_blank_line_not_a_record(tok, tmp_path):
+    m = data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, tok, verbose=False)
+    assert m["counts"] == {"records": 4, "kept": 2, "quarantined": 0, "duplicates": 2, "too_long": 0}
+
+
+def test_strict_stops_at_first_bad_record_naming_file_and_line(tok, tmp_path):
+    with pytest.raises(data.DataError, match=r"missing_field.jsonl line 2: missing-field: output"):
+        data.prepare([str(GALLERY / "missing_field.jsonl")], tmp_path, tok, strict=True, verbose=False)
+    with pytest.raises(data.DataError, match=r"bad_rows.csv line 5: invalid-utf8"):
+        data.prepare([str(GALLERY / "bad_rows.csv")], tmp_path, tok, strict=True, verbose=False)
+    with pytest.raises(data.DataError, match=r"too_long.jsonl line 2: too-long"):
+        data.prepare([str(GALLERY / "too_long.jsonl")], tmp_path, tok, max_seq_len=64, strict=True, verbose=False)
+
+
+def test_truncate_keeps_long_records(tok, tmp_path):
+    path = _write(tmp_path / "in.jsonl", {"instruction": "x", "output": "word " * 200}, GOOD)
+    m = data.prepare([path], tmp_path / "out", tok, max_seq_len=64, truncate=True, verbose=False)
+    assert m["counts"]["kept"] == 2 and m["counts"]["truncated"] == 1 and m["counts"]["too_long"] == 0
+    assert m["token_lengths"]["max"] == 64 and max(r["length"] for r in _rows(tmp_path / "out")) == 64
+    _invariants(m)
+
+
+def test_nothing_usable_still_writes_quarantine(tok, tmp_path):
+    path = _write(tmp_path / "in.jsonl", {"nope": 1}, {"instruction": "q", "output": ""})
+    with pytest.raises(data.DataError, match="nothing usable: 2 records"):
+        data.prepare([path], tmp_path / "o", tok, verbose=False)
+    assert len(_quarantine(tmp_path / "o")) == 2
+
+
+# --- labels, EOS, templates ----------------------------------------------------------------------
+
+def test_completion_only_labels_every_assistant_turn_ends_with_eos(tok, tmp_path):
+    conv = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a ?"},
+                         {"role": "assistant", "content": "one"}, {"role": "user", "content": "b ?"},
+                         {"role": "assistant", "content": "two"}, {"role": "user", "content": "dangling"}]}
+    path = _write(tmp_path / "in.jsonl", conv, GOOD)
+    data.prepare([path], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    rows = _rows(tmp_path / "out")
+    for row in rows:
+        assert row["input_ids"][-1] == tok.eos_token_id and row["labels"][-1] == tok.eos_token_id
+        assert tok.pad_token_id not in row["input_ids"]
+    row = next(r for r in rows if len(r["messages"]) > 2)
+    assert [m["content"] for m in row["messages"]][-1] == "two"  # a trailing user turn teaches nothing
+    targets = tok.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab != data.IGNORE_INDEX])
+    assert "one" in targets and "two" in targets and "a ?" not in targets and "be brief" not in targets
+    assert "<|user|>" not in targets and "<|assistant|>" not in targets
+    assert targets.count(tok.eos_token) == 2  # every assistant turn ends with EOS, and it is learnt
+    masked = data.render_masked(row, tok)
+    assert masked.startswith("[<|bos|><|system|> be brief") and " one\n<|end|>[" in masked
+
+
+def test_train_on_prompt_labels_everything(tok, tmp_path):
+    path = _write(tmp_path / "in.jsonl", GOOD, {**GOOD, "instruction": "q"})
+    m = data.prepare([path], tmp_path / "o", tok, train_on_prompt=True, verbose=False)
+    assert m["train_on_prompt"] is True
+    row = data.load_split(tmp_path / "o", "train")[0]
+    assert row["labels"] == row["input_ids"]
+
+
+def test_pad_equal_eos_is_refused_with_the_fix(tok, tmp_path):
+    bad = copy.deepcopy(tok)
+    bad.pad_token = bad.eos_token
+    with pytest.raises(data.DataError, match="pad token == EOS token.*load_tokenizer"):
+        data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, bad, verbose=False)
+
+
+def test_fallback_template_for_base_models(tok, tmp_path):
+    plain = copy.deepcopy(tok)
+    plain.chat_template = None
+    m = data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, plain, verbose=False)
+    assert m["template"] == "fallback"
+    row = data.load_split(tmp_path, "train")[0]
+    text = tok.decode(row["input_ids"])
+    assert "### User:" in text and "### Assistant:" in text and row["labels"][-1] == tok.eos_token_id
+    assert "### User:" in data.render_masked(row, tok).split("]")[0]  # the prompt is masked
+
+
+@pytest.mark.parametrize("template", ["tokenizer", "fallback"])
+def test_fast_renderer_matches_apply_chat_template(tok, template):
+    tpl = tok.chat_template if template == "tokenizer" else data.FALLBACK_TEMPLATE
+    render = data.renderer(tok, tpl)
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    for gen, part in ((False, msgs), (True, msgs[:2])):
+        assert render(part, gen) == tok.apply_chat_template(part, chat_template=tpl, tokenize=False,
+                                                            add_generation_prompt=gen)
+
+
+def test_direct_backend_tokenization_matches_the_tokenizer_call(tok):
+    texts = ["<|bos|><|user|> what is oslo ?\n<|assistant|> city\n<|end|>", "short", "a  b\n\n c"]
+    ids, offsets = data._tokenize(tok, texts)
+    assert ids == tok(texts, add_special_tokens=False)["input_ids"]  # no padding, no truncation
+    assert [len(o) for o in offsets] == [len(i) for i in ids]
+
+
+def test_template_that_rewrites_history_falls_back_to_finding_the_answer(tok):
+    # Like templates that drop earlier reasoning: past assistant turns render differently in a longer chat.
+    def template(past):
+        return ("{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+                "{{ '<|assistant|> (past) ' + " + past + " + '\\n' }}"
+                "{% else %}{{ '<|' + m['role'] + '|> ' + m['content'] + '\\n' }}{% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "b"}, {"role": "assistant", "content": "two"}]
+    text, spans = data.target_spans(data.renderer(tok, template("m['content']")), msgs, tok.eos_token)
+    assert [text[s:e] for s, e in spans] == ["one", " two\n" + tok.eos_token]
+    with pytest.raises(ValueError, match="template-error"):  # the answer is gone: quarantined, not mislabelled
+        data.target_spans(data.renderer(tok, template("'...'")), msgs, tok.eos_token)
+
+
+# --- readers and sniffing ------------------------------------------------------------------------
+
+def _write_formats(d: Path):
+    (d / "a.json").write_text(json.dumps([{"prompt": "p1", "completion": "c1"}, {"prompt": "p2", "response": "r2"}]))
+    (d / "b.jsonl").write_text(json.dumps({"conversations": [{"from": "human", "value": "hi"},
+                                                             {"from": "gpt", "value": "yo"}]}) + "\n")
+    (d / "c.csv").write_text('Question,Answer\n"multi\nline q","a, with comma"\nq2,a2\n')
+    (d / "d.tsv").write_text("prompt\tresponse\np\tr\n")
+    (d / "e.html").write_text("<html><body><dl><dt>What is QLoRA?</dt><dd>LoRA on a 4-bit base.</dd></dl></body></html>")
+    (d / "f.sql").write_text("CREATE TABLE meta (k TEXT);\nCREATE TABLE qa (question TEXT, answer TEXT);\n"
+                             "INSERT INTO qa VALUES ('why; not?', 'because');\nINSERT INTO qa VALUES ('x', 'y');\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+
+    pq.write_table(pa.table({"instruction": ["i1"], "output": ["o1"]}), d / "g.parquet")
+    Dataset.from_list([{"text": "just text"}]).save_to_disk(str(d / "h_hf"))
+    (d / "i.json").write_text(json.dumps({"messages": [{"role": "user", "content": "u"},
+                                                       {"role": "assistant", "content": "v"}]}) + "\n"
+                              + json.dumps({"prompt": "w", "completion": "z"}) + "\n")  # JSONL named .json
+    (d / "j_noext").write_text("instruction\toutput\nsay x\tx\n")
+    (d / "k.html").write_text("<table><tr><th>Prompt</th><th>Response</th></tr><tr><td>t1</td><td>t2</td></tr>"
+                              "<tr><td>t3</td><td>t4</td></tr></table>")
+    (d / "l.htm").write_text("<h2>Why 4-bit?</h2><p>Memory.</p><p>A T4 has 16 GB.</p><h2>Why LoRA?</h2><p>Few weights.</p>")
+    return {"a.json": ("json", 2), "b.jsonl": ("jsonl", 1), "c.csv": ("csv", 2), "d.tsv": ("tsv", 1),
+            "e.html": ("html", 1), "f.sql": ("sql", 2), "g.parquet": ("parquet", 1), "h_hf": ("hf_disk", 1),
+            "i.json": ("jsonl", 2), "j_noext": ("tsv", 1), "k.html": ("html", 2), "l.htm": ("html", 2)}
+
+
+def test_every_format_is_read_and_sniffed(tok, tmp_path, capsys):
+    expected = _write_formats(tmp_path)
+    for name, (fmt, n) in expected.items():
+        path = str(tmp_path / name)
+        assert readers.sniff(path) == fmt, name
+        recs = [r for _, _, r in readers.read(path)]
+        assert len(recs) == n and all(data.to_messages(r) for r in recs), name
+    m = data.prepare([str(tmp_path / n) for n in expected], tmp_path / "out", tok)
+    assert m["counts"]["kept"] == sum(n for _, n in expected.values()) and m["counts"]["quarantined"] == 0
+    log = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[data]")]
+    assert len(log) == len(expected)
+    assert any("i.json: read as jsonl (extension .json, but the content is jsonl)" in x for x in log)
+    c = next(r for _, _, r in readers.read(str(tmp_path / "c.csv")))
+    assert data.to_messages(c) == [{"role": "user", "content": "multi\nline q"},
+                                   {"role": "assistant", "content": "a, with comma"}]
+    [(_, _, h1), (_, _, h2)] = readers.read(str(tmp_path / "l.htm"))
+    assert h1 == {"prompt": "Why 4-bit?", "response": "Memory. A T4 has 16 GB."} and h2["response"] == "Few weights."
+
+
+def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
+    (tmp_path / "x.csv").write_text("Frage,Antwort,Note\nwie alt ?,drei,-\n")
+    with pytest.raises(ValueError, match="unrecognised-record"):
+        data.to_messages(next(r for _, _, r in readers.read(str(tmp_path / "x.csv"))))
+    cols = data.parse_columns("user=Frage, assistant=antwort")
+    m = data.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False)
+    assert m["counts"]["kept"] == 1
+    assert data.to_messages({"INSTRUCTION": "i", "Output": "o"})[1] == {"role": "assistant", "content": "o"}
+    with pytest.raises(ValueError, match="user=COL"):
+        data.parse_columns("q=Frage")
+
+
+def test_sql_insert_only_dump_goes_through_sqlite(tmp_path):
+    (tmp_path / "x.sql").write_text("INSERT INTO t (prompt, response) VALUES ('it''s', 'ok; fine');\n")
+    [(_, n, rec)] = list(readers.read(str(tmp_path / "x.sql")))
+    assert n == 1 and rec == {"prompt": "it's", "response": "ok; fine"}
+    (tmp_path / "y.sql").write_text("INSERT INTO t VALUES ('a', 'b');\n")
+    with pytest.raises(ValueError, match="y.sql: SQLite could not load the dump"):
+        list(readers.read(str(tmp_path / "y.sql")))
+
+
+def test_hub_id_without_internet_is_a_clear_error(tmp_path):
+    assert readers.sniff("someone/some_dataset") == "hf_hub"
+    if readers._hub_unreachable(timeout=2) is None:
+        pytest.skip("the hub is reachable from here")
+    with pytest.raises(ValueError, match="download it once and pass the saved folder"):
+        list(readers.read("someone/some_dataset"))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        readers.sniff(str(tmp_path / "missing.jsonl"))
+
+
+def test_cli_exit_codes(tmp_path):
+    cmd = [sys.executable, "-m", "nbutils.data", "prepare"]
+    ok = subprocess.run([*cmd, str(GALLERY / "missing_field.jsonl"), "--out", str(tmp_path / "ok")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout.splitlines()[-1])["counts"]["quarantined"] == 1
+    bad = _write(tmp_path / "bad.jsonl", {"nope": 1})
+    with open(bad, "a") as f:
+        f.write("{broken\n")
+    res = subprocess.run([*cmd, bad, "--out", str(tmp_path / "b")], capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr.strip().splitlines()[-1].startswith("error: nothing usable")
+    assert len((tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()) == 2
+
+
+# --- manifest --------------------------------------------------------------------------------------
+
+def test_manifest_is_complete_and_deterministic(tok, tmp_path):
+    recs = [{**GOOD, "instruction": f"question number {i} ?"} for i in range(40)]
+    path = _write(tmp_path / "in.jsonl", *recs)
+    m1 = data.prepare([path], tmp_path / "a", tok, seed=3, verbose=False)
+    m2 = data.prepare([path], tmp_path / "b", tok, seed=3, verbose=False)
+    m3 = data.prepare([path], tmp_path / "c", tok, seed=4, verbose=False)
+    assert m1 == m2 and m1["content_hash"] != m3["content_hash"]
+    assert m1["splits"] == {"train": 36, "eval": 4} and m1["template"] == "tokenizer"
+    assert set(m1["token_lengths"]) >= {"min", "median", "p95", "max"}
+    assert m1["batching"]["strategy"] in ("length_grouped", "packed") and m1["batching"]["batch_size"] == 16
+    assert set(m1["batching"]["real_token_share"]) == {"random", "length_grouped", "packed"}
+    assert (tmp_path / "a" / "lengths.png").stat().st_size > 1000
+    assert list(data.load_split(tmp_path / "a", "eval").features) == data.SPLIT_COLUMNS
+
+
+# --- batching ----------------------------------------------------------------------------------------
+
+def test_batching_plan_packs_only_long_tailed_data():
+    rng = random.Random(0)
+    tailed = [min(1024, 16 + int(rng.lognormvariate(4.5, 0.9))) for _ in range(3000)]
+    plan = batching.plan(tailed, 16, 1024)
+    shares = plan["real_token_share"]
+    assert shares["random"] < shares["length_grouped"] < shares["packed"]
+    assert plan["strategy"] == "packed" and plan["chosen_share"] >= 0.95
+    even = [rng.randint(40, 60) for _ in range(3000)]
+    assert batching.plan(even, 16, 256)["strategy"] == "length_grouped"
+    assert batching.IGNORE_INDEX == data.IGNORE_INDEX
+
+
+def test_block_causal_mask_shape():
+    mask = batching.block_causal_mask([[2, 3]], 6)[0, 0]
+    assert mask[1, 0] and not mask[2, 1] and mask[4, 2] and not mask[1, 2] and mask[5, 5] and not mask[5, 4]
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+
+    return AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), attn_implementation="sdpa").eval()
+
+
+def _examples(tok, n=5):
+    from nbutils import embedded
+
+    rows = []
+    for r in embedded.task_records(n):
+        enc = data.encode_batch({"messages": [data.to_messages(r)]}, tok, tok.chat_template, False)
+        rows.append({"input_ids": enc["input_ids"][0], "labels": enc["labels"][0]})
+    return rows
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "flash_attention_2"])
+def test_packed_batch_equals_separate_examples(tok, tiny_model, attn):
+    """Packed rows with the block-diagonal mask and restarting positions give the same logits and loss."""
+    import torch
+
+    rows = _examples(tok)
+    block = 2 * max(len(r["input_ids"]) for r in rows) + 1
+    packed = batching.pack(rows, block)
+    assert len(packed) >= 2 and len({p["length"] for p in packed}) > 1  # some rows padded in the batch
+    batch = batching.make_collator({"strategy": "packed"}, tok.pad_token_id, attn)(packed)
+    # flash_attention_2's collation (no mask, positions only) is checked through SDPA: without a KV
+    # cache (as in training) transformers derives the block-diagonal mask from the restarting positions.
+    tiny_model.set_attn_implementation("eager" if attn == "eager" else "sdpa")
+    try:
+        with torch.no_grad():
+            out = tiny_model(**batch, use_cache=False)
+            nll, count = 0.0, 0
+            for b, block_rows in enumerate(batching.pack_lengths([len(r["input_ids"]) for r in rows], block)):
+                start = 0
+                for i in block_rows:
+                    ids, labels = torch.tensor([rows[i]["input_ids"]]), torch.tensor([rows[i]["labels"]])
+                    alone = tiny_model(input_ids=ids, labels=labels)
+                    n = ids.shape[1]
+                    assert torch.allclose(alone.logits[0], out.logits[b, start:start + n], atol=1e-4)
+                    k = int((labels[0, 1:] != data.IGNORE_INDEX).sum())
+                    nll, count = nll + alone.loss.item() * k, count + k
+                    start += n
+    finally:
+        tiny_model.set_attn_implementation("sdpa")
+    assert abs(out.loss.item() - nll / count) < 1e-4
+    assert torch.isfinite(out.logits).all()
+
+
+def test_packed_collator_takes_unpacked_eval_rows(tok, tiny_model):
+    import torch
+
+    rows = _examples(tok, 3)
+    collate = batching.make_collator({"strategy": "packed"}, tok.pad_token_id)
+    batch = collate(rows)
+    assert batch["attention_mask"].shape == (3, 1, batch["input_ids"].shape[1], batch["input_ids"].shape[1])
+    plain = batching.make_collator({"strategy": "length_grouped"}, tok.pad_token_id)(rows)
+    with torch.no_grad():
+        a, b = tiny_model(**batch), tiny_model(**plain)
+    assert abs(a.loss.item() - b.loss.item()) < 1e-5
+
+
+def test_a_token_straddling_the_prompt_answer_boundary_is_kept_in_the_labels(tok):
+    # The generation prompt ends with a space that BPE merges into the answer's first word ("Ġcity").
+    tpl = ("{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + '\\n' }}"
+           "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+           "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}")
+    msgs = [{"role": "user", "content": "what is oslo ?"}, {"role": "assistant", "content": "city"}]
+    out = data.encode_batch({"messages": [msgs]}, tok, tpl, train_on_prompt=False)
+    ids, labels = out["input_ids"][0], out["labels"][0]
+    targets = tok.decode([t for t, lab in zip(ids, labels) if lab != data.IGNORE_INDEX])
+    assert targets.strip().startswith("city") and out["straddled"] == [1]
+
+
+def test_system_text_is_merged_where_the_template_refuses_it(tok, tmp_path):
+    no_system = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                 + tok.chat_template)
+    strict = copy.deepcopy(tok)
+    strict.chat_template = no_system
+    conv = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a ?"},
+                         {"role": "assistant", "content": "one"}]}
+    m = data.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False)
+    assert m["counts"]["quarantined"] == 0 and m["role_fixes"]["system_merged"] == 1
+    row = next(r for r in _rows(tmp_path / "out") if r["messages"][0]["content"].startswith("be brief"))
+    assert row["messages"][0] == {"role": "user", "content": "be brief\n\na ?"}

@@ -1,0 +1,41 @@
+"""The chat cell's helper: streams interactively, prints whole in a batch run, refuses a tokenizer without a template."""
+
+import pytest
+
+from nbutils.eval import chat
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(embedded_dir):
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+    from nbutils.train.modeling import load_tokenizer
+
+    return AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded")).eval(), load_tokenizer("embedded")
+
+
+def test_streamed_and_plain_answers_agree(model_and_tokenizer, capsys, monkeypatch):
+    model, tok = model_and_tokenizer
+    streamed = chat.chat(model, tok, ["what kind of word is oslo ?"], max_new_tokens=8, stream=True)
+    out_streamed = capsys.readouterr().out
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")  # a batch run: no stream, the answer printed whole
+    plain = chat.chat(model, tok, ["what kind of word is oslo ?"], max_new_tokens=8)
+    out_plain = capsys.readouterr().out
+    assert streamed == plain and len(plain) == 1 and plain[0]  # the base model says something (not the task answer)
+    assert out_plain.startswith("user: what kind of word is oslo ?\nmodel: ") and plain[0] in out_plain
+    assert plain[0] in out_streamed
+
+
+def test_user_prompts_and_missing_template(model_and_tokenizer, prepared_data):
+    from nbutils.data import splits as data
+
+    prompts = chat.user_prompts(data.load_split(prepared_data, "eval"), 2)
+    assert len(prompts) == 2 and all(isinstance(p, str) and p for p in prompts)
+    model, tok = model_and_tokenizer
+    template, tok.chat_template = tok.chat_template, None
+    try:
+        with pytest.raises(ValueError, match="no chat template"):
+            chat.chat(model, tok, ["hi"])
+    finally:
+        tok.chat_template = template

@@ -1,0 +1,197 @@
+"""The papermill-check harness on its gallery: every check id caught with the right id and cell.
+
+Static cases need no kernel; the run-time cases start one kernel each, once per module.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nbutils import embedded
+from nbutils.harness import runner as harness
+from nbutils.harness.nbchecks import check_cells, machine_paths
+from tests.harness_gallery import make_gallery
+
+ROOT = Path(__file__).resolve().parents[2]
+GALLERY = Path(make_gallery.__file__).parent
+EXPECTED = make_gallery.expected()
+TOKEN = "tok_" + "abcdefgh12345"
+
+
+def _failing(result):
+    return {(p.check, p.cell) for p in result.problems if not p.allowed}
+
+
+def test_committed_gallery_matches_its_generator(tmp_path):
+    fresh = tmp_path / "gallery"
+    make_gallery.build(fresh)
+    for path in fresh.rglob("*.*"):
+        committed = GALLERY / path.relative_to(fresh)
+        assert committed.exists() and committed.read_text() == path.read_text(), \
+            f"{committed} is stale: run python -m tests.harness_gallery.make_gallery"
+
+
+@pytest.mark.parametrize("name", sorted(make_gallery.STATIC))
+def test_static_check_caught(name):
+    [result] = harness.lint([GALLERY / f"{name}.ipynb"])
+    assert _failing(result) == {EXPECTED[name]}, [str(p) for p in result.problems]
+
+
+@pytest.mark.parametrize("source", [
+    "token = 'hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH'",
+    "openai.api_key = 'sk-" + "proj-abcdefghijklmnopqrstuvwx'",
+    "wandb.login(key='" + "0123456789abcdef" * 2 + "01234567')",
+    "cfg = {'username': 'bob', 'key': '" + "fedcba9876543210" * 2 + "'}",
+])
+def test_every_secret_shape_is_caught(source):
+    assert [p.check for p in check_cells("nb", [{"cell_type": "code", "source": source}])] == ["secret-in-source"]
+
+
+@pytest.mark.parametrize("source", [
+    "from huggingface_hub import hf_hub_download", "import sklearn  # sk-learn", "md5 = '" + "ab" * 16 + "'",
+    "open('/kaggle/input/x/data.csv')", "open('/content/data.csv')", "!ls /kaggle/working", "!nvidia-smi",
+    "url = 'https://example.org/a/b.csv'", "from tqdm.auto import tqdm", "!pip install -q peft==0.21.2",
+])
+def test_benign_cells_raise_nothing(source):
+    assert check_cells("nb", [{"cell_type": "code", "source": source}]) == []
+
+
+def test_absolute_paths_are_found_in_python_and_shell_lines():
+    assert machine_paths("p = Path('/Users/me/data')\n!cp ~/x.csv .\nq = 'D:\\\\data\\\\x.csv'") == [
+        "/Users/me/data", "D:\\\\data\\\\x.csv", "~/x.csv"]
+
+
+def _outputs_check(tmp_path, *streams):
+    from nbutils.harness import sandbox
+
+    nb = make_gallery.notebook(["pass"])
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", name=n, text=t) for n, t in streams]
+    return [p.check for p in harness.runtime_checks("nb", nb, nb, sandbox.create(tmp_path, "nb"), None)]
+
+
+def test_benign_warnings_and_progress_bars_are_not_tracebacks(tmp_path):
+    bnb = ("Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. "
+           "Please make sure you already `pip install kernels` and the kernels >= 0.11.1\n")
+    bar = "\r 50%|#####     | 5/10 [00:01<00:01,  4.8it/s]\r100%|##########| 10/10 [00:02<00:00,  4.9it/s]\n"
+    warn = "modeling_utils.py:3195: FutureWarning: `gradient_checkpointing_enable` is deprecated\n  warnings.warn(\n"
+    assert _outputs_check(tmp_path, ("stderr", bnb), ("stderr", bar), ("stderr", warn)) == []
+
+
+def test_fatal_signature_without_traceback_is_caught(tmp_path):
+    text = "AttributeError: 'MessageFactory' object has no attribute 'GetPrototype'\n"
+    assert _outputs_check(tmp_path, ("stderr", text)) == ["stderr-traceback"]
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    """Every run-time gallery notebook, run once under the simulation with the internet off."""
+    upstream = tmp_path_factory.mktemp("upstream")
+    (upstream / "manifest.json").write_text("{}")
+    results = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NBUTILS_GALLERY_TOKEN", TOKEN)  # a secret the secret_in_output notebook prints
+        for name in sorted(make_gallery.RUNTIME):
+            mounts = [(upstream, "upstream")] if name == "read_only_input" else []
+            budget = 3 if name == "time_budget" else None
+            out = tmp_path_factory.mktemp(name)
+            results[name], _ = harness.run_notebook(GALLERY / f"{name}.ipynb", out, {}, internet=False,
+                                                    time_budget=budget, mounts=mounts)
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(make_gallery.RUNTIME))
+def test_runtime_check_caught(runtime, name):
+    result = runtime[name]
+    assert _failing(result) == {EXPECTED[name]}, [str(p) for p in result.problems]
+    assert result.status == "failed"
+
+
+def test_cell_error_names_cell_line_and_exception(runtime):
+    [problem] = runtime["cell_error"].problems
+    assert str(problem).startswith("cell-error cell_error.ipynb cell 2: ValueError: boom (at `raise ValueError('boom')`)")
+    assert os.path.exists(runtime["cell_error"].executed)
+
+
+def test_network_attempt_is_refused_and_named(runtime):
+    [problem] = runtime["network_access"].problems
+    assert "0.0.0.1" in problem.what
+
+
+def test_secret_value_is_not_echoed_in_the_report(runtime):
+    assert TOKEN not in str(runtime["secret_in_output"].problems[0])
+
+
+def _tree(root: Path, recursive: bool = True) -> set[str]:
+    if not root.exists():
+        return set()
+    paths = root.rglob("*") if recursive else root.iterdir()
+    return {str(p) for p in paths if not {"__pycache__", ".pytest_cache", ".ruff_cache"} & set(p.parts)}
+
+
+def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypatch):
+    # A fresh HOME and TMPDIR for this process: whatever the harness or a kernel writes outside --out lands
+    # there (other work on this machine writes to the real /tmp and home at the same time).
+    monkeypatch.setenv("NBUTILS_CACHE", os.environ.get("NBUTILS_CACHE") or str(embedded.cache_dir().parent))
+    home, tmp, out = tmp_path / "home", tmp_path / "tmp", tmp_path / "out"
+    home.mkdir(), tmp.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    watched = [(home, True), (tmp, True), (GALLERY, True), (ROOT / "runs", True), (ROOT / "notebooks", True),
+               (ROOT, False)]
+    before = set().union(*(_tree(p, r) for p, r in watched))
+    results = harness.run([GALLERY / "clean_minimal.ipynb", GALLERY / "clean_files.ipynb"], out, {}, False, None)
+    after = set().union(*(_tree(p, r) for p, r in watched))
+    assert [r.status for r in results] == ["passed", "passed"], [str(p) for r in results for p in r.problems]
+    assert not [p for r in results for p in r.problems]
+    assert not after - before, sorted(after - before)[:10]
+    box = out / "sandbox" / "clean_files"
+    assert (box / "working" / "plot.png").exists() and list((box / "temp" / "tmpdir").iterdir())
+
+
+def test_run_cli_passes_parameters(tmp_path, capsys):
+    rc = harness.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
+    assert rc == 0
+    executed = nbformat.read(tmp_path / "clean_minimal.ipynb", as_version=4)
+    assert '{"steps": 7}' in executed.cells[-1].outputs[0].text
+    assert json.loads((tmp_path / "report.json").read_text())["ok"]
+    assert "clean_minimal.ipynb  passed" in capsys.readouterr().out
+
+
+def test_allowance_is_reported_not_failed(tmp_path, capsys):
+    rc = harness.main(["lint", str(GALLERY / "allowed_absolute_path.ipynb"), "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert rc == 0 and report["ok"]
+    assert report["notebooks"][0]["allowances"][0].startswith("absolute-path allowed_absolute_path.ipynb cell 2")
+    assert "allowed: absolute-path (cell 2)" in capsys.readouterr().out  # the summary table
+    assert (tmp_path / "junit.xml").read_text().count("<failure") == 0
+
+
+def test_exit_code_and_junit_on_failure(tmp_path, capsys):
+    rc = harness.main(["lint", str(GALLERY / "blocking_input.ipynb"), "--out", str(tmp_path)])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert rc == 1
+    assert line.startswith("blocking-input blocking_input.ipynb cell 2: ") and " -- " in line
+    assert 'type="blocking-input"' in (tmp_path / "junit.xml").read_text()
+
+
+def test_missing_artifact(tmp_path):
+    [result] = harness.run([GALLERY / f"{make_gallery.MISSING_ARTIFACT}.ipynb"], tmp_path, {}, False, None)
+    assert _failing(result) == {EXPECTED[make_gallery.MISSING_ARTIFACT]}
+
+
+def test_our_notebooks_pass_lint_without_allowances():
+    results = harness.lint([ROOT / nb for nb in harness.CHAIN])
+    assert all(not r.problems for r in results), [str(p) for r in results for p in r.problems]
+
+
+def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
+    nb = str(GALLERY / "committed_outputs.ipynb")  # runs fine; only the static check finds something
+    assert harness.main(["run", nb, "--out", str(tmp_path / "a")]) == 1
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert [p["check"] for p in report["notebooks"][0]["problems"]] == ["committed-outputs"]
+    assert harness.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0

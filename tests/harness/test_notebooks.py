@@ -1,0 +1,112 @@
+"""Execute the four notebooks on the embedded default under the Kaggle batch simulation.
+
+This is the end-to-end evidence: the chain runs headless with the internet off, passes every
+harness check without an allowance, shows real learning, exports a verified merged model, and
+gives the same numbers on a rerun. The rerun has an HF_TOKEN set and a Hub repo named, so 04's
+push step runs (and skips: the internet is off) with a secret in the environment.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nbutils.harness import runner as harness
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+TOKEN = "hf_" + "Zp4Lq8WnR2tXc6VbM9kJd3HgF7sA5eYu1o"  # shaped like a real one; not a real token
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = []
+    for i in range(2):
+        dest = tmp_path_factory.mktemp(f"chain{i}")
+        params = {} if i == 0 else {"hub_repo": "someone/model"}
+        saved = os.environ.get("HF_TOKEN")
+        if i == 1:
+            os.environ["HF_TOKEN"] = TOKEN
+        try:
+            results = harness.run([ROOT / nb for nb in harness.CHAIN], dest, params, internet=False, time_budget=600)
+        finally:
+            os.environ.pop("HF_TOKEN", None) if saved is None else os.environ.__setitem__("HF_TOKEN", saved)
+        report = dest / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json"
+        out.append((results, json.loads(report.read_text()) if report.exists() else None, dest))
+    return out
+
+
+def test_chain_passes_every_check_without_allowances(runs):
+    for results, _, _ in runs:  # the second run with a token set: secret-in-output stays green
+        assert [r.status for r in results] == ["passed"] * 4, [str(p) for r in results for p in r.problems]
+        assert not [p for r in results for p in r.problems]
+
+
+def test_chain_shows_real_learning(runs):
+    _, report, _ = runs[0]
+    assert report["n_samples"] > 0
+    assert report["base"]["task_metric"] <= 0.1
+    assert report["tuned"]["task_metric"] >= 0.5
+    assert report["tuned"]["eval_loss"] <= 0.7 * report["base"]["eval_loss"]
+
+
+def test_same_seed_same_numbers(runs):
+    (_, first, _), (_, second, _) = runs
+    for model in ("base", "tuned"):
+        assert first[model]["task_metric"] == second[model]["task_metric"]
+        assert first[model]["eval_loss"] == pytest.approx(second[model]["eval_loss"], rel=1e-5)
+
+
+def test_eval_reports_every_metric_with_intervals(runs):
+    _, report, _ = runs[0]
+    block = report["metrics"]
+    assert block["primary"] == "exact_match"  # one-word answers
+    for name in ("exact_match", "rouge_l", "chrf"):
+        m = block["metrics"][name]
+        for model in ("base", "tuned"):
+            low, high = m[model]["ci"]
+            assert low <= m[model]["mean"] <= high
+        assert sum(m["win_tie_loss"].values()) == report["n_samples"]
+        assert m["tuned"]["mean"] > m["base"]["mean"]
+
+
+def test_export_writes_a_verified_merged_model_and_no_secret(runs):
+    _, _, dest = runs[0]
+    export = dest / "sandbox" / "04_export" / "working" / "export"
+    summary = json.loads((export / "export_summary.json").read_text())
+    assert summary["gate"]["passed"] and summary["merged"]["ok"]
+    assert summary["merged"]["max_abs_diff"] <= summary["merged"]["tolerance"]
+    assert (export / "merged" / "config.json").exists() and (export / "adapter" / "adapter_model.safetensors").exists()
+    _, _, dest = runs[1]
+    export = dest / "sandbox" / "04_export" / "working" / "export"
+    assert json.loads((export / "export_summary.json").read_text())["pushed"] == [None]  # skipped: internet off
+    for path in export.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".md", ".jinja"):
+            assert TOKEN not in path.read_text(), path
+    assert TOKEN not in (dest / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json").read_text()
+    executed = (dest / "04_export.ipynb").read_text()
+    assert "[hub] skipped: HF_HUB_OFFLINE is set" in executed and TOKEN not in executed
+
+
+def test_export_gate_stops_a_worse_model_and_force_overrides(runs, tmp_path):
+    _, report, dest = runs[0]
+    worse = json.loads(json.dumps(report))
+    worse["metrics"]["metrics"]["exact_match"]["tuned"]["mean"] = 0.0  # crafted: tuned no better than base
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval_report.json").write_text(json.dumps(worse))
+    working = dest / "sandbox"
+    params = {"data_dir": str(working / "01_data_prep" / "working" / "data_prep"),
+              "adapter_dir": str(working / "02_train_qlora" / "working" / "train_qlora"),
+              "eval_dir": str(tmp_path / "eval")}
+    nb = [ROOT / "notebooks" / "04_export.ipynb"]
+    refused = harness.run(nb, tmp_path / "refused", params, internet=False, time_budget=600)[0]
+    assert [p.check for p in refused.failing] == ["cell-error"]
+    assert "GateRefused" in refused.failing[0].what and "does not beat the base on exact_match" in refused.failing[0].what
+    assert not (tmp_path / "refused" / "sandbox" / "04_export" / "working" / "export" / "merged").exists()
+    forced = harness.run(nb, tmp_path / "forced", {**params, "force": True}, internet=False, time_budget=600)[0]
+    assert forced.status == "passed", [str(p) for p in forced.problems]
+    assert "force=True: exporting anyway" in (tmp_path / "forced" / "04_export.ipynb").read_text()

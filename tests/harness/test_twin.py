@@ -1,0 +1,103 @@
+"""Kaggle image twins: snapshots read strictly, cache keys, pristine hard-linked copies, the refresh filter; and
+(integration) the twin gallery: what the harness catches in the numpy-1 twin with the dataset attached."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nbutils.harness import runner as harness
+from nbutils.harness import twin
+from tests.harness_gallery import make_gallery
+
+GALLERY = Path(make_gallery.__file__).parent
+
+
+def test_shipped_snapshots_pin_exactly_and_cover_numpy_1_and_2():
+    twins = {t.name: t for t in twin.twins()}
+    numpys = {line.split("==")[1][0] for t in twins.values() for line in twin.requirements(t.snapshot)
+              if line.startswith("numpy==")}
+    assert numpys == {"1", "2"} and len(twins) >= 2
+    for t in twins.values():
+        header = t.snapshot.read_text().split("\n\n")[0]
+        assert "# date:" in header and "# source:" in header and "kaggle-image-refresh" in header
+
+
+@pytest.mark.parametrize("line, error", [("numpy>=1.26", "is not `name==version`"),
+                                         ("torch==2.4.0", "torch is never pinned")])
+def test_a_bad_snapshot_line_is_named_with_file_and_line(tmp_path, line, error):
+    snap = tmp_path / "img.txt"
+    snap.write_text(f"# header\npandas==2.2.3\n{line}\n")
+    with pytest.raises(ValueError, match=rf"img.txt:3: .*{error}"):
+        twin.requirements(snap)
+
+
+def test_the_cache_key_follows_the_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr(twin, "SNAPSHOTS", tmp_path)
+    (tmp_path / "a.txt").write_text("numpy==1.26.4\n")
+    first = twin.twins(["a"])[0].key
+    (tmp_path / "a.txt").write_text("numpy==2.4.6\n")
+    assert twin.twins(["a"])[0].key != first
+    with pytest.raises(KeyError, match="no snapshot b"):
+        twin.twins(["b"])
+
+
+def test_refresh_keeps_only_what_matters_from_a_real_freeze(tmp_path):
+    freeze = tmp_path / "pip-freeze.txt"
+    freeze.write_text("Boruta==0.4.3\nnumpy==2.4.6\npandas==2.3.3\ntorch==2.10.0+cu128\nhuggingface_hub==1.10.1\n"
+                      "pyarrow @ file:///tmp/pyarrow.whl\n")
+    path = twin.refresh(freeze, "img", tmp_path)
+    assert twin.requirements(path) == ["huggingface_hub==1.10.1", "numpy==2.4.6", "pandas==2.3.3"]
+    freeze.write_text("Boruta==0.4.3\n")
+    with pytest.raises(ValueError, match="no numpy"):
+        twin.refresh(freeze, "img", tmp_path)
+
+
+def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
+    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
+    venv = t.folder / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    (venv / "lib" / "mod.py").write_text("old")
+    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+    python = twin.pristine_copy(t, tmp_path / "copy")
+    assert python == tmp_path / "copy" / "bin" / "python"
+    assert os.stat(tmp_path / "copy" / "lib" / "mod.py").st_ino == os.stat(venv / "lib" / "mod.py").st_ino
+    assert (tmp_path / "copy" / "bin" / "pip").read_text() == f"#!{tmp_path / 'copy'}/bin/python\n"
+    assert (venv / "bin" / "pip").read_text() == f"#!{venv}/bin/python\n"  # the script was replaced, not edited
+
+
+def test_kernelspec_points_at_the_copy(tmp_path):
+    import json
+
+    name, folder = twin.kernelspec(tmp_path / "env" / "bin" / "python", tmp_path / "jupyter")
+    spec = json.loads((folder / "kernels" / name / "kernel.json").read_text())
+    assert spec["argv"][0] == str(tmp_path / "env" / "bin" / "python") and "ipykernel_launcher" in spec["argv"]
+
+
+# --- integration: the twin gallery in the numpy-1 twin ------------------------------------------
+
+@pytest.fixture(scope="module")
+def numpy1_twin():
+    from nbutils.kaggle import publish as kaggle
+
+    [t] = [t for t in twin.twins() if t.name.startswith("numpy1")]
+    twin.build(t)  # cached after the first build (minutes from a cold pip cache)
+    kaggle.dataset()  # seconds when only nbutils changed
+    return t
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(make_gallery.TWIN))
+def test_twin_gallery_case_is_caught(numpy1_twin, name, tmp_path):
+    [result] = harness.with_static([GALLERY / f"{name}.ipynb"], lambda: harness.run(
+        [GALLERY / f"{name}.ipynb"], tmp_path, {}, False, None, twin=numpy1_twin))
+    found = {(p.check, p.cell) for p in result.failing}
+    assert found == make_gallery.TWIN[name][1], [str(p) for p in result.problems]
+    text = "\n".join(str(p) for p in result.failing)
+    if name == "twin_broken_import":
+        assert "pyarrow no longer imports" in text and "NumPy 2.0" in text
+    else:  # the install step itself stops and names what to do
+        assert "pyarrow (19.0.1 -> 25.0.1) were loaded before this cell replaced them" in text
+        assert "restart the session" in text

@@ -1,0 +1,302 @@
+"""Kaggle metadata and bundles checked by the kaggle client's own push code (network replaced at the HTTP
+send only), push in chain order, the dataset's metadata, the make fragment, and badges that lead somewhere."""
+
+import json
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from nbutils.kaggle import publish as kaggle
+from nbutils.platform import install, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS_PRESENT = all((ROOT / "notebooks" / f"{nb.stem}.ipynb").exists() for nb in kaggle.NOTEBOOKS)
+needs_notebooks = pytest.mark.skipif(not NOTEBOOKS_PRESENT, reason="notebooks/*.ipynb not written yet (make sync)")
+
+
+class FakeKaggle:
+    """Stands in for api.kaggle.com at requests.Session.send: everything above it (validation, the request
+    object, its JSON, the response parsing) is the real client's code."""
+
+    def __init__(self):
+        self.calls, self.error, self.statuses = [], "", {}
+
+    def send(self, session, request, **kwargs):
+        name = request.url.rsplit("/", 1)[-1]
+        body = json.loads(request.body) if request.body else {}
+        self.calls.append((name, body))
+        if name == "SaveKernel":
+            payload = {"ref": body["slug"], "url": f"https://www.kaggle.com/code/{body['slug']}", "versionNumber": 1,
+                       "error": self.error}
+        elif name == "GetKernelSessionStatus":
+            payload = {"status": self.statuses.get(body["kernelSlug"], "COMPLETE")}
+        else:
+            raise AssertionError(f"unexpected Kaggle call {name}")
+        response = requests.Response()
+        response.status_code, response.url, response.request = 200, request.url, request
+        response.headers["Content-Type"] = "application/json"
+        response._content = json.dumps(payload).encode()
+        return response
+
+
+@pytest.fixture()
+def fake_kaggle(monkeypatch, tmp_path):
+    def no_network(*args, **kwargs):
+        raise AssertionError("a test tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    for var in ("KAGGLE_API_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_CONFIG_DIR", "KAGGLE_PUSH_WAIT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no real ~/.kaggle credentials are read
+    from kaggle.api.kaggle_api_extended import KaggleApi  # noqa: F401 -- imported with the network blocked
+
+    server = FakeKaggle()
+    monkeypatch.setattr(requests.Session, "send", lambda session, request, **kw: server.send(session, request, **kw))
+    return server
+
+
+@pytest.fixture()
+def api(fake_kaggle):
+    from kaggle.api.kaggle_api_extended import KaggleApi
+
+    return KaggleApi()
+
+
+# --- metadata -----------------------------------------------------------------------------------
+
+def test_committed_metadata_is_what_the_generator_writes(tmp_path):
+    kaggle.write_metadata(tmp_path)
+    for nb in kaggle.NOTEBOOKS:
+        committed = ROOT / "kaggle-metadata" / nb.slug / kaggle.METADATA_FILE
+        assert committed.read_text() == (tmp_path / "kaggle-metadata" / nb.slug / kaggle.METADATA_FILE).read_text(), \
+            f"{committed} is stale: run `make kaggle-metadata`"
+        meta = json.loads(committed.read_text())
+        assert (committed.parent / meta["code_file"]).resolve() == ROOT / "notebooks" / f"{nb.stem}.ipynb"
+
+
+def test_titles_slugify_to_the_ids_with_the_clients_slugify():
+    from slugify import slugify  # what kernels_push compares the title with
+
+    for nb in kaggle.NOTEBOOKS:
+        assert slugify(nb.title) == nb.slug and len(nb.title) >= 5
+
+
+def test_metadata_fields_and_chain():
+    m = {nb.stem: kaggle.kernel_metadata(nb.stem, f"{nb.stem}.ipynb", "me") for nb in kaggle.NOTEBOOKS}
+    assert m["01_data_prep"]["kernel_sources"] == [] and m["01_data_prep"]["enable_gpu"] is False
+    assert "machine_shape" not in m["01_data_prep"]
+    assert m["02_train_qlora"]["kernel_sources"] == ["me/qlora-01-data-prep"]
+    assert m["03_eval"]["kernel_sources"] == ["me/qlora-01-data-prep", "me/qlora-02-train-qlora"]
+    # 04 runs after 02 and 03 (and reads 01's eval prompts and manifest for the verification and the card).
+    assert m["04_export"]["kernel_sources"] == ["me/qlora-01-data-prep", "me/qlora-02-train-qlora", "me/qlora-03-eval"]
+    for stem in ("02_train_qlora", "03_eval", "04_export"):
+        assert m[stem]["enable_gpu"] is True and m[stem]["machine_shape"] == "NvidiaTeslaT4"
+    for meta in m.values():
+        assert meta["enable_internet"] is True and meta["is_private"] is True  # explicit, never the client's default
+        assert meta["kernel_type"] == "notebook" and meta["language"] == "python"
+        assert meta["dataset_sources"] == [f"me/{settings.DATASET_SLUG}"] and meta["code_file"].endswith(".ipynb")
+
+
+def test_owner_comes_from_env_then_kaggle_json_then_settings(monkeypatch, tmp_path):
+    monkeypatch.delenv("KAGGLE_USERNAME", raising=False)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path))
+    assert settings.kaggle_owner() == settings.KAGGLE_OWNER
+    (tmp_path / "kaggle.json").write_text('{"username": "from-json", "key": "k"}')
+    assert settings.kaggle_owner() == "from-json"
+    monkeypatch.setenv("KAGGLE_USERNAME", "from-env")
+    assert settings.kaggle_owner() == "from-env"
+
+
+# --- bundles through the real kernels_push --------------------------------------------------------
+
+@needs_notebooks
+def test_every_bundle_is_accepted_by_kernels_push(api, fake_kaggle, tmp_path, capsys):
+    folders = kaggle.bundle(tmp_path, owner="someone")
+    assert [f.name for f in folders] == [nb.slug for nb in kaggle.NOTEBOOKS]
+    for folder, nb in zip(folders, kaggle.NOTEBOOKS):
+        assert sorted(p.name for p in folder.iterdir()) == sorted([f"{nb.stem}.ipynb", kaggle.METADATA_FILE])
+        assert api.kernels_push(str(folder)).error in ("", None)
+    assert "does not resolve to the specified id" not in capsys.readouterr().out
+    bodies = [body for name, body in fake_kaggle.calls if name == "SaveKernel"]
+    assert [b["slug"] for b in bodies] == [f"someone/{nb.slug}" for nb in kaggle.NOTEBOOKS]
+    for body, nb in zip(bodies, kaggle.NOTEBOOKS):
+        cells = json.loads(body["text"])["cells"]
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells if c["cell_type"] == "code")
+        assert body["kernelType"] == "notebook" and body["language"] == "python" and body["enableInternet"] is True
+        assert body.get("machineShape") == ("NvidiaTeslaT4" if nb.gpu else None)
+        assert body.get("kernelDataSources", []) == [f"someone/{s}" for s in nb.upstream]
+
+
+@needs_notebooks
+@pytest.mark.parametrize("field, value, message", [
+    ("title", "QL", "at least five characters"),
+    ("kernel_type", "notebok", "valid kernel type"),
+    ("language", "julia", "valid language"),
+    ("code_file", "missing.ipynb", "Source file not found"),
+    ("id", "someone/qlora-01-data-prep/3", "cannot contain a version"),
+    ("kernel_sources", ["qlora-01-data-prep"], "Kernel must be specified in the form"),
+    ("dataset_sources", ["qlora-nbutils"], "Dataset must be specified in the form"),
+])
+def test_broken_bundle_is_rejected_before_anything_is_sent(api, fake_kaggle, tmp_path, field, value, message):
+    folder = kaggle.bundle(tmp_path, owner="someone")[0]
+    meta = json.loads((folder / kaggle.METADATA_FILE).read_text())
+    meta[field] = value
+    (folder / kaggle.METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=message):
+        api.kernels_push(str(folder))
+    assert fake_kaggle.calls == []
+
+
+@needs_notebooks
+def test_a_title_that_does_not_slugify_to_the_id_is_flagged(api, tmp_path, capsys):
+    folder = kaggle.bundle(tmp_path, owner="someone")[0]
+    meta = json.loads((folder / kaggle.METADATA_FILE).read_text())
+    (folder / kaggle.METADATA_FILE).write_text(json.dumps({**meta, "title": "QLoRA Data Preparation"}))
+    api.kernels_push(str(folder))
+    assert "does not resolve to the specified id" in capsys.readouterr().out
+
+
+# --- push -----------------------------------------------------------------------------------------
+
+def test_push_without_credentials_says_what_is_missing(fake_kaggle, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "config"))
+    assert kaggle.push(tmp_path / "bundles") == 1
+    err = capsys.readouterr().err
+    assert "No Kaggle credentials, nothing was pushed" in err and "KAGGLE_API_TOKEN" in err and "kaggle.json" in err
+    assert fake_kaggle.calls == [] and not (tmp_path / "bundles").exists()
+
+
+@needs_notebooks
+def test_push_goes_in_chain_order_and_waits_for_each_run(fake_kaggle, tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGGLE_USERNAME", "someone")
+    monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
+    assert kaggle.push(tmp_path, wait=True, poll_s=0) == 0
+    names = [(name, body.get("slug") or body.get("kernelSlug")) for name, body in fake_kaggle.calls]
+    assert names == [("SaveKernel", "someone/qlora-01-data-prep"), ("GetKernelSessionStatus", "qlora-01-data-prep"),
+                     ("SaveKernel", "someone/qlora-02-train-qlora"), ("GetKernelSessionStatus", "qlora-02-train-qlora"),
+                     ("SaveKernel", "someone/qlora-03-eval"), ("GetKernelSessionStatus", "qlora-03-eval"),
+                     ("SaveKernel", "someone/qlora-04-export")]
+
+
+@needs_notebooks
+def test_push_stops_the_chain_when_a_run_fails(fake_kaggle, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KAGGLE_USERNAME", "someone")
+    monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
+    fake_kaggle.statuses["qlora-01-data-prep"] = "ERROR"
+    assert kaggle.push(tmp_path, wait=True, poll_s=0) == 1
+    assert [n for n, _ in fake_kaggle.calls].count("SaveKernel") == 1
+    assert "ended ERROR" in capsys.readouterr().err
+
+
+@needs_notebooks
+def test_push_reports_a_server_side_rejection(fake_kaggle, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KAGGLE_USERNAME", "someone")
+    monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
+    fake_kaggle.error = "Notebook not found"
+    assert kaggle.push(tmp_path, wait=False) == 1
+    assert "push of someone/qlora-01-data-prep failed: Notebook not found" in capsys.readouterr().err
+
+
+# --- dataset ----------------------------------------------------------------------------------------
+
+def test_dataset_metadata_passes_the_clients_create_checks():
+    meta = kaggle.dataset_metadata("someone")
+    owner, slug = meta["id"].split("/")
+    assert owner == "someone" and slug == settings.DATASET_SLUG
+    assert 6 <= len(slug) <= 50 and 6 <= len(meta["title"]) <= 50 and 20 <= len(meta["subtitle"]) <= 80
+    assert len(meta["licenses"]) == 1
+
+
+def test_torch_and_cuda_never_enter_the_wheelhouse():
+    for name in ("torch", "triton", "nvidia-cublas-cu12", "nvidia_cudnn_cu12", "cuda-bindings", "torchvision"):
+        assert kaggle._excluded(name), name
+    for name in install.NEEDED:
+        assert not kaggle._excluded(name), name
+    assert kaggle.assumed_torch() == "2.13.0" or kaggle.assumed_torch()
+
+
+def test_requirements_agree_with_install_pins():
+    pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for name, version in install.PINS.items():
+        assert pins.get(name) == version, f"{name}: requirements.txt {pins.get(name)} vs nbutils.platform.install {version}"
+
+
+# --- make fragment ----------------------------------------------------------------------------------
+
+def test_make_fragment_targets(tmp_path):
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(f"PY := .venv/bin/python\nsetup:\n\t@true\ninclude {ROOT / 'mk' / 'kaggle.mk'}\n")
+    expected = {"kaggle-bundle": "nbutils.kaggle bundle", "kaggle-push": "nbutils.kaggle push",
+                "kaggle-dataset": "nbutils.kaggle dataset", "kaggle-metadata": "nbutils.kaggle metadata",
+                "kaggle-wheelhouse-check": "nbutils.kaggle wheelhouse-check"}
+    for target, command in expected.items():
+        out = subprocess.run(["make", "-n", "-f", str(makefile), target], capture_output=True, text=True, check=True)
+        assert f".venv/bin/python -m {command}" in out.stdout, out.stdout + out.stderr
+
+
+# --- badges, docs and the notebooks' generated parts -----------------------------------------------
+
+BADGE_LINK = re.compile(r"\]\((https://(?:colab\.research\.google\.com|(?:www\.)?kaggle\.com)/[^)\s]+)\)")
+
+
+def _notebook_targets(text: str) -> list[str]:
+    return [u for u in BADGE_LINK.findall(text) if not u.endswith(".svg")]
+
+
+def test_badge_urls_are_built_from_the_one_setting(monkeypatch):
+    monkeypatch.setenv("NBUTILS_REPOSITORY", "fork/suite")
+    monkeypatch.setenv("NBUTILS_BRANCH", "dev")
+    md = kaggle.badges_markdown("02_train_qlora.ipynb")
+    assert _notebook_targets(md) == [
+        "https://colab.research.google.com/github/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb",
+        "https://kaggle.com/kernels/welcome?src=https://github.com/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb"]
+    assert "colab-badge.svg" in md and "open-in-kaggle.svg" in md
+    assert "fork/suite@dev" in install.bootstrap_cell_source()
+
+
+def test_docs_carry_the_generated_notebooks_table():
+    assert kaggle.notebooks_table_markdown() in (ROOT / "docs" / "kaggle-colab.md").read_text(), \
+        "docs/kaggle-colab.md is stale: paste `python -m nbutils.kaggle table`"
+
+
+@pytest.mark.parametrize("source", ["README.md", "docs/kaggle-colab.md", "notebooks/*.py"])
+def test_every_badge_points_at_a_notebook_that_exists(source):
+    paths = sorted(ROOT.glob(source))
+    if source == "notebooks/*.py" and not paths:
+        pytest.skip("notebooks/*.py not written yet")
+    targets = [(p, u) for p in paths for u in _notebook_targets(p.read_text())]
+    assert targets, f"no Colab/Kaggle badge found in {source}: paste kaggle.badges_markdown / notebooks_table_markdown"
+    for path, url in targets:
+        m = re.search(r"github(?:\.com)?/([\w.-]+/[\w.-]+)/blob/([\w.-]+)/(notebooks/[\w.-]+\.ipynb)$", url)
+        assert m, f"{path.name}: badge {url} does not point at a notebook in the repository"
+        assert m.group(1) == settings.repository(), f"{path.name}: {url} is not {settings.repository()}"
+        assert m.group(2) == settings.branch(), f"{path.name}: {url} is not on {settings.branch()}"
+        assert (ROOT / m.group(3)).exists(), f"{path.name}: {m.group(3)} does not exist"
+
+
+@needs_notebooks
+def test_notebooks_carry_their_badges_and_the_bootstrap_cell():
+    for nb in kaggle.NOTEBOOKS:
+        text = (ROOT / "notebooks" / f"{nb.stem}.py").read_text()
+        assert kaggle.badges_markdown(nb.stem) in text, f"{nb.stem}.py: badges differ; run python -m nbutils.kaggle sync"
+        assert install.bootstrap_cell_source() in text, \
+            f"{nb.stem}.py: install cell differs from bootstrap_cell_source(); run python -m nbutils.kaggle sync"
+
+
+def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
+    (tmp_path / "notebooks").mkdir()
+    old = ("# %% [markdown]\n# # Title\n#\n# [![Open in Colab](old)](old) [![Open in Kaggle](old)](old)\n\n# %%\n"
+           "# Bootstrap nbutils (old)\nimport sys\nfrom nbutils.platform.install import ensure_packages\n\n"
+           "ensure_packages()  # old\n\n# %%\nx = 1\n")
+    for nb in kaggle.NOTEBOOKS:
+        (tmp_path / "notebooks" / f"{nb.stem}.py").write_text(old)
+    assert len(kaggle.sync_notebooks(tmp_path)) == len(kaggle.NOTEBOOKS)
+    text = (tmp_path / "notebooks" / "03_eval.py").read_text()
+    assert kaggle.badges_markdown("03_eval") in text and install.bootstrap_cell_source() in text
+    assert text.endswith("# %%\nx = 1\n") and "(old)" not in text
+    assert kaggle.sync_notebooks(tmp_path) == []  # idempotent

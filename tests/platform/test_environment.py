@@ -1,0 +1,51 @@
+"""Where we run and the path helper that finds upstream outputs."""
+
+from pathlib import Path
+
+import pytest
+
+from nbutils.platform.environment import detect_platform, find_upstream, stage_dir
+
+
+def test_kaggle_batch_and_interactive():
+    batch = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    assert (batch.name, batch.run_type, batch.is_batch) == ("kaggle", "batch", True)
+    assert batch.input_root == Path("/kaggle/input") and batch.working_root == Path("/kaggle/working")
+    inter = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"})
+    assert (inter.name, inter.run_type) == ("kaggle", "interactive")
+
+
+def test_colab_and_local():
+    colab = detect_platform({"COLAB_RELEASE_TAG": "release-colab-2026"})
+    assert colab.name == "colab" and colab.working_root == Path("/content")
+    local = detect_platform({})
+    assert local.name == "local" and local.working_root.name == "runs"
+
+
+def test_roots_overridable_for_the_harness(tmp_path):
+    env = {"KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(tmp_path / "i"),
+           "NBUTILS_WORKING_ROOT": str(tmp_path / "w"), "NBUTILS_TEMP_ROOT": str(tmp_path / "t")}
+    p = detect_platform(env)
+    assert (p.name, p.input_root, p.working_root, p.temp_root) == (
+        "kaggle", tmp_path / "i", tmp_path / "w", tmp_path / "t")
+
+
+def test_find_upstream_in_working_then_inputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBUTILS_WORKING_ROOT", str(tmp_path / "work"))
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path / "input"))
+    mounted = tmp_path / "input" / "qlora-01-data-prep" / "data_prep"
+    mounted.mkdir(parents=True)
+    (mounted / "manifest.json").write_text("{}")
+    assert find_upstream("data_prep") == mounted
+    local = stage_dir("data_prep")
+    (local / "manifest.json").write_text("{}")
+    assert find_upstream("data_prep") == local  # the working dir wins (same session)
+
+
+def test_find_upstream_explains_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBUTILS_WORKING_ROOT", str(tmp_path / "work"))
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path / "input"))
+    with pytest.raises(FileNotFoundError, match="Run the 'train_qlora' notebook first"):
+        find_upstream("train_qlora")
+    with pytest.raises(FileNotFoundError, match="has no manifest.json"):
+        find_upstream("data_prep", tmp_path)

@@ -1,0 +1,249 @@
+"""The install cell's decisions per platform (no pip runs), its bootstrap snippet, and run_install's checks."""
+
+import importlib.util
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from nbutils.platform import install, settings
+from nbutils.platform.install import NEEDED, PINS, plan_install
+
+# A Kaggle image as it tends to be: torch, older transformers, no peft/bitsandbytes; nbutils bootstrapped.
+OLD_KAGGLE = {**PINS, "transformers": "4.51.0", "datasets": "3.6.0", "peft": None, "bitsandbytes": None,
+              "torch": "2.6.0+cu124", "nbutils": "0.1.0"}
+CURRENT = {**PINS, "torch": "2.13.0", "nbutils": "0.1.0"}
+DATASET = Path("/kaggle/input/qlora-nbutils")
+
+
+def expected(*names):
+    return [f"{n}=={PINS[n]}" for n in names]
+
+
+def test_local_installs_nothing_even_with_old_packages():
+    plan = plan_install("local", True, None, {"transformers": "4.0"})
+    assert plan.source == "none" and plan.packages == []
+
+
+def test_kaggle_with_dataset_installs_offline_from_it_and_holds_torch():
+    plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
+    assert plan.source == "wheelhouse"
+    assert plan.pip_args == ["--no-index", "--find-links", str(DATASET)]
+    assert sorted(plan.packages) == sorted(expected("transformers", "peft", "bitsandbytes", "datasets"))
+    assert plan.constraints == {"torch": "==2.6.0+cu124"}
+    assert "--no-index" in plan.command("c.txt") and plan.packages[0] in plan.command("c.txt")
+
+
+def test_kaggle_prefers_the_dataset_even_with_internet():
+    assert plan_install("kaggle", True, DATASET, OLD_KAGGLE).source == "wheelhouse"
+
+
+def test_kaggle_with_internet_and_no_dataset_uses_the_index_pinned():
+    plan = plan_install("kaggle", True, None, OLD_KAGGLE)
+    assert plan.source == "index" and plan.pip_args == []
+    assert all("==" in p for p in plan.packages)
+
+
+def test_kaggle_without_internet_or_dataset_says_what_to_do():
+    with pytest.raises(RuntimeError, match=r"attach the 'qlora-nbutils' dataset .*Internet on"):
+        plan_install("kaggle", False, None, OLD_KAGGLE)
+
+
+def test_kaggle_offline_is_fine_when_nothing_is_needed():
+    assert plan_install("kaggle", False, None, CURRENT).source == "none"
+
+
+def test_colab_installs_only_what_is_missing_and_never_torch():
+    plan = plan_install("colab", True, None, {**CURRENT, "bitsandbytes": None, "torch": "2.1.0"})
+    assert plan.packages == expected("bitsandbytes")
+    assert not any(p.startswith(("torch", "nvidia", "triton")) for p in plan.packages)
+
+
+def test_colab_without_nbutils_installs_it_from_the_repository():
+    plan = plan_install("colab", True, None, {**CURRENT, "nbutils": None})
+    assert plan.packages == [f"nbutils @ git+https://github.com/{settings.repository()}@{settings.branch()}"]
+
+
+def test_kaggle_without_nbutils_takes_it_from_the_dataset():
+    plan = plan_install("kaggle", False, DATASET, {**CURRENT, "nbutils": None})
+    assert plan.packages == ["nbutils"] and plan.source == "wheelhouse"
+
+
+def test_transformers_is_pinned_exactly_others_need_a_minimum():
+    newer = {**CURRENT, "transformers": "5.30.0", "peft": "0.30.0", "accelerate": "1.0.1"}
+    assert plan_install("kaggle", True, None, newer).packages == expected("transformers")
+    assert install.needs_install("peft", "0.17.9") and not install.needs_install("peft", "0.18.0")
+    assert install.needs_install("datasets", "4.0.0rc1") is False  # pre-release of the minimum counts as it
+
+
+def test_find_dataset_looks_a_few_levels_deep(tmp_path):
+    assert install.find_dataset(tmp_path) is None
+    deep = tmp_path / "datasets" / "someone" / "qlora-nbutils"
+    deep.mkdir(parents=True)
+    (deep / "nbutils-0.1.0-py3-none-any.whl").write_text("")
+    assert install.find_dataset(tmp_path) == deep
+
+
+# --- the bootstrap cell ---------------------------------------------------------------------------
+
+SOURCE = install.bootstrap_cell_source()
+
+
+def test_bootstrap_is_short_plain_and_pins_no_torch():
+    compile(SOURCE, "bootstrap", "exec")
+    assert len(SOURCE.strip().splitlines()) <= 15
+    assert "%%capture" not in SOURCE and "&" not in SOURCE and "!" not in SOURCE.replace("!=", "")
+    assert "torch" not in SOURCE.replace("never torch", "")
+    assert f"git+https://github.com/{settings.repository()}@{settings.branch()}" in SOURCE
+
+
+def run_bootstrap(monkeypatch, nbutils_installed, input_root):
+    """Exec the cell with pip and ensure_packages replaced; returns the pip argv lists it ran."""
+    calls, ensured = [], []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "Successfully installed nbutils-0.1.0\n", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(install, "ensure_packages", lambda: ensured.append(True))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "nbutils" and not nbutils_installed
+                        else real(n, *a))
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(input_root))
+    exec(SOURCE, {"__name__": "__main__"})
+    assert ensured == [True]
+    return calls
+
+
+def test_bootstrap_on_kaggle_installs_the_datasets_wheel_offline(monkeypatch, tmp_path, capsys):
+    (tmp_path / "qlora-nbutils").mkdir()
+    wheel = tmp_path / "qlora-nbutils" / "nbutils-0.1.0-py3-none-any.whl"
+    wheel.write_text("")
+    (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
+    assert calls[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"]
+    assert calls[5:] == ["--no-index", str(wheel)]
+    assert "Successfully installed" in capsys.readouterr().out  # pip's output is shown, not swallowed
+
+
+def test_bootstrap_without_a_wheel_installs_from_the_repository(monkeypatch, tmp_path):
+    (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
+    assert calls[-1] == install.nbutils_git_spec() and "--no-index" not in calls
+
+
+def test_bootstrap_does_nothing_when_nbutils_is_installed(monkeypatch, tmp_path):
+    assert run_bootstrap(monkeypatch, True, tmp_path) == []
+
+
+def test_bootstrap_fails_loudly_when_pip_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path))
+    with pytest.raises(subprocess.CalledProcessError):
+        exec(SOURCE, {"__name__": "__main__"})
+
+
+# --- run_install --------------------------------------------------------------------------------
+
+def test_present_packages_go_to_pip_with_their_minimum_so_the_resolver_can_move_them():
+    plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
+    assert "pandas>=2.0" in plan.keep and not any(k.startswith(("transformers", "peft")) for k in plan.keep)
+    assert plan.command()[-len(plan.keep):] == plan.keep
+    assert plan_install("kaggle", False, None, CURRENT).keep == []  # nothing to install: pip is not run
+
+
+def test_numpy1_image_holds_numpy_and_takes_the_releases_that_run_on_it():
+    plan = plan_install("kaggle", False, DATASET, {**OLD_KAGGLE, "numpy": "1.26.4", "pandas": None})
+    assert plan.constraints == {"torch": "==2.6.0+cu124", "numpy": "==1.26.4", "pyarrow": "<26", "pandas": "<3"}
+    assert "pandas==2.3.3" in plan.packages and "pyarrow" not in " ".join(plan.packages)  # 19.x is new enough
+    assert any("numpy 1.26.4 held" in n for n in plan.notes)
+
+
+def test_numpy2_image_holds_numpy_and_keeps_our_pins():
+    plan = plan_install("kaggle", False, DATASET, {**OLD_KAGGLE, "numpy": "2.4.6", "pandas": None})
+    assert plan.constraints == {"torch": "==2.6.0+cu124", "numpy": "==2.4.6"}
+    assert f"pandas=={PINS['pandas']}" in plan.packages
+
+
+def test_the_plan_shows_as_one_summary_line():
+    plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
+    assert repr(plan).startswith("install plan: 4 package(s)") and "\n" not in repr(plan)
+    plan.summary = "[install] verified: 4 pinned package(s)"
+    assert repr(plan) == plan.summary
+
+
+class FakePopen:
+    def __init__(self, returncode):
+        self.returncode, self.cmds = returncode, []
+
+    def __call__(self, cmd, **kw):
+        self.cmds.append(cmd)
+        self.stdout = iter(["Successfully installed peft-0.21.2\n"])
+        return self
+
+    def wait(self):
+        return self.returncode
+
+
+@pytest.fixture()
+def no_verify(monkeypatch):
+    """run_install's after-pip checks (fresh interpreters) are tested in test_install_verify.py."""
+    from nbutils.platform import install_verify
+
+    monkeypatch.setattr(install_verify, "verify", lambda *a: install_verify.Verdict())
+    monkeypatch.setattr(install_verify, "distribution_versions", lambda: {})
+
+
+def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatch, capsys, no_verify):
+    monkeypatch.delitem(sys.modules, "peft", raising=False)  # earlier tests in this process imported it
+    popen = FakePopen(0)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
+    plan = plan_install("kaggle", True, None, {**CURRENT, "peft": None, "torch": "2.6.0"})
+    install.run_install(plan)
+    (cmd,) = popen.cmds
+    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-c" in cmd and f"peft=={PINS['peft']}" in cmd
+    out = capsys.readouterr().out
+    assert "holding torch==2.6.0" in out and "Successfully installed" in out and "verified" in repr(plan)
+
+
+def test_run_install_says_when_a_pin_did_not_take(monkeypatch, no_verify):
+    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: "0.1" for n in names})
+    with pytest.raises(RuntimeError, match=r"differ from the pins: peft==.* \(found 0.1\)"):
+        install.run_install(plan_install("kaggle", True, None, {**CURRENT, "peft": None}))
+
+
+def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_verify):
+    monkeypatch.setattr(subprocess, "Popen", FakePopen(1))
+    (tmp_path / install.WHEELHOUSE_MANIFEST).write_text('{"python_version": "3.9"}')
+    with pytest.raises(RuntimeError, match=r"built for 3\.9.*make kaggle-dataset"):
+        install.run_install(plan_install("kaggle", False, tmp_path, {**CURRENT, "peft": None}))
+
+
+def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
+    from nbutils.platform import install_verify
+
+    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
+    versions = iter([{"peft": "0.17.0", "pyarrow": "19.0.1"}, {"peft": PINS["peft"], "pyarrow": "25.0.1"}])
+    monkeypatch.setattr(install_verify, "distribution_versions", lambda: next(versions))
+    monkeypatch.setattr(install_verify, "modules_of", lambda: {"peft": ["peft"], "pyarrow": ["pyarrow"]})
+    monkeypatch.setattr(install_verify, "probe_imports", lambda dists, tops: {})
+    monkeypatch.setitem(sys.modules, "pyarrow", types.ModuleType("pyarrow"))  # moved by pip, not pinned
+    with pytest.raises(RuntimeError, match=r"pyarrow \(19.0.1 -> 25.0.1\) were loaded before .*restart the session"):
+        install.run_install(plan_install("colab", True, None, {**CURRENT, "peft": None}))
+
+
+def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
+    for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_DATA_PROXY_TOKEN", "COLAB_RELEASE_TAG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(subprocess, "Popen", None)  # would fail if pip were run
+    assert install.ensure_packages().source == "none"
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_needed_never_lists_torch():
+    assert not any(install._is_never(n) for n in NEEDED)

@@ -1,0 +1,99 @@
+"""The precision rule and preflight blockers, with faked device properties."""
+
+import pytest
+
+from nbutils.platform.environment import Platform
+from nbutils.platform.preflight import Accelerator, PreflightError, choose_precision, preflight
+
+T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)
+P100 = Accelerator(0, "Tesla P100-PCIE-16GB", (6, 0), 16.0)
+A100 = Accelerator(0, "NVIDIA A100-SXM4-40GB", (8, 0), 40.0)
+L4 = Accelerator(0, "NVIDIA L4", (8, 9), 22.5)
+
+
+@pytest.mark.parametrize(
+    "accels, dtype",
+    [([T4], "fp16"), ([P100], "fp16"), ([A100], "bf16"), ([L4], "bf16"), ([], "fp32"), ([T4, T4], "fp16")],
+)
+def test_precision_rule(accels, dtype):
+    assert choose_precision(accels).dtype == dtype
+
+
+def test_precision_rule_ignores_torch_bf16_claim(monkeypatch):
+    # torch says yes on a T4 because it counts emulation; the rule must not ask it.
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert choose_precision([T4]).dtype == "fp16"
+
+
+def test_bf16_on_t4_is_a_clear_error():
+    with pytest.raises(PreflightError, match=r"bf16 asked on Tesla T4 \(compute capability 7.5\)"):
+        choose_precision([T4], "bf16")
+
+
+def test_mixed_precision_on_cpu_is_an_error():
+    with pytest.raises(PreflightError, match="no GPU"):
+        choose_precision([], "fp16")
+
+
+def test_attention_is_sdpa_without_flash_attn():
+    assert choose_precision([A100]).attn_implementation in ("sdpa", "flash_attention_2")
+    assert choose_precision([T4]).attn_implementation == "sdpa"
+
+
+def _platform(tmp_path, working=None):
+    return Platform("local", "batch", tmp_path / "in", working or tmp_path / "work", tmp_path / "tmp")
+
+
+def test_preflight_prints_one_table(tmp_path, capsys):
+    info = preflight(platform=_platform(tmp_path), accels=[])
+    text = capsys.readouterr().out
+    for key in ("platform", "run_type", "gpus", "precision", "version.torch", "version.protobuf", "free_disk_gb"):
+        assert key in text
+    assert info["precision"] == "fp32"
+
+
+def test_preflight_blocks_bf16_on_t4(tmp_path):
+    with pytest.raises(PreflightError, match="bf16 asked on Tesla T4"):
+        preflight(precision="bf16", platform=_platform(tmp_path), accels=[T4], show=False)
+
+
+def test_preflight_blocks_4bit_without_bitsandbytes(tmp_path, monkeypatch):
+    import nbutils.platform.preflight as pf
+
+    real = pf.versions
+    monkeypatch.setattr(pf, "versions", lambda: {**real(), "bitsandbytes": "missing"})
+    with pytest.raises(PreflightError, match="bitsandbytes is not installed"):
+        preflight(load_in_4bit=True, platform=_platform(tmp_path), accels=[], show=False)
+
+
+def test_preflight_blocks_unwritable_working_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(PreflightError, match="not writable"):
+        preflight(platform=_platform(tmp_path, working=blocker / "sub"), accels=[], show=False)
+
+
+def test_parallel_mode_reported():
+    from nbutils.platform.preflight import parallel_mode, preflight
+
+    assert parallel_mode([T4], env={}).startswith("single: one GPU")
+    two = parallel_mode([T4, T4], env={})
+    assert two.startswith("ddp: one process per GPU (2) through the notebook launcher") and "memory plan" in two
+    assert parallel_mode([T4, T4], "split", env={}).startswith("split")
+    assert parallel_mode([T4, T4], "single", env={}).startswith("single")
+    assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}).startswith("ddp: one of 2 processes started by accelerate")
+    with pytest.raises(PreflightError, match="num_processes=3 but 2 GPU"):
+        preflight(accels=[T4, T4], num_processes=3, show=False)
+
+
+def test_disk_check_reads_the_output_dir_filesystem(tmp_path, monkeypatch):
+    from nbutils.platform.preflight import check_disk
+    from nbutils.train import diskspace
+
+    assert check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2) == 40
+    monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
+    with pytest.raises(PreflightError, match=r"disk full at .*train_qlora: needs ~40 MB, 25 MB free; free space or "
+                                             r"lower save_total_limit \(now 2\)"):
+        check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2)

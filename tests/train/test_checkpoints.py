@@ -1,0 +1,185 @@
+"""Checkpoints are complete or invisible: atomic saves, verification by name, resume after a crash."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nbutils.platform.environment import detect_platform
+from nbutils.train import checkpoints, modeling
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = {"global_step": 3, "log_history": []}
+
+
+@pytest.fixture(scope="module")
+def lora(embedded_dir):
+    tok = modeling.load_tokenizer("embedded")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=4, gradient_checkpointing=False)
+    return model, tok
+
+
+class Wrapper(torch.nn.Module):
+    """Stands in for DDP / DataParallel-like wrappers: the real model sits in .module, no save_pretrained."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+
+def test_save_final_unwraps_writes_everything_and_verifies(lora, tmp_path):
+    model, tok = lora
+    ckpt = checkpoints.save_final(Wrapper(Wrapper(model)), tok, tmp_path / "checkpoint", {"p": 1}, STATE)
+    assert checkpoints.missing_files(ckpt) == [] and checkpoints.is_complete(ckpt)
+    assert not (tmp_path / "checkpoint.tmp").exists()
+    report = checkpoints.verify(ckpt, "embedded")
+    assert report["ok"] and isinstance(report["generated"], str)
+
+
+def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
+    model, tok = lora
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE)
+    (ckpt / "tokenizer.json").unlink()
+    (ckpt / "tokenizer_config.json").unlink()
+    report = checkpoints.verify(ckpt, "embedded")
+    assert not report["ok"] and report["missing"] == ["tokenizer_config.json", "tokenizer.json"]
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda p: (p / "adapter_model.safetensors").write_bytes((p / "adapter_model.safetensors").read_bytes()[:100]),
+     "adapter_model.safetensors is 100 bytes"),
+    (lambda p: (p / "adapter_config.json").write_text((p / "adapter_config.json").read_text().replace('"r": 4', '"r": 5')),
+     "adapter_config.json content differs"),
+    (lambda p: (p / "trainer_state.json").write_text(json.dumps({"global_step": 999, "log_history": []})),
+     "trainer_state.json says step 999, the manifest 3"),
+    (lambda p: (p / "manifest.json").unlink(), "manifest.json missing"),
+])
+def test_manifest_catches_damage_the_marker_alone_would_miss(lora, tmp_path, damage, reason):
+    model, tok = lora
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE, {"learning_rate": 1e-3})
+    assert checkpoints.problems(ckpt) == [] and checkpoints.verify(ckpt, "embedded")["ok"]
+    damage(ckpt)
+    assert checkpoints.is_complete(ckpt)  # the marker is still there: only the manifest can tell
+    report = checkpoints.verify(ckpt, "embedded")
+    assert not report["ok"] and any(reason in p for p in report["problems"]), report["problems"]
+
+
+def test_newest_verified_skips_damaged_and_rotation_keeps_the_last_verified(tmp_path, capsys):
+    trainer = tmp_path / "trainer"
+    for step in (10, 20, 30):
+        fake_checkpoint(trainer / f"checkpoint-{step}", step)
+    (trainer / "checkpoint-30" / "optimizer.pt").write_text("cut")
+    (trainer / "checkpoint-20" / "trainer_state.json").write_text(json.dumps({"global_step": 120}))
+    found, skipped = checkpoints.newest_verified(trainer)
+    assert found.name == "checkpoint-10" and [p.name for p, _ in skipped] == ["checkpoint-30", "checkpoint-20"]
+    assert checkpoints.find_resumable(tmp_path, detect_platform({"NBUTILS_INPUT_ROOT": str(tmp_path / "none")})) == found
+    assert "skipped" in capsys.readouterr().out
+    # keep=1: the damaged newer ones are not counted, and the only verified one is never deleted.
+    assert checkpoints.rotate(trainer, 1) == []
+    assert (trainer / "checkpoint-10").exists()
+    fake_checkpoint(trainer / "checkpoint-40", 40)
+    removed = checkpoints.rotate(trainer, 1)
+    assert [p.name for p in removed] == ["checkpoint-10", "checkpoint-20", "checkpoint-30"]
+    assert [p.name for p in checkpoints.checkpoint_dirs(trainer)] == ["checkpoint-40"]
+    assert not list(trainer.glob(".trash-*"))
+
+
+def test_rotation_orders_by_step_not_modification_time(tmp_path):
+    trainer = tmp_path / "trainer"
+    for step in (30, 20, 10):  # 10 written last: the Trainer's mtime rotation would keep it
+        fake_checkpoint(trainer / f"checkpoint-{step}", step)
+    checkpoints.rotate(trainer, 2)
+    assert [p.name for p in checkpoints.checkpoint_dirs(trainer)] == ["checkpoint-20", "checkpoint-30"]
+
+
+def test_summary_errors_name_the_file_and_03_falls_back_to_a_verified_checkpoint(lora, tmp_path, capsys):
+    model, tok = lora
+    with pytest.raises(checkpoints.CheckpointError, match="training_summary.json not found"):
+        checkpoints.for_eval(tmp_path)
+    (tmp_path / "training_summary.json").write_text('{"global_step": 3, "checkpoint_dir": "checkpo')
+    with pytest.raises(checkpoints.CheckpointError, match=r"training_summary.json is damaged.*re-run 02_train_qlora"):
+        checkpoints.for_eval(tmp_path)
+    (tmp_path / "training_summary.json").write_text(json.dumps({"global_step": 3, "checkpoint_dir": "checkpoint",
+                                                                "checkpoint_complete": True}))
+    final = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE)
+    assert checkpoints.for_eval(tmp_path)[0] == final
+    (final / "adapter_model.safetensors").write_bytes(b"x")
+    with pytest.raises(checkpoints.CheckpointError, match="no checkpoint .* verifies"):
+        checkpoints.for_eval(tmp_path)
+    older = checkpoints.save_final(model, tok, tmp_path / "trainer" / "checkpoint-3", {}, STATE)
+    assert checkpoints.for_eval(tmp_path)[0] == older
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_crash_during_final_save_keeps_the_previous_checkpoint(lora, tmp_path, monkeypatch):
+    model, tok = lora
+    dest = tmp_path / "checkpoint"
+    checkpoints.save_final(model, tok, dest, {"run": 1}, STATE)
+
+    def crash(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(tok), "save_pretrained", crash)
+    with pytest.raises(OSError):
+        checkpoints.save_final(model, tok, dest, {"run": 2}, STATE)
+    assert checkpoints.missing_files(dest) == [] and '"run": 1' in (dest / "run_config.json").read_text()
+    assert not list(tmp_path.glob("checkpoint.tmp*"))  # the temp folder is removed
+
+
+def fake_checkpoint(path, step, complete=True, settings=None):
+    """A Trainer checkpoint folder with every file resume needs (small stand-in contents)."""
+    path.mkdir(parents=True)
+    for name in checkpoints.ADAPTER_FILES + checkpoints.TOKENIZER_FILES + checkpoints.RESUME_FILES + ["run_config.json"]:
+        (path / name).write_text(f"{name} at {step}")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if complete:
+        checkpoints.mark_complete(path, step, settings)
+    return path
+
+
+def test_only_complete_trainer_checkpoints_count(tmp_path):
+    for step, complete in ((5, True), (10, True), (15, False)):
+        fake_checkpoint(tmp_path / "trainer" / f"checkpoint-{step}", step, complete)
+    (tmp_path / "trainer" / "checkpoint-last").mkdir()
+    found = checkpoints.trainer_checkpoints(tmp_path / "trainer")
+    assert [p.name for p in found] == ["checkpoint-5", "checkpoint-10"]
+    assert checkpoints.find_resumable(tmp_path, detect_platform({"NBUTILS_INPUT_ROOT": str(tmp_path / "none")})) \
+        == tmp_path / "trainer" / "checkpoint-10"
+
+
+def test_resume_finds_an_attached_earlier_kaggle_output(tmp_path):
+    # A new Kaggle version with the previous version's output attached under /kaggle/input/<slug>/.
+    earlier = fake_checkpoint(tmp_path / "input" / "my-train-notebook" / "train_qlora" / "trainer" / "checkpoint-40", 40)
+    platform = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(tmp_path / "input"),
+                                "NBUTILS_WORKING_ROOT": str(tmp_path / "working")})
+    assert checkpoints.find_resumable(tmp_path / "working" / "train_qlora", platform) == earlier
+
+
+KILL_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_training import _train, _cfg
+_train(Path({data!r}), Path({out!r}), _cfg(max_steps=30))
+"""
+
+
+def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_data, tmp_path):
+    from test_training import _cfg, _train  # tests/ is on sys.path (pytest's default import mode)
+
+    script = KILL_SCRIPT.format(tests=str(ROOT / "tests"), data=str(prepared_data), out=str(tmp_path / "run"))
+    # The hook (training.MarkComplete) writes a truncated adapter file, then SIGKILLs its own process.
+    env = {**os.environ, "NBUTILS_TEST_KILL_IN_SAVE": "20", "NBUTILS_INPUT_ROOT": str(tmp_path / "none")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    trainer_dir = tmp_path / "run" / "trainer"
+    assert (trainer_dir / "checkpoint-20").exists() and not checkpoints.is_complete(trainer_dir / "checkpoint-20")
+    assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)] == ["checkpoint-10"]
+    _, _, resumed = _train(prepared_data, tmp_path / "run", _cfg(max_steps=30))
+    assert resumed["resumed_from_step"] == 10 and resumed["global_step"] == 30
+    assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)][-1] == "checkpoint-30"
+    assert checkpoints.missing_files(trainer_dir / "checkpoint-30", resumable=True) == []

@@ -1,0 +1,37 @@
+"""The memory plan follows the loss that trains: one chunk of logits, not the whole sequence's."""
+
+import pytest
+
+from nbutils.train import loss, memory
+from tests.train.test_trainconfig import LLAMA_8B
+
+
+def test_chunked_loss_at_least_doubles_the_largest_batch_of_llama_8b_on_a_t4():
+    plain, chunked = (memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=16.0, loss=k)
+                      for k in ("plain", "chunked"))
+    assert chunked["largest_batch_that_fits"] >= 2 * max(1, plain["largest_batch_that_fits"])
+    assert chunked["longest_seq_that_fits"] >= 2 * plain["longest_seq_that_fits"]
+    assert plain["parts_gb"]["logits"] > 20 * chunked["parts_gb"]["logits"]
+    assert chunked["loss"] == "chunked" and "logits (chunked loss)" in memory.table(chunked)
+
+
+def test_logits_part_is_one_chunk_not_the_sequence():
+    shape = memory.Shape.from_config(LLAMA_8B)
+    parts = {b: memory.estimate(shape, 2048, b, 16, "chunked")["logits"] for b in (1, 8)}
+    kept = 2048 * 4096 * 2 * 2  # hidden states and their gradient, per row of the batch
+    assert parts[8] - parts[1] == pytest.approx(7 * kept)
+    assert parts[1] - kept == loss.chunk_rows(128_256) * 128_256 * 6
+    assert memory.CHUNK_BYTES == loss.CHUNK_BYTES
+    with pytest.raises(ValueError, match="loss='fused'"):
+        memory.logits_bytes(1, 1, 1, 1, "fused")
+
+
+@pytest.mark.parametrize("kind", ["plain", "chunked"])
+def test_longest_sequence_is_the_edge_of_the_budget(kind):
+    p = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, loss=kind)
+    shape, longest = memory.Shape.from_config(LLAMA_8B), p["longest_seq_that_fits"]
+    budget = 15.0 * memory.GB * 0.92
+    assert longest > 0 and longest % 64 == 0
+    assert memory.estimate(shape, longest, 2, 16, kind)["total"] <= budget
+    assert memory.estimate(shape, longest + 64, 2, 16, kind)["total"] > budget
+    assert p["fits"] == (longest >= 2048)

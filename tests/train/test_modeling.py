@@ -1,0 +1,77 @@
+"""Loading the 4-bit base and attaching LoRA the QLoRA way, right for a T4."""
+
+import pytest
+import torch
+
+from nbutils.platform.preflight import Accelerator, choose_precision
+from nbutils.train import modeling
+
+T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)
+A100 = Accelerator(0, "NVIDIA A100", (8, 0), 40.0)
+
+
+def test_precision_rule_fp16_on_t4_bf16_from_capability_8():
+    assert choose_precision([T4]).dtype == "fp16"
+    assert choose_precision([T4, T4]).dtype == "fp16"
+    assert choose_precision([A100]).dtype == "bf16"
+    assert choose_precision([]).dtype == "fp32"
+
+
+def test_t4_path_is_fp16_compute_with_fp32_trainables(embedded_dir):
+    precision = choose_precision([T4])
+    model = modeling.attach_lora(modeling.load_base("embedded", precision.dtype, True), r=8)
+    quant = model.base_model.model.config.quantization_config
+    assert quant.load_in_4bit and quant.bnb_4bit_quant_type == "nf4" and quant.bnb_4bit_use_double_quant
+    assert str(quant.bnb_4bit_compute_dtype).endswith("float16") and "bfloat" not in str(quant.bnb_4bit_compute_dtype)
+    # The fp16 grad scaler refuses fp16 gradients: everything trainable must be fp32.
+    assert modeling.trainable_summary(model)["trainable_dtypes"] == ["float32"]
+
+
+def test_lora_on_all_linear_layers_alpha_r_no_dropout(embedded_dir):
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
+    cfg = model.peft_config["default"]
+    assert cfg.r == 8 and cfg.lora_alpha == 8 and cfg.lora_dropout == 0.0 and not cfg.use_rslora
+    wrapped = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "lora_A")}
+    assert wrapped == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    base = model.base_model.model
+    assert base.config._attn_implementation == "sdpa"
+    assert base.is_gradient_checkpointing
+    # use_reentrant=False: the reentrant variant drops gradients when inputs need no grad (frozen 4-bit weights).
+    assert base.model.layers[0]._gradient_checkpointing_func.keywords.get("use_reentrant") is False
+
+
+def test_rslora_option_scales_by_sqrt_r(embedded_dir):
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=16, use_rslora=True,
+                                 gradient_checkpointing=False)
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    assert model.peft_config["default"].use_rslora
+    assert layer.scaling["default"] == pytest.approx(16 / 16**0.5)
+
+
+def test_pad_token_is_not_eos(embedded_dir):
+    tok = modeling.load_tokenizer("embedded")
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
+
+
+def test_pad_token_fixed_when_it_is_eos(embedded_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    real = AutoTokenizer.from_pretrained
+
+    def eos_as_pad(*a, **k):
+        tok = real(*a, **k)
+        tok.pad_token = tok.eos_token  # what many base models ship with
+        return tok
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", eos_as_pad)
+    tok = modeling.load_tokenizer("embedded")
+    assert tok.pad_token_id != tok.eos_token_id
+
+
+def test_lora_init_is_seeded(embedded_dir):
+    def lora_a(seed):
+        model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=seed,
+                                     gradient_checkpointing=False)
+        return next(p for n, p in model.named_parameters() if "lora_A" in n).detach().clone()
+
+    assert torch.equal(lora_a(0), lora_a(0)) and not torch.equal(lora_a(0), lora_a(1))

@@ -1,0 +1,279 @@
+"""QLoRA training: resumable, time-boxed, NaN-guarded, probed, and the summary 03 reads."""
+
+import json
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerCallback
+
+from nbutils.data import splits as data
+from nbutils.platform.environment import detect_platform
+from nbutils.train import checkpoints, modeling, training
+from nbutils.train.callbacks import NanGuard, StopReason, process_start_time, session_start
+from nbutils.train.trainconfig import TrainConfig
+
+
+def _train(prepared, out, cfg, **kw):
+    tok = modeling.load_tokenizer("embedded")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8, seed=cfg.seed)
+    train_ds, eval_ds = data.load_split(prepared, "train"), data.load_split(prepared, "eval")
+    kw.setdefault("run_config", {"test": True})
+    kw.setdefault("progress", "log")
+    result = training.train(model, tok, train_ds, eval_ds, cfg, out, **kw)
+    return model, tok, result
+
+
+def _cfg(**kw):
+    base = dict(max_steps=40, eval_steps=10, save_steps=10, logging_steps=5, learning_rate=3e-3, warmup_steps=0)
+    return TrainConfig(**{**base, **kw})
+
+
+def _train_losses(result, after_step=0):
+    return {h["step"]: h["loss"] for h in result["log_history"] if "loss" in h and h["step"] > after_step}
+
+
+def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
+    _, _, full = _train(prepared_data, tmp_path / "full", _cfg())
+    ticks = iter(range(10**6))
+    # A fake clock: one "second" per call; the 24 s budget runs out a little after step 20.
+    _, _, stopped = _train(prepared_data, tmp_path / "cut", _cfg(time_budget_min=0.4), clock=lambda: next(ticks),
+                           session_start=0)
+    assert stopped["stopped_reason"] == "time_budget" and 10 < stopped["global_step"] < 40
+    last = checkpoints.trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
+    assert last.name == f"checkpoint-{stopped['global_step']}"  # saved at the stop, not only at save_steps
+    assert checkpoints.missing_files(last, resumable=True) == []
+
+    _, _, resumed = _train(prepared_data, tmp_path / "cut", _cfg())
+    assert resumed["resumed_from_step"] == stopped["global_step"]
+    assert resumed["global_step"] == full["global_step"] == 40
+    # Same data order, optimizer, scheduler and adapter weights: the losses logged after the resume
+    # point are the uninterrupted run's, and so is the final eval loss. Measured: within 1e-3 (the
+    # CPU 4-bit kernels of bitsandbytes differ in the last digits by code path); with the data order
+    # not reproduced (ignore_data_skip) they are 3-9% off.
+    after = _train_losses(resumed, stopped["global_step"])
+    assert after and all(after[s] == pytest.approx(_train_losses(full)[s], rel=5e-3) for s in after)
+    assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], rel=5e-3)
+
+
+class Poison(TrainerCallback):
+    """Turns the LoRA weights into NaN at one step, as an fp16 overflow would."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if state.global_step == self.step:
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.data.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("poison_step, logging_steps, last_good", [
+    (12, 5, "checkpoint-10"),  # caught by the logged loss
+    (19, 100, "checkpoint-10"),  # no log line before the save at step 20: caught by the weight check
+    (3, 100, None),  # NaN before the first checkpoint: nothing is saved as final
+])
+def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poison_step, logging_steps, last_good):
+    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=30, logging_steps=logging_steps),
+                                callbacks=[Poison(poison_step)])
+    assert result["stopped_reason"] == "nan" and result["global_step"] < 30, result["stop_detail"]
+    good = checkpoints.trainer_checkpoints(tmp_path / "trainer")
+    assert (good[-1].name if good else None) == last_good
+    ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
+    summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
+    assert summary["stopped_reason"] == "nan" and summary["checkpoint_dir"] == "checkpoint"
+    assert summary["checkpoint_complete"] is (last_good is not None)
+    if last_good:
+        from safetensors.torch import load_file
+
+        weights = load_file(ckpt / "adapter_model.safetensors")
+        assert all(bool(w.isfinite().all()) for w in weights.values())
+        assert checkpoints.verify(ckpt, "embedded")["ok"]
+
+
+def test_nan_guard_tolerates_fp16_scaler_skips_but_not_nan_loss():
+    def log(guard, fp16, **logs):
+        control = SimpleNamespace(should_training_stop=False, should_save=True)
+        guard.on_log(SimpleNamespace(fp16=fp16), SimpleNamespace(global_step=7), control, logs=logs)
+        return control.should_training_stop
+
+    guard = NanGuard(StopReason())
+    # fp16: an inf grad norm means the grad scaler skipped the step; only a run of them is a failure.
+    assert [log(guard, True, loss=1.0, grad_norm=math.inf) for _ in range(3)] == [False, False, True]
+    assert guard.stop.reason == "nan"
+    assert log(NanGuard(StopReason()), False, loss=1.0, grad_norm=math.inf)  # fp32/bf16: no scaler, a failure
+    assert log(NanGuard(StopReason()), True, loss=math.nan, grad_norm=1.0)
+    healed = NanGuard(StopReason())
+    assert not any(log(healed, True, loss=1.0, grad_norm=n) for n in (math.inf, math.inf, 1.0, math.inf, math.inf))
+
+
+def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
+    verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
+
+    def probe(model):
+        assert hasattr(model, "generate")  # the model being trained, to generate from
+        return next(verdicts)
+
+    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
+    assert result["stopped_reason"] == "degenerate" and result["global_step"] == 20
+    assert checkpoints.trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
+    assert next(verdicts) is True  # the final evaluation did not call the probe again
+
+
+def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embedded_dir):
+    """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples,
+    with the chunked loss (the default on the CPU) and with the plain one: all four runs, one update.
+
+    transformers 5 passes num_items_in_batch (target tokens of the whole accumulated batch) to models
+    that accept loss kwargs, LlamaForCausalLM among them, and to the chunked loss; a per-micro-batch
+    mean would differ."""
+    import torch
+    from datasets import Dataset
+
+    tok = modeling.load_tokenizer("embedded")
+    ids = tok("the city is oslo . the pet is cat . the food is rice .", add_special_tokens=False)["input_ids"]
+    rows = []
+    for n_targets in (1, 12, 2, 9):
+        labels = [-100] * (len(ids) - n_targets) + ids[-n_targets:]
+        rows.append({"input_ids": ids, "labels": labels, "length": len(ids), "messages": []})
+    ds = Dataset.from_list(rows)
+    weights, eval_losses = {}, {}
+    for chunked in (True, False):
+        for bs, accum in ((4, 1), (2, 2)):
+            model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=0,
+                                         gradient_checkpointing=False)
+            for name, p in model.named_parameters():  # make B non-zero so A gets a gradient too
+                if "lora_B" in name:
+                    p.data.normal_(0, 0.01, generator=torch.Generator().manual_seed(1))
+            cfg = TrainConfig(max_steps=1, per_device_batch_size=bs, grad_accum=accum, learning_rate=1.0,
+                              warmup_steps=0, eval_strategy="no", save_strategy="no", optim="sgd", resume=False,
+                              chunked_loss=chunked)
+            plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
+            result = training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
+            eval_losses[bs, chunked] = result["eval_loss"]
+            weights[bs, chunked] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    first = weights[4, False]
+    moved = [n for n in first if "lora_A" in n]
+    assert moved
+    for run in weights.values():
+        for name in first:
+            assert run[name].allclose(first[name], atol=1e-6), name
+    for bs in (4, 2):  # evaluation through the chunked loss: the plain loss's value
+        assert eval_losses[bs, True] == pytest.approx(eval_losses[bs, False], rel=1e-5)
+
+
+def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
+    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[train] step")]
+    assert lines and all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
+    ckpt = training.save_checkpoint(model, tok, tmp_path, {"p": 1}, result)
+    summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
+    assert json.loads((tmp_path / "training_summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
+    assert summary["global_step"] == 20 and summary["stopped_reason"] == "max_steps"
+    assert summary["resumed_from_step"] is None and summary["checkpoint_dir"] == "checkpoint"
+    assert summary["checkpoint_complete"] is True and summary["eval_loss"] < summary["train_loss"] * 2
+    assert summary["diagnosis"].split(":")[0] in ("well fit", "underfit") or summary["diagnosis"].startswith("overfit")
+    assert (tmp_path / "learning_curves.png").stat().st_size > 1000
+    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1}
+    assert checkpoints.missing_files(ckpt) == []
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
+    # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
+    _, _, again = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    assert again["global_step"] == 20 and again["resumed_from_step"] == 20
+    assert again["eval_loss"] == pytest.approx(result["eval_loss"], rel=5e-3)  # same weights; CPU 4-bit noise
+
+
+def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_path, monkeypatch):
+    import transformers.trainer
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)  # as in Jupyter
+    ticks = iter(range(10**6))
+    _, _, result = _train(prepared_data, tmp_path, _cfg(time_budget_min=0.03), clock=lambda: next(ticks),
+                          session_start=0, progress="widgets")
+    assert result["stopped_reason"] == "time_budget" and result["global_step"] <= 2
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
+    cfg = _cfg(max_steps=10, eval_strategy="no", save_steps=5)
+    run_config = training.run_config(cfg, {}, {"content_hash": "abc"}, base_model="embedded")
+    _train(prepared_data, tmp_path, cfg, run_config=run_config)
+    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3, lora_r=4)
+    changed = training.run_config(other, {}, {"content_hash": "xyz"}, base_model="embedded")
+    with pytest.raises(checkpoints.ResumeMismatchError) as err:
+        _train(prepared_data, tmp_path, other, run_config=changed)
+    msg = str(err.value)
+    for line in ("data_manifest_hash: checkpoint has 'abc', this run 'xyz'", "learning_rate: checkpoint has 0.003, this run 0.001",
+                 "lora_r: checkpoint has 16, this run 4", "new output_dir", "resume=False"):
+        assert line in msg, msg
+    assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
+
+
+def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
+    _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
+    _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
+                                                      resume=False))
+    assert fresh["resumed_from_step"] is None and fresh["global_step"] == 10
+    aside = list(tmp_path.glob("trainer.before-*"))
+    assert len(aside) == 1 and [p.name for p in checkpoints.checkpoint_dirs(aside[0])] == ["checkpoint-5", "checkpoint-10"]
+    assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh["settings"]) == []
+
+
+def test_run_config_carries_parameters_versions_and_data_hash():
+    cfg = training.run_config(_cfg(), {"version.torch": "2.5", "precision": "fp16"}, {"content_hash": "abc"},
+                              base_model="embedded")
+    assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["lora_r"] == 16
+    assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
+
+
+def test_packed_plan_trains(prepared_data, tmp_path):
+    plan = {"strategy": "packed", "block_size": 256, "batch_size": 4}
+    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
+                                                        save_steps=6), plan=plan)
+    assert result["global_step"] == 6 and math.isfinite(result["eval_loss"])
+
+
+def test_diagnosis_of_learning_curves():
+    from nbutils.train.curves import diagnose
+
+    def hist(evals, train=0.1):
+        return [{"step": 10 * i, "loss": train} for i in range(1, len(evals) + 1)] + \
+            [{"step": 10 * i, "eval_loss": e} for i, e in enumerate(evals, 1)]
+
+    assert diagnose(hist([2.0, 1.0, 0.5])).startswith("well fit")
+    assert diagnose(hist([2.0, 1.9, 1.85], train=1.8)).startswith("underfit")
+    assert diagnose(hist([2.0, 0.5, 0.9], train=0.05)).startswith("overfit from step 20")
+
+
+def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
+    kaggle = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    local = detect_platform({})
+    started = process_start_time()
+    assert started <= time.time() and session_start(kaggle) == pytest.approx(started, abs=1)
+    assert session_start(local) == pytest.approx(time.time(), abs=1)
+    monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # no psutil: read /proc
+    assert process_start_time() == pytest.approx(started, abs=1)
+    monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
+    assert session_start(kaggle) == session_start(local) == 1234.5
+
+
+def test_progress_mode_follows_the_platform(monkeypatch):
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    assert training.progress_mode("auto") == "log"
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert training.progress_mode("auto") == "both"
+    assert training.progress_mode("log") == "log" and training.progress_mode("widgets") == "widgets"
+    with pytest.raises(ValueError):
+        training.progress_mode("bars")
+
+
+def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, tmp_path):
+    from nbutils.train import diskspace, memory
+
+    _train(prepared_data, tmp_path, _cfg(max_steps=5, eval_strategy="no", save_steps=5))
+    ckpt = tmp_path / "trainer" / "checkpoint-5"
+    weights = sum((ckpt / n).stat().st_size for n in ("adapter_model.safetensors", "optimizer.pt")) / diskspace.MB
+    planned = memory.plan(modeling.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
+    assert 0.8 < weights / planned < 1.25, (weights, planned)  # LoRA weights + two Adam states, 12 bytes a parameter
