@@ -169,9 +169,9 @@ _train(Path({data!r}), Path({out!r}), _cfg(max_steps=30))
 
 
 def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_data, tmp_path):
-    from test_training import _cfg, _train  # tests/ is on sys.path (pytest's default import mode)
+    from test_training import _cfg, _train  # tests/train/ is on sys.path (pytest's default import mode)
 
-    script = KILL_SCRIPT.format(tests=str(ROOT / "tests"), data=str(prepared_data), out=str(tmp_path / "run"))
+    script = KILL_SCRIPT.format(tests=str(ROOT / "tests" / "train"), data=str(prepared_data), out=str(tmp_path / "run"))
     # The hook (training.MarkComplete) writes a truncated adapter file, then SIGKILLs its own process.
     env = {**os.environ, "NBUTILS_TEST_KILL_IN_SAVE": "20", "NBUTILS_INPUT_ROOT": str(tmp_path / "none")}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
