@@ -12,7 +12,9 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
                          the 16-bit logits lm_head returns are freed by then): a known T4 OOM
                  chunked one chunk's logits, rows x vocab x (4 + 2: fp32 and a 16-bit copy beside it),
                          rows = loss.chunk_rows(vocab),
-                         plus the kept hidden states and their gradient, batch x seq x hidden x 2 x 2
+                         plus four batch x seq x hidden buffers: the kept positions' hidden states, their
+                         gradient, that gradient scaled in backward, and the gradient scattered back into
+                         the hidden states (measured on the CPU: `python -m bench loss`)
                  liger   planned as chunked (its Triton kernel's chunks are smaller: an upper bound)
   overhead       CUDA context and allocator slack, 0.6 GB
 The constants are deliberately round; the notebook prints the measured peak next to the estimate.
@@ -39,7 +41,7 @@ def logits_bytes(batch: int, seq_len: int, vocab: int, hidden: int, loss: str = 
         return tokens * vocab * 12
     low = compute_bytes if compute_bytes < 4 else 0  # a chunk's 16-bit logits or gradient beside the fp32 ones
     rows = min(tokens, max(16, CHUNK_BYTES // (4 * vocab)))
-    return rows * vocab * (4 + low) + tokens * hidden * compute_bytes * 2
+    return rows * vocab * (4 + low) + tokens * hidden * compute_bytes * 4
 
 
 @dataclass

