@@ -24,10 +24,10 @@ def restored():
 def test_only_the_known_deprecation_aliases_are_filtered(restored):
     output.filter_known_warnings()
     with warnings.catch_warnings(record=True) as caught:
-        warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6.", FutureWarning)
-        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
-        warnings.warn("`something_else` is deprecated", FutureWarning)
-        warnings.warn("`gradient_checkpointing_enable` is deprecated", UserWarning)
+        warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
+        warnings.warn("`something_else` is deprecated", FutureWarning, stacklevel=1)
+        warnings.warn("`gradient_checkpointing_enable` is deprecated", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["`something_else` is deprecated",
                                                 "`gradient_checkpointing_enable` is deprecated"]
 
