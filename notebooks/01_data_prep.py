@@ -137,6 +137,6 @@ for row in train.select(range(min(3, len(train)))):
 from IPython.display import Image
 
 display(Image(str(out / "lengths.png")))
-plan = manifest["batching"]
-print(f"token lengths {manifest['token_lengths']}; chosen: {plan['strategy']} (batch size {plan['batch_size']})")
-pd.Series(plan["real_token_share"], name="real-token share").to_frame()
+batching_plan = manifest["batching"]
+print(f"token lengths {manifest['token_lengths']}; chosen: {batching_plan['strategy']} (batch size {batching_plan['batch_size']})")
+pd.Series(batching_plan["real_token_share"], name="real-token share").to_frame()

@@ -98,7 +98,7 @@ model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["atte
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                   guard="off" if guard == "off" else "flag")
-base
+print(report.model_line("base", base))
 
 # %% [markdown]
 # ## Then with the adapter
@@ -119,7 +119,7 @@ model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
 tuned, tuned_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                     guard="off" if guard == "off" else "flag", breaker=breaker)
-tuned
+print(report.model_line("tuned", tuned))
 
 # %% [markdown]
 # ## Task metrics
@@ -154,8 +154,8 @@ evaluation.write_report(out, result)
 (out / "samples.html").write_text(report.samples_table_html(rows, ["model", "prompt", "reference", "output", "verdict"]))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
 display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])))
-{k: {m: result[m][k] for m in ("base", "tuned")} for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate",
-                                                           "tokens_saved")}
+pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}
+              for m in ("base", "tuned")}).round(4)
 
 # %% [markdown]
 # ## Chat with your model

@@ -100,9 +100,9 @@ from nbutils.export import merge
 from nbutils.train import checkpoints
 
 ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its manifest, as in 03
-plan = merge.memory_plan(base_model)
-print(merge.plan_text(plan))
-if export_merged and plan["device"] is None:
+memory_plan = merge.memory_plan(base_model)
+print(merge.plan_text(memory_plan))
+if export_merged and memory_plan["device"] is None:
     raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
 
 # %% [markdown]
@@ -125,11 +125,12 @@ tokenizer = AutoTokenizer.from_pretrained(ckpt)
 prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
 merged = None
 if export_merged:
-    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, plan["device"], max_shard_size=max_shard_size)
+    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, memory_plan["device"], max_shard_size=max_shard_size)
     (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {out / 'merged'}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
           f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
-merged
+else:
+    print("[merged] skipped: export_merged=False")
 
 # %% [markdown]
 # ## Adapter only
@@ -142,7 +143,10 @@ from nbutils.export import adapter
 adapter_export = None
 if export_adapter:
     adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", repos.get("adapter", "")))
-adapter_export
+    print(f"adapter in {adapter_export['dir']}: {adapter_export['size_mb']} MB, {len(adapter_export['files'])} files "
+          f"({', '.join(adapter_export['files'])})")
+else:
+    print("[adapter] skipped: export_adapter=False")
 
 # %% [markdown]
 # ## Push to the Hugging Face Hub
@@ -179,8 +183,10 @@ else:
 # %%
 from nbutils.export import summary as export_summary
 
-result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": plan, "merged": merged,
+result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": memory_plan, "merged": merged,
           "adapter": adapter_export, "pushed": pushed, "gguf": str(gguf_file) if gguf_file else None, "facts": facts}
 export_summary.write_summary(out, result)
-{"gate": "forced" if decision.forced else "passed", "merged_max_abs_diff": merged and merged["max_abs_diff"],
- "adapter_mb": adapter_export and adapter_export["size_mb"], "pushed": pushed, "gguf": result["gguf"]}
+print(f"[export] gate {'forced' if decision.forced else 'passed'}; merged: "
+      f"{'max |logit diff| ' + format(merged['max_abs_diff'], '.4g') if merged else 'no'}; adapter: "
+      f"{str(adapter_export['size_mb']) + ' MB' if adapter_export else 'no'}; pushed: {pushed or 'nothing'}; "
+      f"GGUF: {result['gguf'] or 'none'}; all in {out / 'export_summary.json'}")
