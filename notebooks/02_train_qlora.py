@@ -168,7 +168,7 @@ checkpoint_need_mb = check_disk(out, memory_plan["checkpoint_mb"], cfg.save_tota
 # A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads
 # its layers over all GPUs in one process: it fits, but is no faster (the GPUs take turns).
 #
-# The next three cells define the steps each process runs; the cell after them runs them.
+# The next four cells define the steps each process runs; the cell after them runs them.
 
 # %% [markdown]
 # ## The QLoRA recipe
@@ -189,10 +189,10 @@ def qlora_configs():
     ) if load_in_4bit else None
     lora_config = LoraConfig(
         r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
-        lora_alpha=lora_r,  # scale alpha / r = 1: the learning rate means the same at any rank
+        lora_alpha=lora_r,  # the adapter's output is scaled by alpha / r: 1 here, the usual QLoRA choice
         target_modules="all-linear",  # every linear layer of every block: better than attention alone
-        lora_dropout=lora_dropout,
-        use_rslora=use_rslora,  # scale alpha / sqrt(r): for high ranks
+        lora_dropout=lora_dropout,  # 0 for short runs; 0.05-0.1 against overfitting a small dataset
+        use_rslora=use_rslora,  # scale by alpha / sqrt(r) instead: high ranks (64+) keep learning as fast
         task_type="CAUSAL_LM",
     )
     return bnb_config, lora_config
@@ -200,8 +200,8 @@ def qlora_configs():
 
 # %% [markdown]
 # ## Load the model
-# The causal LM with its own head (`AutoModelForCausalLM`: the model 01's tokenizer and template
-# belong to) loads with the 4-bit config on this process's own GPU, then gets the adapters. LoRA
+# `AutoModelForCausalLM`: the base model with its next-token head, what writing answers needs; it
+# loads with the 4-bit config on this process's own GPU, then gets the adapters. LoRA
 # weights stay fp32 so the fp16 gradient scaler works on a T4; gradient checkpointing uses
 # `use_reentrant=False` (the reentrant variant drops gradients when the frozen inputs need none).
 
