@@ -70,11 +70,9 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_
                 attn_implementation=attn_implementation)
 
 # %% [markdown]
-# ## Base model first
-# The same prompts and the same greedy decoding for both models, so the difference is the adapter.
-# Generations run under the degeneration guard: a row that loops or turns to token soup is
-# stopped where it degenerates (healthy rows are untouched), so nobody waits for garbage.
-# The base model is expected to do badly here: it is only flagged, never aborted.
+# ## The eval prompts
+# The held-out split 01 wrote, rendered with the same chat template; `max_new_tokens` follows the
+# longest reference answer, so generation stops near where a good answer would.
 
 # %%
 from pathlib import Path
@@ -93,7 +91,16 @@ eval_ds = splits.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
-print(f"max_new_tokens {max_new_tokens} ({why})")
+print(f"{len(prompts)} prompts from {data_dir}; max_new_tokens {max_new_tokens} ({why})")
+
+# %% [markdown]
+# ## Base model first
+# The same prompts and the same greedy decoding for both models, so the difference is the adapter.
+# Generations run under the degeneration guard: a row that loops or turns to token soup is
+# stopped where it degenerates (healthy rows are untouched), so nobody waits for garbage.
+# The base model is expected to do badly here: it is only flagged, never aborted.
+
+# %%
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,

@@ -106,11 +106,9 @@ if export_merged and memory_plan["device"] is None:
     raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
 
 # %% [markdown]
-# ## Merged fp16 model
-# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
-# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
-# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
-# must stay within about two fp16 rounding steps of the largest logit.
+# ## What every export carries
+# The model card's facts (data, training run, 03's figures), where each export is pushed, and the few
+# eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
 
 # %%
 from transformers import AutoTokenizer
@@ -123,6 +121,16 @@ repos = hub.targets(hub_repo, hub_what)
 facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
 prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+print(f"{len(prompts)} check prompts; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
+
+# %% [markdown]
+# ## Merged fp16 model
+# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
+# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
+# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
+# must stay within about two fp16 rounding steps of the largest logit.
+
+# %%
 merged = None
 if export_merged:
     merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, memory_plan["device"], max_shard_size=max_shard_size)
