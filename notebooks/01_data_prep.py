@@ -45,6 +45,8 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # ## Parameters
 # One cell, tagged `parameters`, so papermill (and Kaggle's batch run) can override any knob.
 # `smoke=True` caps the work so a real model can go through the whole chain in minutes.
+# `columns` maps chat roles to your data's columns: `"user=COL,assistant=COL"`, optionally `,system=COL`
+# (explained here, not in the cell: papermill reads an `=` in a parameter's comment as a second assignment).
 
 # %% tags=["parameters"]
 base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
@@ -53,7 +55,7 @@ output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
 smoke = False
 format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
-columns = ""  # "" auto-detects (prompt/response, question/answer, ...); else "user=COL,assistant=COL[,system=COL]"
+columns = ""  # empty: auto-detects (prompt/response, question/answer, ...); else roles to columns (see above)
 max_seq_len = "auto"  # auto: covers 99% of records, capped by the model's positions and a T4's memory
 eval_fraction = 0.1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
@@ -135,6 +137,6 @@ for row in train.select(range(min(3, len(train)))):
 from IPython.display import Image
 
 display(Image(str(out / "lengths.png")))
-plan = manifest["batching"]
-print(f"token lengths {manifest['token_lengths']}; chosen: {plan['strategy']} (batch size {plan['batch_size']})")
-pd.Series(plan["real_token_share"], name="real-token share").to_frame()
+batching_plan = manifest["batching"]
+print(f"token lengths {manifest['token_lengths']}; chosen: {batching_plan['strategy']} (batch size {batching_plan['batch_size']})")
+pd.Series(batching_plan["real_token_share"], name="real-token share").to_frame()

@@ -79,47 +79,78 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
                 base_model=base_model, attn_implementation=attn_implementation)
 
 # %% [markdown]
-# ## Check the configuration before loading anything
-# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a
-# T4 ... each is a clear message now instead of a crash at hour three. The memory plan says
-# whether this batch size fits the GPU, the largest batch and the longest sequence that do, and so
-# how to use several GPUs: data parallel (DDP) when one GPU holds the model, split across them when
-# only all do. The loss never builds the full logits (batch x seq x vocab: 6 GB for Llama-3 at 2 x 2048);
-# it is computed in chunks from the last hidden states (`chunked_loss`), and the plan counts one chunk.
-# The disk check reads the filesystem of `output_dir` against the checkpoints the run will keep.
+# ## The data from 01
+# The prepared splits and their manifest: token lengths, `max_seq_len` and the batching plan 01 measured.
 
 # %%
-import json
-
-from nbutils import defaults
 from nbutils.data import splits
-from nbutils.eval import evaluation
 from nbutils.platform import environment
-from nbutils.train import launch, loss, memory, modeling, trainconfig
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)
 manifest = splits.load_manifest(data_dir)
 train_ds, eval_ds = splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval")
+print(f"{len(train_ds)} train / {len(eval_ds)} eval examples from {data_dir}; checkpoints go to {out}")
+
+# %% [markdown]
+# ## Memory plan: will it fit?
+# Read from the model's config alone, before any weight loads: whether this batch size fits the GPU,
+# and the largest batch and longest sequence that do. The loss never builds the full logits (batch x
+# seq x vocab: 6 GB for Llama-3 at 2 x 2048); it is computed in chunks from the last hidden states
+# (`chunked_loss`), and the plan counts one chunk.
+
+# %%
+from nbutils.train import loss, memory, modeling
+
 model_config = modeling.load_config(base_model)
 loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
-plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
-                   env["gpu_count"], loss=loss_kind)
-run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
+memory_plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
+                          env["gpu_memory_gb"], env["gpu_count"], loss=loss_kind)
+print(memory.table(memory_plan))
+
+# %% [markdown]
+# ## One GPU or several
+# Data parallel (DDP) when one GPU holds the model, split across them when only all do (see "More than
+# one GPU" below).
+
+# %%
+from nbutils.train import launch
+
+processes = launch.decide(multi_gpu, num_processes, env["gpu_count"], memory_plan)
+print(f"mode: {processes.mode}, {processes.why}")
+
+# %% [markdown]
+# ## Training configuration, checked before loading anything
+# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a T4 ...
+# each is a clear message now instead of a crash at hour three. The choices, each with its reason:
+# - optimizer: AdamW (`adamw_torch`), on the LoRA weights only: they are a few MB, so its two states cost
+#   nothing, and unlike the paged 8-bit optimizers its state resumes exactly from a checkpoint;
+# - learning rate: `learning_rate="auto"` picks by model size (2e-4 for real models, higher for toys);
+# - loss: next-token cross-entropy on the answer tokens only (01's completion-only labels), averaged over
+#   target tokens across gradient accumulation, so a batch of short answers weighs what it should.
+
+# %%
+from nbutils import defaults
+from nbutils.train import trainconfig
+
 lr, lr_why = defaults.learning_rate(learning_rate, model_config)
 cfg = trainconfig.TrainConfig(
-    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, lora_r=lora_r,
-    lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
-    grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
-    save_total_limit=save_total_limit,
-    precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
-    resume=resume, seed=seed, world_size=run.world_size, chunked_loss=chunked_loss)
+    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, optim="adamw_torch",
+    lora_r=lora_r, lora_dropout=lora_dropout, use_rslora=use_rslora,
+    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, world_size=processes.world_size,
+    eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps, save_total_limit=save_total_limit,
+    precision=env["precision"], max_seq_len=manifest["max_seq_len"], chunked_loss=chunked_loss,
+    time_budget_min=time_budget_min, resume=resume, seed=seed)
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
-print(memory.table(plan))
-print(f"mode: {run.mode}, {run.why}; effective batch {cfg.effective_batch}")
-print(f"learning rate {lr:g} ({lr_why})")
-check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's disk, before any hour is spent
+print(f"effective batch {cfg.effective_batch}; learning rate {lr:g} ({lr_why})")
+
+# %% [markdown]
+# ## Disk
+# The filesystem of `output_dir` against the checkpoints the run will keep, before any hour is spent.
+
+# %%
+checkpoint_need_mb = check_disk(out, memory_plan["checkpoint_mb"], cfg.save_total_limit)
 
 # %% [markdown]
 # ## More than one GPU
@@ -137,21 +168,51 @@ check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's
 # A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads
 # its layers over all GPUs in one process: it fits, but is no faster (the GPUs take turns).
 #
-# The next three cells define the steps each process runs; the cell after them runs them.
+# The next four cells define the steps each process runs; the cell after them runs them.
+
+# %% [markdown]
+# ## The QLoRA recipe
+# The base model stays frozen in 4-bit; only small low-rank adapters (LoRA) on its linear layers train.
+# Both configurations are here to change. They are built inside a function, run by each training
+# process, because peft imports bitsandbytes, which touches the GPU (see "More than one GPU").
+
+# %%
+def qlora_configs():
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig
+
+    bnb_config = BitsAndBytesConfig(
+        load_in_4bit=True,  # frozen base weights in 4 bits: a 7B model takes ~4 GB of GPU memory instead of 14
+        bnb_4bit_quant_type="nf4",  # NormalFloat4: 16 levels placed where normally distributed weights fall
+        bnb_4bit_use_double_quant=True,  # quantize the per-block scales too: ~0.4 bit per weight saved
+        bnb_4bit_compute_dtype=modeling.DTYPES[env["precision"]],  # matmuls run in this: fp16 on a T4, bf16 from cc 8.0
+    ) if load_in_4bit else None
+    lora_config = LoraConfig(
+        r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
+        lora_alpha=lora_r,  # the adapter's output is scaled by alpha / r: 1 here, the usual QLoRA choice
+        target_modules="all-linear",  # every linear layer of every block: better than attention alone
+        lora_dropout=lora_dropout,  # 0 for short runs; 0.05-0.1 against overfitting a small dataset
+        use_rslora=use_rslora,  # scale by alpha / sqrt(r) instead: high ranks (64+) keep learning as fast
+        task_type="CAUSAL_LM",
+    )
+    return bnb_config, lora_config
+
 
 # %% [markdown]
 # ## Load the model
-# The model loads in 4-bit (nf4, double quantization) with the compute dtype of the precision
-# rule, on this process's own GPU. LoRA goes on every linear layer (alpha = r); its weights stay
-# fp32 so the fp16 gradient scaler works on a T4. Gradient checkpointing uses `use_reentrant=False`.
+# `AutoModelForCausalLM`: the base model with its next-token head, what writing answers needs; it
+# loads with the 4-bit config on this process's own GPU, then gets the adapters. LoRA
+# weights stay fp32 so the fp16 gradient scaler works on a T4; gradient checkpointing uses
+# `use_reentrant=False` (the reentrant variant drops gradients when the frozen inputs need none).
 
 # %%
 def load_model():
+    bnb_config, lora_config = qlora_configs()
     tokenizer = modeling.load_tokenizer(base_model)
-    model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"],
-                               device_map="split" if run.mode == "split" else None)
-    model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
-    print(modeling.trainable_summary(model))
+    model = modeling.load_base(base_model, env["precision"], bnb_config or False, env["attention"],
+                               device_map="split" if processes.mode == "split" else None)
+    model = modeling.attach_lora(model, config=lora_config, seed=seed)
+    print(modeling.trainable_line(model))
     return model, tokenizer
 
 
@@ -169,14 +230,16 @@ def train_model(model, tokenizer):
     from nbutils.train import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
     run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
+    from nbutils.eval import evaluation
+
     prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
     probe = evaluation.probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0]) \
         if probe_prompts else None
     result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
                             run_config=run_config, probe=probe, progress=training.progress_mode(progress),
-                            memory_estimate_gb=plan["estimate_gb"])
+                            memory_estimate_gb=memory_plan["estimate_gb"])
     if result["is_main"] and result["peak_memory_gb"] is not None:  # on a GPU: the measured peak beside the plan
-        print(memory.table({**plan, "measured_peak_gb": result["peak_memory_gb"]}))
+        print(memory.table({**memory_plan, "measured_peak_gb": result["peak_memory_gb"]}))
     return result, run_config
 
 
@@ -194,11 +257,11 @@ def save_and_verify(model, tokenizer, result, run_config):
     from nbutils.train import training
 
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
-    training.write_summary(out, result, cfg, ckpt, plan)
+    training.write_summary(out, result, cfg, ckpt, memory_plan)
     assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
-    print("checkpoint", ckpt, "verified" if check["ok"] else f"DAMAGED {check['problems']}", check)
-    assert check["ok"], f"checkpoint failed verification: {check['problems']}"
+    assert check["ok"], f"checkpoint {ckpt} failed verification: {check['problems']}"
+    print(f"[checkpoint] {ckpt}: verified (every file against its manifest; reloaded, it generates {check['generated']!r})")
 
 
 # %% [markdown]
@@ -207,6 +270,9 @@ def save_and_verify(model, tokenizer, result, run_config):
 # several, each process runs them on its own GPU and the first one writes the files.
 
 # %%
+import json
+
+
 def train_on_this_process():
     model, tokenizer = load_model()
     result, run_config = train_model(model, tokenizer)
@@ -215,7 +281,7 @@ def train_on_this_process():
     return model, tokenizer
 
 
-trained = launch.run_in_processes(train_on_this_process, run.processes)
+trained = launch.run_in_processes(train_on_this_process, processes.processes)
 if trained is not None:
     model, tokenizer = trained
 summary = json.loads((out / "training_summary.json").read_text())  # written by the first process

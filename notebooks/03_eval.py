@@ -70,11 +70,9 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_
                 attn_implementation=attn_implementation)
 
 # %% [markdown]
-# ## Base model first
-# The same prompts and the same greedy decoding for both models, so the difference is the adapter.
-# Generations run under the degeneration guard: a row that loops or turns to token soup is
-# stopped where it degenerates (healthy rows are untouched), so nobody waits for garbage.
-# The base model is expected to do badly here: it is only flagged, never aborted.
+# ## The eval prompts
+# The held-out split 01 wrote, rendered with the same chat template; `max_new_tokens` follows the
+# longest reference answer, so generation stops near where a good answer would.
 
 # %%
 from pathlib import Path
@@ -93,12 +91,21 @@ eval_ds = splits.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
-print(f"max_new_tokens {max_new_tokens} ({why})")
+print(f"{len(prompts)} prompts from {data_dir}; max_new_tokens {max_new_tokens} ({why})")
+
+# %% [markdown]
+# ## Base model first
+# The same prompts and the same greedy decoding for both models, so the difference is the adapter.
+# Generations run under the degeneration guard: a row that loops or turns to token soup is
+# stopped where it degenerates (healthy rows are untouched), so nobody waits for garbage.
+# The base model is expected to do badly here: it is only flagged, never aborted.
+
+# %%
 model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                   guard="off" if guard == "off" else "flag")
-base
+print(report.model_line("base", base))
 
 # %% [markdown]
 # ## Then with the adapter
@@ -119,7 +126,7 @@ model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
 tuned, tuned_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                     guard="off" if guard == "off" else "flag", breaker=breaker)
-tuned
+print(report.model_line("tuned", tuned))
 
 # %% [markdown]
 # ## Task metrics
@@ -154,8 +161,8 @@ evaluation.write_report(out, result)
 (out / "samples.html").write_text(report.samples_table_html(rows, ["model", "prompt", "reference", "output", "verdict"]))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
 display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])))
-{k: {m: result[m][k] for m in ("base", "tuned")} for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate",
-                                                           "tokens_saved")}
+pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}
+              for m in ("base", "tuned")}).round(4)
 
 # %% [markdown]
 # ## Chat with your model

@@ -100,17 +100,15 @@ from nbutils.export import merge
 from nbutils.train import checkpoints
 
 ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its manifest, as in 03
-plan = merge.memory_plan(base_model)
-print(merge.plan_text(plan))
-if export_merged and plan["device"] is None:
+memory_plan = merge.memory_plan(base_model)
+print(merge.plan_text(memory_plan))
+if export_merged and memory_plan["device"] is None:
     raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
 
 # %% [markdown]
-# ## Merged fp16 model
-# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
-# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
-# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
-# must stay within about two fp16 rounding steps of the largest logit.
+# ## What every export carries
+# The model card's facts (data, training run, 03's figures), where each export is pushed, and the few
+# eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
 
 # %%
 from transformers import AutoTokenizer
@@ -123,13 +121,24 @@ repos = hub.targets(hub_repo, hub_what)
 facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
 prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+print(f"{len(prompts)} check prompts; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
+
+# %% [markdown]
+# ## Merged fp16 model
+# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
+# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
+# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
+# must stay within about two fp16 rounding steps of the largest logit.
+
+# %%
 merged = None
 if export_merged:
-    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, plan["device"], max_shard_size=max_shard_size)
+    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, memory_plan["device"], max_shard_size=max_shard_size)
     (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {out / 'merged'}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
           f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
-merged
+else:
+    print("[merged] skipped: export_merged=False")
 
 # %% [markdown]
 # ## Adapter only
@@ -142,7 +151,10 @@ from nbutils.export import adapter
 adapter_export = None
 if export_adapter:
     adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", repos.get("adapter", "")))
-adapter_export
+    print(f"adapter in {adapter_export['dir']}: {adapter_export['size_mb']} MB, {len(adapter_export['files'])} files "
+          f"({', '.join(adapter_export['files'])})")
+else:
+    print("[adapter] skipped: export_adapter=False")
 
 # %% [markdown]
 # ## Push to the Hugging Face Hub
@@ -179,8 +191,10 @@ else:
 # %%
 from nbutils.export import summary as export_summary
 
-result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": plan, "merged": merged,
+result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": memory_plan, "merged": merged,
           "adapter": adapter_export, "pushed": pushed, "gguf": str(gguf_file) if gguf_file else None, "facts": facts}
 export_summary.write_summary(out, result)
-{"gate": "forced" if decision.forced else "passed", "merged_max_abs_diff": merged and merged["max_abs_diff"],
- "adapter_mb": adapter_export and adapter_export["size_mb"], "pushed": pushed, "gguf": result["gguf"]}
+print(f"[export] gate {'forced' if decision.forced else 'passed'}; merged: "
+      f"{'max |logit diff| ' + format(merged['max_abs_diff'], '.4g') if merged else 'no'}; adapter: "
+      f"{str(adapter_export['size_mb']) + ' MB' if adapter_export else 'no'}; pushed: {pushed or 'nothing'}; "
+      f"GGUF: {result['gguf'] or 'none'}; all in {out / 'export_summary.json'}")

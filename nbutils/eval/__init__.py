@@ -5,7 +5,7 @@
 - `degeneration`: the circuit breaker for whole runs, summaries, and `python -m nbutils.eval.degeneration check`.
 - `evaluation`: guarded batched generation on a bounded sample, the task metric, the eval loss.
 - `metrics`: exact match, ROUGE-L, chrF or a user scorer, with bootstrap intervals and win/tie/loss.
-- `report`: the per-sample table and the chart of degeneration reasons.
+- `report`: one line per model, the per-sample table and the chart of degeneration reasons.
 - `chat`: talk to the tuned model (streamed interactively, plain lines in a batch run).
 - `corpus`, `stress`, `scorecard`: the stress set that measures those verdicts, and its scores.
 """

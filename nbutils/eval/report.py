@@ -1,4 +1,4 @@
-"""What 03_eval shows a person: a per-sample table and a chart of degeneration reasons."""
+"""What 03_eval shows a person: one line per model, a per-sample table and a chart of degeneration reasons."""
 
 from __future__ import annotations
 
@@ -10,6 +10,14 @@ STYLE = (
     "font-family:monospace;white-space:pre-wrap;max-width:28em}.nbr .bad{background:#fde2e2}"
     ".nbr .ok{background:#e3f6e3}</style>"
 )
+
+
+def model_line(name: str, block: dict) -> str:
+    """One model's figures (evaluation.score's block) as the one line 03 prints under its generations."""
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(block["reasons"].items())) or "none"
+    return (f"{name}: task metric {block['task_metric']:.3f}, eval loss {block['eval_loss']:.4f}, "
+            f"degenerate {block['degenerate_rate']:.1%} ({reasons}), EOS {block['eos_rate']:.1%} of {block['n']} "
+            f"generations; {block['tokens_generated']} tokens generated, {block['tokens_saved']} saved by the guard")
 
 
 def _cell(text: str, limit: int = 400) -> str:

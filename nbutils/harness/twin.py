@@ -201,7 +201,7 @@ def rerun_install(box_root: Path) -> str:
     box = Sandbox(box_root, box_root / "input", box_root / "working", box_root / "temp", box_root / "events.jsonl")
     python = box_root / "env" / "bin" / "python"
     env = environment(box, internet=False, python=str(python))
-    cell = bootstrap_cell_source().replace("\nensure_packages()", "\nprint(repr(ensure_packages()))")
+    cell = bootstrap_cell_source()  # its last line printed is ensure_packages()' one-line summary
     proc = subprocess.run([str(python), "-c", cell], cwd=box.working, env=env, capture_output=True, text=True)
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     return lines[-1] if lines else f"no output (exit {proc.returncode})"

@@ -50,8 +50,7 @@ def check_env(name: str, py: str, work: Path, dataset_dir: Path, strict: bool) -
         print("[wheelhouse-check] `unshare -n` unavailable: relying on --no-index and PIP_NO_INDEX", flush=True)
     before = _freeze(py)
     start = time.monotonic()
-    # The cell ends with ensure_packages(); print its one-line summary as a notebook would display it.
-    cell = bootstrap_cell_source().replace("\nensure_packages()", "\nprint(repr(ensure_packages()))")
+    cell = bootstrap_cell_source()  # its last line printed is ensure_packages()' one-line summary
     subprocess.run([*prefix, py, "-c", cell], cwd=work, env=env, check=True)
     install_s = time.monotonic() - start
     modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.platform.install"}))

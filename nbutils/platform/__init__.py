@@ -4,6 +4,7 @@
 - `preflight`: accelerators, the precision rule, versions and disk, checked near each notebook's top.
 - `install`: install only what the platform lacks, pinned, never torch.
 - `install_verify`: after pip, what changed, what the kernel still holds, and whether it imports.
+- `output`: what a run prints: known harmless library messages filtered, progress bars that end.
 - `secrets`: secrets read the platform's way, never printed, redacted from what is written.
 - `settings`: the project's addresses (repository, Kaggle owner, dataset slug).
 """

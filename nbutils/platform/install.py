@@ -135,7 +135,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
     """
     plan = InstallPlan(platform_name, "none")
     if platform_name == "local":
-        plan.notes.append("local run: `make setup` installed the pinned environment; nothing to do")
+        plan.notes.append("local run: `make setup` installed the pinned environment")
         return plan
     numpy1 = _version(installed.get("numpy") or "2")[:1] < (2,)
     pins = {**PINS, **({n: pin for n, (pin, _) in NUMPY1_PINS.items()} if numpy1 else {})}
@@ -147,7 +147,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
     if not installed.get("nbutils"):
         specs.insert(0, "nbutils" if dataset_dir is not None else nbutils_git_spec())
     if not specs:
-        plan.notes.append("every package is present and recent enough; nothing to install")
+        plan.notes.append("every package is present and recent enough")
         return plan
     plan.packages = specs
     plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not _is_never(n)]
@@ -241,11 +241,12 @@ def run_install(plan: InstallPlan) -> None:
     """Run pip for the plan, then check what it left: pins, stale modules, fresh imports, conflicts."""
     from nbutils.platform import install_verify
 
+    if not plan.packages:  # one line: the notes only say why there is nothing to do
+        plan.summary = f"[install] nothing to install: {plan.notes[-1] if plan.notes else plan.platform}"
+        print(plan.summary, flush=True)
+        return
     for note in plan.notes:
         print(f"[install] {note}")
-    if not plan.packages:
-        plan.summary = "[install] nothing to install" + (" (local run)" if plan.platform == "local" else "")
-        return
     assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
     before = install_verify.distribution_versions()
     returncode, output = _run_pip(plan)
@@ -274,10 +275,12 @@ def run_install(plan: InstallPlan) -> None:
                     + (f", {moved} more moved by pip" if moved > 0 else "") + (f"; held {held}" if held else "")
                     + (f"; {harmless} conflict(s) that do not matter to the chain" if harmless else "")
                     + "; every changed package imports in a fresh process")
+    print(plan.summary, flush=True)
 
 
-def ensure_packages() -> InstallPlan:
-    """The install cell's second half: decide for this platform, install, verify."""
+def ensure_packages() -> None:
+    """The install cell's second half: decide for this platform, install, verify; the last line printed says what
+    happened (returns nothing, so the cell ends on that line rather than on a repr)."""
     from nbutils.platform.environment import detect_platform
 
     platform = detect_platform()
@@ -285,9 +288,7 @@ def ensure_packages() -> InstallPlan:
     dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
     missing = any(needs_install(n, installed.get(n)) for n in NEEDED)
     online = has_internet() if platform.name != "local" and dataset is None and missing else False
-    plan = plan_install(platform.name, online, dataset, installed)
-    run_install(plan)
-    return plan
+    run_install(plan_install(platform.name, online, dataset, installed))
 
 
 def bootstrap_cell_source() -> str:

@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.platform import output
 from nbutils.platform.environment import Platform, detect_platform
 
 PACKAGES = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "datasets", "protobuf")
@@ -137,6 +138,7 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     With base_model, "attention" is the implementation that model will load with: attn_implementation
     unless it is "auto", else what its class supports (nbutils.train.modeling.choose_attention)."""
     platform = platform or detect_platform()
+    output.quiet_session(platform.is_batch)  # before transformers, peft and bitsandbytes load: see output.py
     accels = accelerators() if accels is None else accels
     vers = versions()
     problems = []

@@ -109,23 +109,32 @@ def finite_trainables(model) -> bool:
 
 
 class ProgressLog(TrainerCallback):
-    """Plain periodic lines (step, loss, tokens/s, ETA) for batch logs, where widgets show nothing."""
+    """One plain line per logging interval (step, loss, tokens/s, ETA) and one per evaluation (eval loss):
+    the run's log in a batch run, where widgets show nothing, and in the saved notebook."""
 
     def __init__(self, stream=None):
-        self.stream, self.t0, self.tokens0 = stream, None, 0  # None: sys.stdout at print time
+        self.stream, self.t0, self.tokens0, self.eval_step = stream, None, 0, None  # stream None: sys.stdout
 
     def on_train_begin(self, args, state, control, **kw):
         self.t0, self.tokens0, self.step0 = time.time(), state.num_input_tokens_seen or 0, state.global_step
 
     def on_log(self, args, state, control, logs=None, **kw):
-        if not logs or "loss" not in logs or self.t0 is None or not state.is_world_process_zero:
+        if not logs or not state.is_world_process_zero:
+            return
+        if "eval_loss" in logs and state.global_step != self.eval_step:  # the final evaluate() repeats the last one
+            self.eval_step = state.global_step
+            self._print(f"[eval] step {state.global_step}/{state.max_steps}  eval loss {float(logs['eval_loss']):.4f}")
+        if "loss" not in logs or self.t0 is None:
             return
         elapsed = max(1e-6, time.time() - self.t0)
         done = max(1, state.global_step - self.step0)
         eta = (state.max_steps - state.global_step) * elapsed / done
         tokens = (state.num_input_tokens_seen or 0) - self.tokens0
-        print(f"[train] step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.4f}  "
-              f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min", file=self.stream or sys.stdout, flush=True)
+        self._print(f"[train] step {state.global_step}/{state.max_steps}  loss {float(logs['loss']):.4f}  "
+                    f"tokens/s {tokens / elapsed:,.0f}  ETA {eta / 60:.1f} min")
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream or sys.stdout, flush=True)
 
 
 class Probe(TrainerCallback):

@@ -1,6 +1,7 @@
 """Loading the base model in 4-bit and attaching LoRA, the QLoRA way, right for a T4.
 
-- nf4 with double quantization; compute dtype from the precision rule (fp16 on a T4).
+- nf4 with double quantization (`nf4_config`; 02 builds its own copy in view); compute dtype from the
+  precision rule (fp16 on a T4).
 - Trainable parameters (LoRA) stay fp32 even when compute is fp16: the fp16 grad scaler refuses
   to unscale fp16 gradients ("Attempting to unscale FP16 gradients").
 - Gradient checkpointing with use_reentrant=False: the reentrant variant silently drops
@@ -46,24 +47,26 @@ def choose_attention(config, requested: str = "auto", preferred: str = "sdpa") -
     return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
 
 
-def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = True,
-              attn_implementation: str = "auto", device_map=None, preferred_attention: str = "sdpa"):
-    """Base causal LM, 4-bit nf4 + double quant when asked, compute dtype from the precision rule.
+def nf4_config(precision: str = "fp32"):
+    """The QLoRA 4-bit recipe (02 spells it out as code to change; 03, 04 and the checkpoint check load with this)."""
+    from transformers import BitsAndBytesConfig
 
-    attn_implementation="auto" picks per model class (see choose_attention); preferred_attention is
-    preflight's env["attention"]."""
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=DTYPES[precision])
+
+
+def load_base(base_model: str, precision: str = "fp32", load_in_4bit=True,
+              attn_implementation: str = "auto", device_map=None, preferred_attention: str = "sdpa"):
+    """Base causal LM with the compute dtype of the precision rule.
+
+    load_in_4bit: True loads with nf4_config(precision), a BitsAndBytesConfig loads with that one (02's), False
+    loads the full-precision weights. attn_implementation="auto" picks per model class (see choose_attention);
+    preferred_attention is preflight's env["attention"]."""
     import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
     attn_implementation = choose_attention(load_config(base_model), attn_implementation, preferred_attention)
-
-    dtype = getattr(torch, DTYPES[precision])
-    quant = None
-    if load_in_4bit:
-        quant = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=dtype,
-        )
+    quant = nf4_config(precision) if load_in_4bit is True else (load_in_4bit or None)
     if device_map is None and torch.cuda.is_available():
         import os
 
@@ -72,14 +75,15 @@ def load_base(base_model: str, precision: str = "fp32", load_in_4bit: bool = Tru
     elif device_map == "split":
         device_map = "auto"  # one process, layers spread over all visible GPUs: bigger models, no speed-up
     return AutoModelForCausalLM.from_pretrained(
-        embedded.resolve_model(base_model), quantization_config=quant, dtype=dtype,
+        embedded.resolve_model(base_model), quantization_config=quant, dtype=getattr(torch, DTYPES[precision]),
         attn_implementation=attn_implementation, device_map=device_map,
     )
 
 
 def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0.0, use_rslora: bool = False,
-                gradient_checkpointing: bool = True, seed: int = 0):
-    """k-bit preparation, then LoRA on all linear layers (alpha = r by default); trainables in fp32."""
+                gradient_checkpointing: bool = True, seed: int = 0, config=None):
+    """k-bit preparation, then LoRA: `config` (a peft LoraConfig, as 02 builds it) or, without one, on all linear
+    layers with rank r (alpha = r by default); trainables in fp32."""
     import torch
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import set_seed
@@ -94,7 +98,7 @@ def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0
     elif gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    config = LoraConfig(
+    config = config or LoraConfig(
         r=r, lora_alpha=alpha or r, lora_dropout=dropout, use_rslora=use_rslora,
         target_modules="all-linear", task_type="CAUSAL_LM",
     )
@@ -112,3 +116,10 @@ def trainable_summary(model) -> dict:
     n = sum(p.numel() for p in trainable)
     return {"trainable": n, "total": total, "share": round(n / total, 4),
             "trainable_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in trainable})}
+
+
+def trainable_line(model) -> str:
+    """trainable_summary as the one line 02 prints under the model."""
+    t = trainable_summary(model)
+    return (f"[model] LoRA: {t['trainable']:,} trainable parameters of {t['total']:,} ({t['share']:.2%}), "
+            f"{'/'.join(t['trainable_dtypes'])}")

@@ -101,17 +101,39 @@ class MarkComplete(TrainerCallback):
         checkpoints.rotate(args.output_dir, self.keep, state.best_model_checkpoint, self.verified)
 
 
-def _plain_tqdm_bar(trainer) -> None:
-    """tqdm.auto's bar (a widget in Jupyter, text elsewhere) instead of transformers' notebook bar, which
-    crashes at the end of a run stopped in its first steps (1 / None in NotebookProgressBar.update_bar)."""
-    from transformers.trainer_callback import ProgressCallback
+class _BarOnly(TrainerCallback):
+    """The Trainer's tqdm.auto bar without the dict it writes under the bar at every log: ProgressLog's line says it."""
+
+    def __init__(self):
+        from transformers.trainer_callback import ProgressCallback
+
+        self.bar = ProgressCallback()
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.bar.on_train_begin(args, state, control, **kw)
+
+    def on_step_end(self, args, state, control, **kw):
+        self.bar.on_step_end(args, state, control, **kw)
+
+    def on_train_end(self, args, state, control, **kw):
+        self.bar.on_train_end(args, state, control, **kw)
+
+
+def _one_progress_line(trainer) -> None:
+    """One line per interval: ProgressLog's. The Trainer's own dict logs ({'loss': '2.898', 'grad_norm': ...},
+    {'train_runtime': ...}, eval dicts) repeat it, so PrinterCallback goes; the bar, when asked for, is tqdm.auto's
+    (a widget in Jupyter, text elsewhere) without the dicts, never transformers' notebook bar, which crashes at the
+    end of a run stopped in its first steps (1 / None in NotebookProgressBar.update_bar)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     try:
         from transformers.utils.notebook import NotebookProgressCallback
     except ImportError:
-        return
-    if trainer.pop_callback(NotebookProgressCallback) is not None:
-        trainer.add_callback(ProgressCallback)
+        NotebookProgressCallback = ProgressCallback
+    bars = [trainer.pop_callback(cls) for cls in (NotebookProgressCallback, ProgressCallback)]
+    trainer.pop_callback(PrinterCallback)
+    if any(bar is not None for bar in bars):
+        trainer.add_callback(_BarOnly())
 
 
 def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None,
@@ -183,7 +205,7 @@ def _make_trainer(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_
         train_dataset=_rows(train_ds, plan), eval_dataset=_rows(eval_ds, plan),  # eval packed too: one collator for both
         data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
     )
-    _plain_tqdm_bar(trainer)
+    _one_progress_line(trainer)
     return trainer, loss_kind
 
 

@@ -207,6 +207,7 @@ def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatc
     assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-c" in cmd and f"peft=={PINS['peft']}" in cmd
     out = capsys.readouterr().out
     assert "holding torch==2.6.0" in out and "Successfully installed" in out and "verified" in repr(plan)
+    assert out.strip().splitlines()[-1] == plan.summary  # the cell's last line says what happened
 
 
 def test_run_install_says_when_a_pin_did_not_take(monkeypatch, no_verify):
@@ -241,8 +242,9 @@ def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
     for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_DATA_PROXY_TOKEN", "COLAB_RELEASE_TAG"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(subprocess, "Popen", None)  # would fail if pip were run
-    assert install.ensure_packages().source == "none"
-    assert "nothing to do" in capsys.readouterr().out
+    assert install.ensure_packages() is None  # the cell ends on the printed summary, not on a repr
+    assert capsys.readouterr().out.splitlines() == ["[install] nothing to install: local run: `make setup` installed "
+                                                    "the pinned environment"]
 
 
 def test_needed_never_lists_torch():

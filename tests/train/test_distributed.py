@@ -87,7 +87,7 @@ def test_notebook_launcher_trains_two_processes_like_one(runs, prepared_data, tm
     assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=0.5, abs=0.01)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint"]
     assert two["checkpoint_complete"]
-    assert log.count("'trainable': ") == 1 and log.count("[train] step 40/40") == 1  # one log, not one per process
+    assert log.count("[model] LoRA: ") == 1 and log.count("[train] step 40/40") == 1  # one log, not one per process
     assert "mode: ddp, 2 CPU processes (gloo) through the notebook launcher" in log
 
 

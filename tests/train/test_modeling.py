@@ -40,6 +40,26 @@ def test_lora_on_all_linear_layers_alpha_r_no_dropout(embedded_dir):
     assert base.model.layers[0]._gradient_checkpointing_func.keywords.get("use_reentrant") is False
 
 
+def test_the_notebooks_own_configs_are_the_ones_used(embedded_dir):
+    """02 builds BitsAndBytesConfig and LoraConfig as code to change: what it passes is what loads and trains."""
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig
+
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False,
+                             bnb_4bit_compute_dtype="float32")
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1, task_type="CAUSAL_LM")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", bnb), config=lora, r=16)
+    quant = model.base_model.model.config.quantization_config
+    assert quant.bnb_4bit_quant_type == "fp4" and not quant.bnb_4bit_use_double_quant
+    cfg = model.peft_config["default"]
+    assert cfg.r == 4 and cfg.lora_alpha == 8 and cfg.lora_dropout == 0.1
+    assert {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "lora_A")} == {"q_proj", "v_proj"}
+    assert modeling.trainable_line(model).startswith("[model] LoRA: ") and "float32" in modeling.trainable_line(model)
+    # the library default is the recipe 02 spells out
+    default = modeling.nf4_config("fp16")
+    assert default.bnb_4bit_quant_type == "nf4" and default.bnb_4bit_use_double_quant and default.load_in_4bit
+
+
 def test_rslora_option_scales_by_sqrt_r(embedded_dir):
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=16, use_rslora=True,
                                  gradient_checkpointing=False)

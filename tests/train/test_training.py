@@ -166,8 +166,13 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
 
 def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=20))
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[train] step")]
-    assert lines and all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.startswith("[train] step")]
+    assert [x.split()[2] for x in lines] == ["5/20", "10/20", "15/20", "20/20"]  # one line per logging interval
+    assert all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
+    # one line per evaluation (the final evaluate() at step 20 is not a second one), and no Trainer dict logs
+    assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["10/20", "20/20"]
+    assert "{'" not in out and "train_runtime" not in out, out
     ckpt = training.save_checkpoint(model, tok, tmp_path, {"p": 1}, result)
     summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
     assert json.loads((tmp_path / "training_summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
@@ -194,6 +199,13 @@ def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_p
     _, _, result = _train(prepared_data, tmp_path, _cfg(time_budget_min=0.03), clock=lambda: next(ticks),
                           session_start=0, progress="widgets")
     assert result["stopped_reason"] == "time_budget" and result["global_step"] <= 2
+
+
+def test_the_bar_comes_without_the_trainers_dict_logs(prepared_data, tmp_path, capsys):
+    _train(prepared_data, tmp_path, _cfg(max_steps=10), progress="both")
+    out = capsys.readouterr()
+    assert "[train] step 10/10" in out.out and "{'" not in out.out + out.err, out
+    assert "10/10" in out.err  # the tqdm bar (text outside Jupyter) reached the end
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
