@@ -5,10 +5,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from nbutils.harness import runner as harness
+from nbutils import chain
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAIN = [Path(nb).stem for nb in harness.CHAIN]  # the notebooks `make papermill-check` runs, in order
+CHAIN = chain.NOTEBOOKS  # the notebooks `make papermill-check` runs, in order
 
 
 def run() -> list[dict]:

@@ -102,19 +102,19 @@ out = environment.stage_dir("train_qlora", output_dir)
 manifest = splits.load_manifest(data_dir)
 train_ds, eval_ds = splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval")
 model_config = modeling.load_config(base_model)
-loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
-plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env["gpu_memory_gb"],
-                   env["gpu_count"], loss=loss_kind)
-run = launch.decide(multi_gpu, num_processes, env["gpu_count"], plan)
+loss_kind = loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)  # no CUDA call here
+plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r, env.gpu_memory_gb,
+                   env.gpu_count, loss=loss_kind)
+run = launch.decide(multi_gpu, num_processes, env.gpu_count, plan)
 lr, lr_why = defaults.learning_rate(learning_rate, model_config)
 cfg = trainconfig.TrainConfig(
     max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, lora_r=lora_r,
     lora_dropout=lora_dropout, use_rslora=use_rslora, per_device_batch_size=per_device_batch_size,
     grad_accum=grad_accum, eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps,
     save_total_limit=save_total_limit,
-    precision=env["precision"], max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
+    precision=env.precision, max_seq_len=manifest["max_seq_len"], time_budget_min=time_budget_min,
     resume=resume, seed=seed, world_size=run.world_size, chunked_loss=chunked_loss)
-trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
+trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env.gpu_capability,
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(memory.table(plan))
 print(f"mode: {run.mode}, {run.why}; effective batch {cfg.effective_batch}")
@@ -148,7 +148,7 @@ check_disk(out, plan["checkpoint_mb"], cfg.save_total_limit)  # the output_dir's
 # %%
 def load_model():
     tokenizer = modeling.load_tokenizer(base_model)
-    model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"],
+    model = modeling.load_base(base_model, env.precision, load_in_4bit, env.attention,
                                device_map="split" if run.mode == "split" else None)
     model = modeling.attach_lora(model, r=lora_r, dropout=lora_dropout, use_rslora=use_rslora, seed=seed)
     print(modeling.trainable_summary(model))
@@ -168,7 +168,7 @@ def load_model():
 def train_model(model, tokenizer):
     from nbutils.train import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
-    run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
+    run_config = training.run_config(cfg, env.versions, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
     prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
     probe = evaluation.probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0]) \
         if probe_prompts else None
@@ -196,7 +196,7 @@ def save_and_verify(model, tokenizer, result, run_config):
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
     training.write_summary(out, result, cfg, ckpt, plan)
     assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
-    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
+    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env.precision)
     print("checkpoint", ckpt, "verified" if check["ok"] else f"DAMAGED {check['problems']}", check)
     assert check["ok"], f"checkpoint failed verification: {check['problems']}"
 

@@ -94,7 +94,7 @@ tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
 print(f"max_new_tokens {max_new_tokens} ({why})")
-model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
+model = modeling.load_base(base_model, env.precision, load_in_4bit, env.attention)
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                   guard="off" if guard == "off" else "flag")

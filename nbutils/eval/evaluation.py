@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 
 from nbutils.data import batching, chatformat
-from nbutils.eval.degeneration import CircuitBreaker, detect, summarize
+from nbutils.eval.degeneration import CircuitBreaker, summarize
+from nbutils.eval.detect import detect
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:

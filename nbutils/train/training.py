@@ -24,11 +24,10 @@ from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock
 from nbutils.train import loss as lm_loss
 from nbutils.train import manifest as mf
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
-from nbutils.train.checkpoints import unwrap  # noqa: F401  (re-exported: notebooks call training.unwrap)
+from nbutils.train.checkpoints import unwrap
 from nbutils.train.trainconfig import TrainConfig
 
-__all__ = ["TrainConfig", "train", "training_arguments", "run_config", "progress_mode", "write_summary", "save_checkpoint",
-           "unwrap"]
+__all__ = ["train", "training_arguments", "run_config", "progress_mode", "write_summary", "save_checkpoint"]
 
 
 def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log",
@@ -53,12 +52,12 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool =
     )
 
 
-def run_config(cfg: TrainConfig, env: dict, manifest: dict, **parameters) -> dict:
-    """What a checkpoint carries about its run: every parameter, package versions, the data's hash."""
+def run_config(cfg: TrainConfig, versions: dict, manifest: dict, **parameters) -> dict:
+    """What a checkpoint carries about its run: every parameter, package versions (preflight's env.versions),
+    the data's hash."""
     from dataclasses import asdict
 
-    return {"parameters": {**parameters, **asdict(cfg)},
-            "versions": {k.removeprefix("version."): v for k, v in env.items() if k.startswith("version.")},
+    return {"parameters": {**parameters, **asdict(cfg)}, "versions": dict(versions),
             "data_manifest_hash": manifest.get("content_hash")}
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nbutils.platform import install, settings
-from nbutils.platform.install import NEEDED, PINS, plan_install
+from nbutils.platform.install import plan_install
+from nbutils.platform.packages import PINS
 
 # A Kaggle image as it tends to be: torch, older transformers, no peft/bitsandbytes; nbutils bootstrapped.
 OLD_KAGGLE = {**PINS, "transformers": "4.51.0", "datasets": "3.6.0", "peft": None, "bitsandbytes": None,
@@ -243,7 +244,3 @@ def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "Popen", None)  # would fail if pip were run
     assert install.ensure_packages().source == "none"
     assert "nothing to do" in capsys.readouterr().out
-
-
-def test_needed_never_lists_torch():
-    assert not any(install._is_never(n) for n in NEEDED)

@@ -9,9 +9,9 @@ import pytest
 from transformers import TrainerCallback
 
 from nbutils.data import splits as data
-from nbutils.platform.environment import detect_platform
+from nbutils.platform.environment import detect_platform, process_start_time, session_start
 from nbutils.train import checkpoints, modeling, training
-from nbutils.train.callbacks import NanGuard, StopReason, process_start_time, session_start
+from nbutils.train.callbacks import NanGuard, StopReason
 from nbutils.train.trainconfig import TrainConfig
 
 
@@ -222,7 +222,7 @@ def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepar
 
 
 def test_run_config_carries_parameters_versions_and_data_hash():
-    cfg = training.run_config(_cfg(), {"version.torch": "2.5", "precision": "fp16"}, {"content_hash": "abc"},
+    cfg = training.run_config(_cfg(), {"torch": "2.5"}, {"content_hash": "abc"},
                               base_model="embedded")
     assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["lora_r"] == 16
     assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
