@@ -175,8 +175,8 @@ def train_model(model, tokenizer):
     result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
                             run_config=run_config, probe=probe, progress=training.progress_mode(progress),
                             memory_estimate_gb=plan["estimate_gb"])
-    if result["is_main"] and result["peak_memory_gb"] is not None:  # on a GPU: the measured peak beside the plan
-        print(memory.table({**plan, "measured_peak_gb": result["peak_memory_gb"]}))
+    if result.is_main and result.peak_memory_gb is not None:  # on a GPU: the measured peak beside the plan
+        print(memory.table({**plan, "measured_peak_gb": result.peak_memory_gb}))
     return result, run_config
 
 
@@ -195,7 +195,7 @@ def save_and_verify(model, tokenizer, result, run_config):
 
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
     training.write_summary(out, result, cfg, ckpt, plan)
-    assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
+    assert ckpt is not None, f"no usable checkpoint: {result.stop_detail}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env.precision)
     print("checkpoint", ckpt, "verified" if check["ok"] else f"DAMAGED {check['problems']}", check)
     assert check["ok"], f"checkpoint failed verification: {check['problems']}"
@@ -210,7 +210,7 @@ def save_and_verify(model, tokenizer, result, run_config):
 def train_on_this_process():
     model, tokenizer = load_model()
     result, run_config = train_model(model, tokenizer)
-    if result["is_main"]:
+    if result.is_main:
         save_and_verify(model, tokenizer, result, run_config)
     return model, tokenizer
 

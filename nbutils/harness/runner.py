@@ -20,6 +20,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 from nbutils import chain
 from nbutils.harness import sandbox
@@ -180,31 +181,27 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     result = Result(name, executed=str(executed_path))
     deadline = time.monotonic() + time_budget if time_budget else None
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
-    saved_env = dict(os.environ)
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
-    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(_embedded_cache())}
-    os.environ.clear()
-    os.environ.update({**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra})
+    base = {**os.environ, "NBUTILS_CACHE": os.environ.get("NBUTILS_CACHE") or str(_embedded_cache())}
+    env = {**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra}
     failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
-    try:
-        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
-                                   cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
-    except PapermillExecutionError as e:
-        failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
-        what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
-        result.problems.append(Problem("cell-error", name, None, what,
-                                       f"fix the cell; the traceback is in the executed copy {executed_path}"))
-    except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
-        over = deadline is not None and time.monotonic() >= deadline - 1
-        check = "time-budget" if over else "cell-error"
-        fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
-               if over else "see the executed copy; a dead kernel is often out of memory")
-        result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
-        failed = _interrupted_index(executed_path)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
+    with mock.patch.dict(os.environ, env, clear=True):  # the kernel sees only the sandbox's environment
+        try:
+            papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
+                                       cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
+        except PapermillExecutionError as e:
+            failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
+            what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
+            result.problems.append(Problem("cell-error", name, None, what,
+                                           f"fix the cell; the traceback is in the executed copy {executed_path}"))
+        except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
+            over = deadline is not None and time.monotonic() >= deadline - 1
+            check = "time-budget" if over else "cell-error"
+            fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
+                   if over else "see the executed copy; a dead kernel is often out of memory")
+            result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
+            failed = _interrupted_index(executed_path)
     result.seconds = round(time.monotonic() - t0, 1)
     if time_budget and result.seconds > time_budget and not any(p.check == "time-budget" for p in result.problems):
         result.problems.append(Problem("time-budget", name, None, f"took {result.seconds:.0f} s, over the "
