@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from nbutils import defaults
+from nbutils.chain import MARKERS
 from nbutils.data import chatformat, readers
 
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
@@ -320,7 +321,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "content_hash": digest.hexdigest()[:16],
         "batching": batching.plan(train_lengths or kept_lengths, batch_size, max_seq_len, seed),
     }
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    (out_dir / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))
     return manifest
 
 
@@ -348,7 +349,7 @@ def load_split(data_dir: str | Path, split: str):
 
 def load_manifest(data_dir: str | Path) -> dict:
     """The manifest prepare() wrote (counts, template, token lengths, batching plan ...)."""
-    return json.loads((Path(data_dir) / "manifest.json").read_text())
+    return json.loads((Path(data_dir) / MARKERS["data_prep"]).read_text())
 
 
 def parse_columns(spec: str) -> dict | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from nbutils.chain import MARKERS
 from nbutils.data import batching
 from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock
 from nbutils.train import loss as lm_loss
@@ -366,7 +367,7 @@ def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig,
         "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
     }
     try:
-        (output_dir / "training_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (output_dir / MARKERS["train_qlora"]).write_text(json.dumps(summary, indent=2, default=str))
         (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))
     finally:
         runlock.release(output_dir)
