@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval notebooks/04_export
+# The chain's notebooks, in order, from their one source (nbutils/chain.py: stdlib only, no venv needed).
+NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 # papermill-check runs the chain in the project venv, then in each Kaggle image twin (kaggle-image/*.txt).
 # TWINS=0 skips the twins for a quick local loop; CI runs them.
 TWINS ?= 1

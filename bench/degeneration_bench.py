@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from nbutils.eval import scorecard
-from nbutils.eval.degeneration import detect, whisper_rule
+from nbutils.eval.detect import detect, whisper_rule
 from nbutils.eval.stress import LOOP_CLASSES, REPORTED_SEED, TUNING_SEED, build
 
 N_HEALTHY, PER_CLASS = 2500, 40  # about 100 healthy samples per script or kind; 320 texts per class

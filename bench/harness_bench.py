@@ -43,11 +43,10 @@ def _harness(work: str, notebooks: list[str]) -> float:
 
 
 def run(repeats: int = 2) -> list[dict]:
-    from nbutils import embedded
-    from nbutils.harness import runner as harness
+    from nbutils import chain, embedded
 
     embedded.ensure()  # built once up front; both sides only read it
-    notebooks = [str(ROOT / nb) for nb in harness.CHAIN]
+    notebooks = [str(ROOT / nb) for nb in chain.notebook_paths()]
     plain, checked = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:

@@ -90,7 +90,7 @@ def _train_one(recipe: str, model_path: str, rows: list[dict], batch: int, max_l
             cfg = TrainConfig(max_steps=-1, num_epochs=1, per_device_batch_size=batch, learning_rate=2e-4,
                               warmup_steps=0, eval_strategy="no", save_strategy="no", logging_steps=10**6,
                               precision=precision, resume=False, max_seq_len=max_len, chunked_loss=chunked_loss)
-            history = training.train(model, tok, ds, ds.select(range(batch)), cfg, out, plan=plan)["log_history"]
+            history = training.train(model, tok, ds, ds.select(range(batch)), cfg, out, plan=plan).log_history
             strategy = plan["strategy"]
     runtime = next(h["train_runtime"] for h in history if "train_runtime" in h)
     peak = torch.cuda.max_memory_allocated() if cuda else _status("VmHWM") - before

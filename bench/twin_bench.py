@@ -20,7 +20,7 @@ STAGE = re.compile(r"^\[papermill-check\] (project venv|twin (\S+)): (\d+) noteb
 
 def run() -> list[dict]:
     from nbutils.harness import twin
-    from nbutils.kaggle import publish as kaggle
+    from nbutils.kaggle import dataset as kaggle
 
     rows = []
     for t in twin.twins():

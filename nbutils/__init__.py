@@ -13,6 +13,7 @@ check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook
 - `kaggle`: kernel metadata, bundles, the nbutils dataset and Colab/Kaggle badges.
 
 Chain-wide modules:
+- `chain`: the notebooks in order, their folders, marker files, Kaggle slugs and upstreams (one source).
 - `defaults`: the "auto" values of learning_rate, max_seq_len and max_new_tokens.
 - `embedded`: the embedded default model and dataset, built offline.
 - `plots`: the one matplotlib helper (Agg-safe).

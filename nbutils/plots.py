@@ -37,9 +37,6 @@ def plot_length_histogram(lengths: list[int], cutoff: int, path: str | Path, tit
     return fig
 
 
-length_histogram = plot_length_histogram  # the earlier name
-
-
 def plot_metric_comparison(block: dict, path: str | Path, title: str = "Base vs tuned (95% bootstrap interval)"):
     """Grouped bars per metric (base, tuned) with their bootstrap intervals, from metrics.compare's block."""
     plt = _pyplot()

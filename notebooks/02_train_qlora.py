@@ -103,9 +103,9 @@ print(f"{len(train_ds)} train / {len(eval_ds)} eval examples from {data_dir}; ch
 from nbutils.train import loss, memory, modeling
 
 model_config = modeling.load_config(base_model)
-loss_kind = loss.choose(chunked_loss, cuda=env["gpu_count"] > 0, model_config=model_config)  # no CUDA call here
+loss_kind = loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)  # no CUDA call here
 memory_plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
-                          env["gpu_memory_gb"], env["gpu_count"], loss=loss_kind)
+                          env.gpu_memory_gb, env.gpu_count, loss=loss_kind)
 print(memory.table(memory_plan))
 
 # %% [markdown]
@@ -116,7 +116,7 @@ print(memory.table(memory_plan))
 # %%
 from nbutils.train import launch
 
-processes = launch.decide(multi_gpu, num_processes, env["gpu_count"], memory_plan)
+processes = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan)
 print(f"mode: {processes.mode}, {processes.why}")
 
 # %% [markdown]
@@ -139,9 +139,9 @@ cfg = trainconfig.TrainConfig(
     lora_r=lora_r, lora_dropout=lora_dropout, use_rslora=use_rslora,
     per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, world_size=processes.world_size,
     eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps, save_total_limit=save_total_limit,
-    precision=env["precision"], max_seq_len=manifest["max_seq_len"], chunked_loss=chunked_loss,
+    precision=env.precision, max_seq_len=manifest["max_seq_len"], chunked_loss=chunked_loss,
     time_budget_min=time_budget_min, resume=resume, seed=seed)
-trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env["gpu_capability"],
+trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env.gpu_capability,
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
 print(f"effective batch {cfg.effective_batch}; learning rate {lr:g} ({lr_why})")
 
@@ -185,7 +185,7 @@ def qlora_configs():
         load_in_4bit=True,  # frozen base weights in 4 bits: a 7B model takes ~4 GB of GPU memory instead of 14
         bnb_4bit_quant_type="nf4",  # NormalFloat4: 16 levels placed where normally distributed weights fall
         bnb_4bit_use_double_quant=True,  # quantize the per-block scales too: ~0.4 bit per weight saved
-        bnb_4bit_compute_dtype=modeling.DTYPES[env["precision"]],  # matmuls run in this: fp16 on a T4, bf16 from cc 8.0
+        bnb_4bit_compute_dtype=modeling.DTYPES[env.precision],  # matmuls run in this: fp16 on a T4, bf16 from cc 8.0
     ) if load_in_4bit else None
     lora_config = LoraConfig(
         r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
@@ -209,7 +209,7 @@ def qlora_configs():
 def load_model():
     bnb_config, lora_config = qlora_configs()
     tokenizer = modeling.load_tokenizer(base_model)
-    model = modeling.load_base(base_model, env["precision"], bnb_config or False, env["attention"],
+    model = modeling.load_base(base_model, env.precision, bnb_config or False, env.attention,
                                device_map="split" if processes.mode == "split" else None)
     model = modeling.attach_lora(model, config=lora_config, seed=seed)
     print(modeling.trainable_line(model))
@@ -229,7 +229,7 @@ def load_model():
 def train_model(model, tokenizer):
     from nbutils.train import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
 
-    run_config = training.run_config(cfg, env, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
+    run_config = training.run_config(cfg, env.versions, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
     from nbutils.eval import evaluation
 
     prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
@@ -238,8 +238,8 @@ def train_model(model, tokenizer):
     result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
                             run_config=run_config, probe=probe, progress=training.progress_mode(progress),
                             memory_estimate_gb=memory_plan["estimate_gb"])
-    if result["is_main"] and result["peak_memory_gb"] is not None:  # on a GPU: the measured peak beside the plan
-        print(memory.table({**memory_plan, "measured_peak_gb": result["peak_memory_gb"]}))
+    if result.is_main and result.peak_memory_gb is not None:  # on a GPU: the measured peak beside the plan
+        print(memory.table({**memory_plan, "measured_peak_gb": result.peak_memory_gb}))
     return result, run_config
 
 
@@ -258,8 +258,8 @@ def save_and_verify(model, tokenizer, result, run_config):
 
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
     training.write_summary(out, result, cfg, ckpt, memory_plan)
-    assert ckpt is not None, f"no usable checkpoint: {result['stop_detail']}"
-    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env["precision"])
+    assert ckpt is not None, f"no usable checkpoint: {result.stop_detail}"
+    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env.precision)
     assert check["ok"], f"checkpoint {ckpt} failed verification: {check['problems']}"
     print(f"[checkpoint] {ckpt}: verified (every file against its manifest; reloaded, it generates {check['generated']!r})")
 
@@ -276,7 +276,7 @@ import json
 def train_on_this_process():
     model, tokenizer = load_model()
     result, run_config = train_model(model, tokenizer)
-    if result["is_main"]:
+    if result.is_main:
         save_and_verify(model, tokenizer, result, run_config)
     return model, tokenizer
 

@@ -101,7 +101,7 @@ print(f"{len(prompts)} prompts from {data_dir}; max_new_tokens {max_new_tokens} 
 # The base model is expected to do badly here: it is only flagged, never aborted.
 
 # %%
-model = modeling.load_base(base_model, env["precision"], load_in_4bit, env["attention"])
+model = modeling.load_base(base_model, env.precision, load_in_4bit, env.attention)
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
                                   guard="off" if guard == "off" else "flag")

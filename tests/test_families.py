@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from nbutils import chain
 from tests.twins.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAIN = [ROOT / "notebooks" / f"{nb}.ipynb" for nb in ("01_data_prep", "02_train_qlora", "03_eval")]
+CHAIN = [ROOT / nb for nb in chain.notebook_paths()[:3]]  # 04 exports: not needed to check a family
 pytestmark = [pytest.mark.integration, pytest.mark.families]
 
 

@@ -30,12 +30,10 @@ import sys
 from pathlib import Path
 
 from nbutils import defaults
+from nbutils.chain import MARKERS
 from nbutils.data import chatformat, readers
 
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
-COLUMN_PAIRS, ROLES, to_messages = readers.COLUMN_PAIRS, readers.ROLES, readers.to_messages  # re-exported
-FALLBACK_TEMPLATE = chatformat.FALLBACK_TEMPLATE  # re-exported: set on tokenizers without a template
-target_spans = chatformat.target_spans  # re-exported
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
 
 
@@ -49,9 +47,9 @@ def template_for(tokenizer) -> tuple[str, str]:
     """(template, name): the tokenizer's own chat template, or the fallback, which is then set on the
     tokenizer so the probe, 03 and every checkpoint render what training saw."""
     if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template, tokenizer.template_source = FALLBACK_TEMPLATE, "fallback"
+        tokenizer.chat_template, tokenizer.template_source = chatformat.FALLBACK_TEMPLATE, "fallback"
     name = getattr(tokenizer, "template_source", None)
-    return tokenizer.chat_template, name or ("fallback" if tokenizer.chat_template == FALLBACK_TEMPLATE else "tokenizer")
+    return tokenizer.chat_template, name or ("fallback" if tokenizer.chat_template == chatformat.FALLBACK_TEMPLATE else "tokenizer")
 
 
 def check_tokenizer(tokenizer) -> None:
@@ -236,7 +234,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
                 bad(source, line, rec.reason)
                 continue
             try:
-                msgs = to_messages(rec, columns)
+                msgs = readers.to_messages(rec, columns)
             except ValueError as e:
                 bad(source, line, str(e))
                 continue
@@ -323,7 +321,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "content_hash": digest.hexdigest()[:16],
         "batching": batching.plan(train_lengths or kept_lengths, batch_size, max_seq_len, seed),
     }
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    (out_dir / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))
     return manifest
 
 
@@ -351,7 +349,7 @@ def load_split(data_dir: str | Path, split: str):
 
 def load_manifest(data_dir: str | Path) -> dict:
     """The manifest prepare() wrote (counts, template, token lengths, batching plan ...)."""
-    return json.loads((Path(data_dir) / "manifest.json").read_text())
+    return json.loads((Path(data_dir) / MARKERS["data_prep"]).read_text())
 
 
 def parse_columns(spec: str) -> dict | None:

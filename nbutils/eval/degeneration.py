@@ -1,9 +1,8 @@
-"""Is a generation garbage? The verdict (`detect`), a circuit breaker for whole runs, summaries, a command line.
+"""After generation: a circuit breaker for whole runs, summaries for the report, a command line.
 
-`detect` lives in nbutils.eval.detect (loops found wherever the text was cut off, in every script;
-soup, unicode junk, empty output); `DegenerationGuard` in nbutils.eval.guard runs it inside
-`model.generate` and stops only the rows that degenerate. Both stay importable from here.
-`CircuitBreaker` stops a whole run when most early samples are garbage.
+The verdict itself (`detect`: loops wherever the text was cut off, in every script; soup, unicode junk,
+empty output) is nbutils.eval.detect; the generate-time guard that stops only the rows that degenerate is
+nbutils.eval.guard. `CircuitBreaker` stops a whole run when most early samples are garbage.
 
 Command line:  python -m nbutils.eval.degeneration check FILE.jsonl [--field text]
 """
@@ -14,20 +13,7 @@ import argparse
 import json
 import sys
 
-from nbutils.eval.detect import RECENT_CHARS, TAIL_CHARS, Verdict, detect, whisper_rule
-
-__all__ = ["RECENT_CHARS", "TAIL_CHARS", "CircuitBreaker", "DegenerationError", "Verdict", "detect", "main",
-           "summarize", "whisper_rule"]
-
-
-def __getattr__(name: str):
-    """`from nbutils.eval.degeneration import DegenerationGuard` works: the generate-time half lives in nbutils.eval.guard."""
-    if name in ("DegenerationGuard", "GenerationObserver", "RowState"):
-        from nbutils.eval import guard
-
-        return getattr(guard, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from nbutils.eval.detect import Verdict, detect
 
 # ---- after generation ------------------------------------------------------------------------------------------------
 
@@ -36,11 +22,11 @@ class DegenerationError(RuntimeError):
 
 
 class CircuitBreaker:
-    """Raises DegenerationError when more than `max_degenerate_share` of the first `min_samples` outputs degenerate."""
+    """Raises DegenerationError when more than `max_share` of the first `min_samples` outputs degenerate."""
 
-    def __init__(self, min_samples: int = 16, max_degenerate_share: float = 0.5, *, max_share: float | None = None):
+    def __init__(self, min_samples: int = 16, max_share: float = 0.5):
         self.min_samples = min_samples
-        self.max_share = max_degenerate_share if max_share is None else max_share
+        self.max_share = max_share
         self.seen: list[tuple[str, Verdict]] = []
         self.checked = False
 
@@ -74,11 +60,12 @@ class CircuitBreaker:
 
 
 def summarize(rows: list[dict], max_new_tokens: int) -> dict:
-    """Rates and counts for a report. A row has text or verdict; optionally eos, tokens, stopped (by the guard)."""
+    """Rates and counts for a report over evaluation.generate's rows: text or verdict; optionally eos, tokens,
+    guard_stopped (the guard cut the row short) with its reasons."""
     reasons: dict[str, int] = {}
     degenerate = eos = at_max = saved = 0
     for r in rows:
-        stopped = bool(r.get("stopped", r.get("guard_stopped")))
+        stopped = bool(r.get("guard_stopped"))
         v = r.get("verdict") or (detect(r["text"]) if "text" in r else Verdict(stopped, list(r.get("reasons", []))))
         degenerate += v.degenerate or stopped
         for reason in dict.fromkeys(v.reasons or (r.get("reasons", []) if stopped else [])):

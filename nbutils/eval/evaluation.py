@@ -10,8 +10,10 @@ import json
 import math
 from pathlib import Path
 
+from nbutils.chain import MARKERS
 from nbutils.data import batching, chatformat
-from nbutils.eval.degeneration import CircuitBreaker, detect, summarize
+from nbutils.eval.degeneration import CircuitBreaker, summarize
+from nbutils.eval.detect import detect
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -137,6 +139,6 @@ def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
 
 
 def write_report(output_dir: str | Path, report: dict) -> Path:
-    path = Path(output_dir) / "eval_report.json"
+    path = Path(output_dir) / MARKERS["eval"]
     path.write_text(json.dumps(report, indent=2, default=str))
     return path

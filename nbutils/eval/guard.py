@@ -3,7 +3,7 @@
 Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
 only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
 seen); an exact repeat in the ids, or every `detect_every` tokens anyway, makes it decode just the
-new tokens onto the row's text tail and run `nbutils.eval.degeneration.detect` on that bounded tail. It
+new tokens onto the row's text tail and run `nbutils.eval.detect.detect` on that bounded tail. It
 detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
 tokens they would get without it. `make bench` measures its cost inside generate.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from nbutils.eval.degeneration import TAIL_CHARS, detect
+from nbutils.eval.detect import TAIL_CHARS, detect
 
 
 @dataclass

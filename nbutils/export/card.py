@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nbutils.chain import MARKERS
 from nbutils.platform.secrets import redact
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
@@ -20,9 +21,9 @@ def _read(path: Path) -> dict:
 
 def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str) -> dict:
     """The facts a card states, read from the three upstream folders (missing files give missing facts)."""
-    manifest = _read(Path(data_dir) / "manifest.json")
-    summary = _read(Path(adapter_dir) / "training_summary.json")
-    report = _read(Path(eval_dir) / "eval_report.json")
+    manifest = _read(Path(data_dir) / MARKERS["data_prep"])
+    summary = _read(Path(adapter_dir) / MARKERS["train_qlora"])
+    report = _read(Path(eval_dir) / MARKERS["eval"])
     ckpt = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
     params = _read(ckpt / "run_config.json").get("parameters", {}) or summary.get("config", {})
     metrics = {}

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbutils.chain import MARKERS
+
 
 class GateRefused(RuntimeError):
     """03's report says this model should not be exported (force=True overrides)."""
@@ -72,7 +74,7 @@ def check(report: dict | str | Path, metric: str = "auto", min_improvement: floa
     if not isinstance(report, dict):
         path = Path(report)
         if path.is_dir():
-            path = path / "eval_report.json"
+            path = path / MARKERS["eval"]
         report = json.loads(path.read_text())
     decision = evaluate(report, metric, min_improvement, max_degenerate_rate)
     decision.forced = force and not decision.passed

@@ -12,13 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbutils.harness.install_lines import InstallCommand, install_commands, shell_lines
+from nbutils.platform.packages import preinstalled_anywhere
 from nbutils.platform.secrets import SECRET_SHAPES
 
-# Preinstalled on Kaggle and Colab: upgrading them mid-session leaves the old version imported.
-PREINSTALLED = {
-    "torch", "torchvision", "torchaudio", "transformers", "protobuf", "numpy", "tensorflow", "jax",
-    "accelerate", "datasets", "pandas", "scipy", "huggingface-hub", "huggingface_hub", "tokenizers",
-}
 # Imported before the install cell, these keep their old build loaded when the install moves them or a
 # library under them (pandas loads pyarrow): Kaggle's template cell `import numpy as np; import pandas as pd`.
 HEAVY_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "matplotlib", "torch", "transformers", "tokenizers",
@@ -111,7 +107,7 @@ def _install_problems(name: str, i: int, src: str, imported_at: dict[str, int], 
                 problems.append(Problem("stale-import", name, i, f"installs {pkg.name} after cell "
                                         f"{imported_at[module_of(pkg.name)]} imported it; the old version stays loaded",
                                         "move every install into the first code cell, before any import"))
-            if pkg.name and pkg.name in PREINSTALLED and not pkg.pinned:
+            if pkg.name and preinstalled_anywhere(pkg.name) and not pkg.pinned:  # moving it leaves the old one imported
                 verb = "upgrades" if cmd.upgrade else "installs"
                 problems.append(Problem("unpinned-install", name, i, f"{verb} preinstalled {pkg.name} without a pin",
                                         f"pin it ({pkg.name}==X.Y.Z) or leave the preinstalled version alone"))

@@ -20,20 +20,17 @@ import re
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
+from nbutils import chain
 from nbutils.harness import sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
-from nbutils.harness.results import Result, report, summary_table, write_reports  # noqa: F401 -- re-exported
-from nbutils.platform.install import NEEDED
+from nbutils.harness.results import Result, report
+from nbutils.platform.packages import NEEDED
 from nbutils.platform.secrets import SECRET_SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAIN = [f"notebooks/{stem}.ipynb" for stem in ("01_data_prep", "02_train_qlora", "03_eval", "04_export")]
-# What each of our notebooks must leave for the next one (stage folder, marker file).
-ARTIFACTS = {"01_data_prep": ("data_prep", "manifest.json"), "02_train_qlora": ("train_qlora", "training_summary.json"),
-             "03_eval": ("eval", "eval_report.json"), "04_export": ("export", "export_summary.json")}
 CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")  # a pip conflict about these (or what they need) matters to the chain
-UPSTREAM_PARAMS = {"data_prep": "data_dir", "train_qlora": "adapter_dir", "eval": "eval_dir"}
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
                               r"Segmentation fault|core dumped|Killed\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -127,7 +124,7 @@ EVENT_PROBLEMS = {
                          "pin compatible versions in the install cell"),
     "broken-import": (lambda ev: f"{ev['package']} no longer imports in a fresh interpreter after this cell's install: "
                                  f"{ev['error']}",
-                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.platform.install)"),
+                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.platform.packages)"),
 }
 
 
@@ -184,31 +181,27 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     result = Result(name, executed=str(executed_path))
     deadline = time.monotonic() + time_budget if time_budget else None
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
-    saved_env = dict(os.environ)
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
-    base = {**saved_env, "NBUTILS_CACHE": saved_env.get("NBUTILS_CACHE") or str(_embedded_cache())}
-    os.environ.clear()
-    os.environ.update({**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra})
+    base = {**os.environ, "NBUTILS_CACHE": os.environ.get("NBUTILS_CACHE") or str(_embedded_cache())}
+    env = {**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra}
     failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
-    try:
-        papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
-                                   cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
-    except PapermillExecutionError as e:
-        failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
-        what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
-        result.problems.append(Problem("cell-error", name, None, what,
-                                       f"fix the cell; the traceback is in the executed copy {executed_path}"))
-    except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
-        over = deadline is not None and time.monotonic() >= deadline - 1
-        check = "time-budget" if over else "cell-error"
-        fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
-               if over else "see the executed copy; a dead kernel is often out of memory")
-        result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
-        failed = _interrupted_index(executed_path)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
+    with mock.patch.dict(os.environ, env, clear=True):  # the kernel sees only the sandbox's environment
+        try:
+            papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
+                                       cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
+        except PapermillExecutionError as e:
+            failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
+            what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
+            result.problems.append(Problem("cell-error", name, None, what,
+                                           f"fix the cell; the traceback is in the executed copy {executed_path}"))
+        except Exception as e:  # timeouts and dead kernels surface here, not as PapermillExecutionError
+            over = deadline is not None and time.monotonic() >= deadline - 1
+            check = "time-budget" if over else "cell-error"
+            fix = (f"the budget was {time_budget:.0f} s: use smoke=True, fewer steps, or the time_budget_min stop"
+                   if over else "see the executed copy; a dead kernel is often out of memory")
+            result.problems.append(Problem(check, name, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", fix))
+            failed = _interrupted_index(executed_path)
     result.seconds = round(time.monotonic() - t0, 1)
     if time_budget and result.seconds > time_budget and not any(p.check == "time-budget" for p in result.problems):
         result.problems.append(Problem("time-budget", name, None, f"took {result.seconds:.0f} s, over the "
@@ -265,17 +258,17 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
         unused -= accepted
         nb_params = dict(params)
         for up, box in done.items():  # upstream folders go in as parameters, pointing into the read-only mounts
-            stage = ARTIFACTS.get(up, ("", ""))[0]
-            if slug_of[up] in sources and UPSTREAM_PARAMS.get(stage) in accepted and (box.working / stage).exists():
-                nb_params.setdefault(UPSTREAM_PARAMS[stage], str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage))
+            stage = _stage(up)
+            if stage and slug_of[up] in sources and stage.param in accepted and (box.working / stage.stage).exists():
+                nb_params.setdefault(stage.param, str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage.stage))
         net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
                                    time_budget, mounts, twin)
-        if path.stem in ARTIFACTS and not result.failing:
-            stage, marker = ARTIFACTS[path.stem]
-            if not (box.working / stage / marker).exists():
+        stage = _stage(path.stem)
+        if stage and not result.failing:
+            if not (box.working / stage.stage / stage.marker).exists():
                 result.problems.append(Problem("missing-artifact", path.name, None,
-                                               f"did not write {stage}/{marker}, which the next notebook needs",
+                                               f"did not write {stage.stage}/{stage.marker}, which the next notebook needs",
                                                "check the notebook's output_dir handling (nbutils.platform.environment.stage_dir)"))
                 result.status = "failed"
         done[path.stem] = box
@@ -287,22 +280,27 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
     return results
 
 
-def _parameter_names(path: Path) -> set[str]:
-    """Names assigned in the `parameters` cell (ast: papermill's own parser skips any line with two '=')."""
-    import ast
+def _stage(stem: str) -> chain.Stage | None:
+    """The chain stage of one of our notebooks (None for any other notebook the harness runs)."""
+    try:
+        return chain.by_notebook(stem)
+    except KeyError:
+        return None
 
+
+def _parameter_names(path: Path) -> set[str]:
+    """Names assigned in the `parameters` cell (a cell that does not parse accepts none: lint reports it)."""
     import nbformat
+
+    from nbutils.train.launch import parameter_defaults
 
     names = set()
     for cell in nbformat.read(path, as_version=4).cells:
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             try:
-                tree = ast.parse(cell.source)
+                names |= set(parameter_defaults(cell.source))
             except SyntaxError:
                 continue
-            for node in tree.body:
-                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-                names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
 
 
@@ -335,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(lint(args.notebooks), args.out)
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
-        notebooks = [ROOT / nb for nb in CHAIN]
+        notebooks = [ROOT / nb for nb in chain.notebook_paths()]
         # The default chain must work with the internet off: the embedded default needs none.
         t0 = time.monotonic()
         results = with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))

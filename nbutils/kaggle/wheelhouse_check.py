@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from nbutils.platform import settings
-from nbutils.platform.install import NEEDED, bootstrap_cell_source
+from nbutils.platform.install import bootstrap_cell_source
+from nbutils.platform.packages import NEEDED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset", work
                      twins: bool = True) -> list[dict]:
     """The torch-only venv, then each twin's pristine copy; one result per environment (it raises on the first failure)."""
     from nbutils.harness import twin as twin_mod
-    from nbutils.kaggle.publish import assumed_torch
+    from nbutils.kaggle.dataset import assumed_torch
 
     if work.exists():
         shutil.rmtree(work)

@@ -2,6 +2,7 @@
 
 - `environment`: the platform, its run type and the input/working roots; stage folders.
 - `preflight`: accelerators, the precision rule, versions and disk, checked near each notebook's top.
+- `packages`: the package table: pins, minimums, what images preinstall, the torch stack, the version parser.
 - `install`: install only what the platform lacks, pinned, never torch.
 - `install_verify`: after pip, what changed, what the kernel still holds, and whether it imports.
 - `output`: what a run prints: known harmless library messages filtered, progress bars that end.

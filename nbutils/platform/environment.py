@@ -14,13 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.chain import MARKERS
+
 KAGGLE_ROOTS = ("/kaggle/input", "/kaggle/working", "/kaggle/temp")
 COLAB_ROOTS = ("/content", "/content", "/tmp")
-# A notebook stage writes into <working_root>/<stage>; the next notebook looks for that folder
-# in its working root first (same session or local chain), then among attached inputs (Kaggle
-# mounts an upstream notebook's output under /kaggle/input/<slug>/).
-STAGE_MARKERS = {"data_prep": "manifest.json", "train_qlora": "training_summary.json", "eval": "eval_report.json",
-                 "export": "export_summary.json"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,9 @@ def stage_dir(stage: str, output_dir: str | os.PathLike = "", platform: Platform
 
 def find_upstream(stage: str, given: str | os.PathLike = "", platform: Platform | None = None) -> Path:
     """Locate an upstream notebook's output folder: `given` if set, else search working then input roots."""
-    marker = STAGE_MARKERS[stage]
+    # The stage's folder is looked for in the working root first (same session or local chain), then among
+    # attached inputs (Kaggle mounts an upstream notebook's output under /kaggle/input/<slug>/).
+    marker = MARKERS[stage]
     if str(given):
         path = Path(given)
         if not (path / marker).exists():

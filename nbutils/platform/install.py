@@ -25,50 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils.platform import settings
+from nbutils.platform.packages import NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
 
-
-@dataclass(frozen=True)
-class Need:
-    pin: str  # the version installed when the package is missing or too old
-    minimum: str  # a preinstalled version at or above this is left alone
-    module: str  # import name, to spot a package imported before it was upgraded
-    exact: bool = False  # only the pinned version will do (APIs that move between minor releases)
-
-
-# The one list of what the notebooks need besides torch (requirements.txt must agree; a test checks it).
-NEEDED = {
-    "transformers": Need("5.23.0", "5.23.0", "transformers", exact=True),
-    "peft": Need("0.21.2", "0.18", "peft"),
-    "bitsandbytes": Need("0.50.2", "0.45", "bitsandbytes"),
-    "accelerate": Need("1.15.0", "1.0", "accelerate"),
-    "datasets": Need("5.2.0", "4.0", "datasets"),
-    "matplotlib": Need("3.11.2", "3.7", "matplotlib"),
-    "pandas": Need("3.1.1", "2.0", "pandas"),
-    "pyarrow": Need("26.0.1", "14.0", "pyarrow"),
-    "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
-    "tqdm": Need("4.70.1", "4.66", "tqdm"),
-    "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
-    "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
-    "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
-    "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
-}
-PINS = {name: need.pin for name, need in NEEDED.items()}
-MINIMUM = {name: need.minimum for name, need in NEEDED.items()}
-# What the images usually ship (versions vary, often older): the plan still checks the real versions.
-USUALLY_PREINSTALLED = {
-    "kaggle": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-               "beautifulsoup4", "tqdm", "ipywidgets", "filelock"),
-    "colab": ("torch", "transformers", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow",
-              "beautifulsoup4", "tqdm", "ipywidgets", "peft", "filelock"),
-}
-# Never installed or upgraded here: the platform's torch matches its CUDA driver.
-NEVER = ("torch", "torchvision", "torchaudio", "triton", "nvidia-")
-# numpy is held at the image's version: the image's own compiled packages (matplotlib, scipy, scikit-learn,
-# opencv, numba ...) are built against it, and moving it would mean moving all of them. On a numpy-1 image
-# these pins replace ours: the newest releases that still run on numpy 1 (pyarrow 26 stops at import with
-# "pyarrow requires NumPy 2.0 or newer" without declaring it; pandas 3 declares numpy>=2). The wheelhouse
-# carries both sets. name -> (pin on numpy 1, cap passed to pip as a constraint).
-NUMPY1_PINS = {"pyarrow": ("25.0.1", "<26"), "pandas": ("2.3.3", "<3")}
 WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
 
@@ -97,28 +55,9 @@ class InstallPlan:
                 *self.keep]
 
 
-def _version(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
-
-
-def _is_never(name: str) -> bool:
-    return any(name == n or (n.endswith("-") and name.startswith(n)) for n in NEVER)
-
-
-def needs_install(name: str, version: str | None) -> bool:
-    """Missing, below the minimum, or (for exact pins) not the pinned version."""
-    need = NEEDED[name]
-    if version is None:
-        return True
-    if need.exact:
-        return _version(version) != _version(need.pin)
-    return _version(version) < _version(need.minimum)
+def needs_install(name: str, installed: str | None) -> bool:
+    """Missing, below the minimum, or (for exact pins) not the pinned version: packages.acceptable says no."""
+    return not acceptable(name, installed)
 
 
 def nbutils_git_spec() -> str:
@@ -137,9 +76,9 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
     if platform_name == "local":
         plan.notes.append("local run: `make setup` installed the pinned environment")
         return plan
-    numpy1 = _version(installed.get("numpy") or "2")[:1] < (2,)
+    numpy1 = version(installed.get("numpy") or "2").major < 2
     pins = {**PINS, **({n: pin for n, (pin, _) in NUMPY1_PINS.items()} if numpy1 else {})}
-    need = [n for n in NEEDED if not _is_never(n) and needs_install(n, installed.get(n))]
+    need = [n for n in NEEDED if not is_torch_stack(n) and needs_install(n, installed.get(n))]
     for name in need:
         have = installed.get(name)
         plan.notes.append(f"{name}: {'missing' if have is None else have} -> {pins[name]}")
@@ -150,7 +89,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
         plan.notes.append("every package is present and recent enough")
         return plan
     plan.packages = specs
-    plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not _is_never(n)]
+    plan.keep = [f"{n}>={NEEDED[n].minimum}" for n in NEEDED if n not in need and not is_torch_stack(n)]
     for held in ("torch", "numpy"):
         if installed.get(held):
             plan.constraints[held] = f"=={installed[held]}"
@@ -247,7 +186,7 @@ def run_install(plan: InstallPlan) -> None:
         return
     for note in plan.notes:
         print(f"[install] {note}")
-    assert not any(_is_never(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+    assert not any(is_torch_stack(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
     before = install_verify.distribution_versions()
     returncode, output = _run_pip(plan)
     if returncode != 0:
@@ -257,7 +196,7 @@ def run_install(plan: InstallPlan) -> None:
     pinned = {p.split("==")[0]: p.split("==")[1] for p in plan.packages if "==" in p}
     after = installed_versions(pinned)
     wrong = [f"{n}=={v} (found {after[n]})" for n, v in pinned.items()
-             if after[n] is None or _version(after[n]) != _version(v)]
+             if after[n] is None or version(after[n]) != version(v)]
     if wrong:
         raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
                            ". Restart the session and run this cell first, before any other import.")

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils.platform import output
 from nbutils.platform.environment import Platform, detect_platform
+from nbutils.platform.packages import NEEDED, acceptable
 
 PACKAGES = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "datasets", "protobuf")
-# Versions the notebooks are written for (APIs renamed in transformers 5.x, peft's kbit helpers).
-MIN_VERSIONS = {"transformers": (5, 0), "peft": (0, 18), "datasets": (4, 0)}
 
 
 class PreflightError(RuntimeError):
@@ -34,6 +34,33 @@ class Accelerator:
 
 
 @dataclass(frozen=True)
+class Environment:
+    """What preflight found: the record the notebook's later cells read (env.precision, env.gpu_count ...)."""
+
+    platform: str  # "kaggle" | "colab" | "local"
+    run_type: str  # "interactive" | "batch"
+    gpus: str  # one line per GPU, "none" on the CPU
+    gpu_count: int
+    parallel_mode: str  # how training will use the GPUs, and why
+    precision: str  # "bf16" | "fp16" | "fp32"
+    attention: str  # the attention implementation the model will load with
+    versions: dict[str, str] = field(default_factory=dict)  # package -> installed version ("missing")
+    working_dir: str = ""
+    free_disk_gb: float = 0.0
+    gpu_capability: tuple[int, int] | None = None  # the weakest GPU's compute capability
+    gpu_memory_gb: float | None = None  # the smallest GPU's memory
+
+    def table(self) -> str:
+        """The printed table: one row per fact, versions one row each."""
+        rows = {"platform": self.platform, "run_type": self.run_type, "gpus": self.gpus, "gpu_count": self.gpu_count,
+                "parallel_mode": self.parallel_mode, "precision": self.precision, "attention": self.attention,
+                **{f"version.{k}": v for k, v in self.versions.items()},
+                "working_dir": self.working_dir, "free_disk_gb": self.free_disk_gb}
+        width = max(len(k) for k in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
+
+
+@dataclass(frozen=True)
 class Precision:
     dtype: str  # "bf16" | "fp16" | "fp32": the compute dtype
     attn_implementation: str  # "sdpa" | "flash_attention_2"
@@ -46,7 +73,6 @@ def accelerators() -> list[Accelerator]:
     nvidia-smi first: accelerate's notebook launcher (2xT4 on Kaggle) refuses to start once an
     earlier cell has initialised CUDA, and torch.cuda.get_device_properties does exactly that.
     """
-    import os
     import subprocess
 
     try:
@@ -117,8 +143,15 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("+")[0].split(".")[:2] if p.isdigit())
+def version_problems(installed: dict[str, str]) -> list[str]:
+    """The installed packages install would replace (nbutils.platform.packages.acceptable): one message each."""
+    out = []
+    for pkg, have in installed.items():
+        if pkg in NEEDED and have != "missing" and not acceptable(pkg, have):
+            need = NEEDED[pkg]
+            wanted = f"exactly {need.pin}" if need.exact else f"at least {need.minimum}"
+            out.append(f"{pkg} {have} is installed but these notebooks need {wanted}: run the install cell, then restart.")
+    return out
 
 
 def _writable(path: Path) -> bool:
@@ -132,7 +165,7 @@ def _writable(path: Path) -> bool:
 
 def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
               accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto",
-              num_processes: int = 0, base_model: str | None = None, attn_implementation: str = "auto") -> dict:
+              num_processes: int = 0, base_model: str | None = None, attn_implementation: str = "auto") -> Environment:
     """Print one table of where/what we run on; raise PreflightError for blockers.
 
     With base_model, "attention" is the implementation that model will load with: attn_implementation
@@ -150,10 +183,7 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
     if load_in_4bit and vers["bitsandbytes"] == "missing":
         problems.append("load_in_4bit=True but bitsandbytes is not installed: run the install cell "
                         "(pip install bitsandbytes) or set load_in_4bit=False.")
-    for pkg, minimum in MIN_VERSIONS.items():
-        if vers[pkg] != "missing" and _version_tuple(vers[pkg]) < minimum:
-            problems.append(f"{pkg} {vers[pkg]} is older than {'.'.join(map(str, minimum))}, which "
-                            "these notebooks are written for: run the install cell, then restart.")
+    problems += version_problems(vers)
     if not _writable(platform.working_root):
         problems.append(f"working dir {platform.working_root} is not writable: nothing could be saved. "
                         "Set NBUTILS_WORKING_ROOT to a writable folder.")
@@ -172,24 +202,15 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
         except (OSError, ValueError) as e:  # an unreachable hub id: the load itself will say more
             attention = f"{attn_implementation} (config not readable: {str(e)[:80]})"
     gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
-    info = {
-        "platform": platform.name, "run_type": platform.run_type, "gpus": gpus, "gpu_count": len(accels),
-        "parallel_mode": mode,
-        "precision": chosen.dtype if chosen else "blocked", "attention": attention,
-        **{f"version.{k}": v for k, v in vers.items()},
-        "working_dir": str(platform.working_root), "free_disk_gb": round(free_gb, 1),
-    }
-    import os
-
+    env = Environment(platform.name, platform.run_type, gpus, len(accels), mode,
+                      chosen.dtype if chosen else "blocked", attention, vers, str(platform.working_root),
+                      round(free_gb, 1), min(a.capability for a in accels) if accels else None,
+                      min(a.memory_gb for a in accels) if accels else None)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
-        width = max(len(k) for k in info)
-        print("\n".join(f"{k:<{width}}  {v}" for k, v in info.items()))
+        print(env.table())
     if problems:
         raise PreflightError("Preflight found blockers:\n- " + "\n- ".join(problems))
-    info["precision_obj"] = chosen
-    info["gpu_capability"] = min(a.capability for a in accels) if accels else None
-    info["gpu_memory_gb"] = min(a.memory_gb for a in accels) if accels else None
-    return info
+    return env
 
 
 def check_disk(output_dir: str | Path, checkpoint_mb: float, keep: int | None) -> float:

@@ -13,7 +13,7 @@ import time
 
 from transformers import TrainerCallback
 
-from nbutils.platform.environment import process_start_time, session_start  # noqa: F401  (re-exported)
+from nbutils.platform.environment import session_start
 
 
 class StopReason:

@@ -17,6 +17,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from nbutils.chain import MARKERS
 from nbutils.train import diskspace, faultpoints
 from nbutils.train import manifest as mf
 
@@ -280,7 +281,7 @@ def find_resumable(output_dir: Path, platform=None) -> Path | None:
 
 def read_summary(train_dir: Path) -> dict:
     """training_summary.json of 02, or a CheckpointError naming the file and what to re-run."""
-    path = Path(train_dir) / "training_summary.json"
+    path = Path(train_dir) / MARKERS["train_qlora"]
     try:
         summary = json.loads(path.read_text())
     except FileNotFoundError:

@@ -62,6 +62,9 @@ def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, 
     if gpu_count > 1 and (fits or multi_gpu == "ddp"):
         return Launch("ddp", gpu_count, gpu_count, f"one process per GPU ({gpu_count}) through the notebook launcher: "
                                                    "the memory plan says one GPU holds the model")
+    if gpu_count > 1 and not (plan or {}).get("split_fits", True):
+        return Launch("split", 1, 1, f"the memory plan says even {gpu_count} GPUs together cannot hold it: lower the "
+                                     "batch size or sequence length, or use a smaller model")
     if gpu_count > 1:
         return Launch("split", 1, 1, f"the memory plan says one GPU cannot hold it: spread over {gpu_count} GPUs in "
                                      "one process (device_map=auto; fits, but no faster)")
@@ -122,14 +125,21 @@ def _free_port() -> int:
 
 
 def parameter_defaults(source: str) -> dict:
-    """Names and default values assigned in a parameters cell (literals only, as papermill sees them)."""
+    """Every name a parameters cell assigns, with its default: the literal, or None when it is not one.
+
+    The one parser of the parameters cell (the harness asks it which names a notebook accepts). ast, not
+    papermill's own line parser, which skips any line holding two '='. SyntaxError propagates."""
     out = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        value = node.value
+        for target in (t for t in targets if isinstance(t, ast.Name)):
             try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
+                out[target.id] = ast.literal_eval(value) if value is not None else None
+            except (ValueError, SyntaxError, TypeError):
+                out[target.id] = None  # a computed default: overrides are cast as if it were unknown
     return out
 
 

@@ -85,8 +85,8 @@ def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "p
 def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1,
          loss: str = "plain") -> dict:
     """Estimate at this batch size, against the GPU's memory, with the largest batch and the longest
-    sequence that fit, and which multi-GPU mode to use: DDP when one GPU holds the model, split when only
-    all together do. `loss` is the loss that will train ("plain", "chunked", "liger": nbutils.train.loss.choose)."""
+    sequence that fit, and whether one GPU (`fits`) or only all together (`split_fits`) hold it, from which
+    nbutils.train.launch.decide picks the mode. `loss` is the loss that will train ("plain", "chunked", "liger")."""
     shape = Shape.from_config(model_config)
     est = estimate(shape, seq_len, batch, lora_r, loss)
     from nbutils.train.diskspace import checkpoint_mb
@@ -101,11 +101,8 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
         out["fits"] = est["total"] <= budget
         out["largest_batch_that_fits"] = max(fits) if fits else 0
         out["longest_seq_that_fits"] = _longest_seq(shape, batch, lora_r, loss, budget)
-        if gpu_count > 1:
-            split_fits = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
-            out["recommended_mode"] = ("ddp: one process per GPU (multi_gpu='auto' starts them)" if out["fits"] else
-                                       "split: multi_gpu='split' (device_map=auto)" if split_fits else
-                                       "neither: lower batch size or sequence length, or use a smaller model")
+        if gpu_count > 1:  # the facts launch.decide picks the multi-GPU mode from (it alone decides)
+            out["split_fits"] = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
     return out
 
 
@@ -128,8 +125,6 @@ def table(p: dict) -> str:
                                    f"at batch {p['batch_size']}: {p.get('longest_seq_that_fits', '?')}"))
     else:
         rows.append(("GPU memory", "no GPU: the plan is what a GPU run would need"))
-    if p.get("recommended_mode"):
-        rows.append(("multi-GPU mode", p["recommended_mode"]))
     if p.get("measured_peak_gb") is not None:
         rows.append(("measured peak", f"{p['measured_peak_gb']:.2f} GB after the first steps"))
     width = max(len(r[0]) for r in rows)

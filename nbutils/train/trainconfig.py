@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 KAGGLE_LIMIT_MIN = 12 * 60
 SAFETY_MARGIN_MIN = 30  # time left for the final save, the verify step and the notebook's last cells
@@ -34,7 +34,6 @@ class TrainConfig:
     seed: int = 0
     world_size: int = 1
     chunked_loss: str | bool = "auto"  # auto: liger's fused kernels on CUDA when installed, else chunked; False: plain
-    extra: dict = field(default_factory=dict)
 
     @property
     def effective_batch(self) -> int:

@@ -15,20 +15,43 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transformers import TrainerCallback
 
+from nbutils.chain import MARKERS
 from nbutils.data import batching
 from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock
 from nbutils.train import loss as lm_loss
 from nbutils.train import manifest as mf
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
-from nbutils.train.checkpoints import unwrap  # noqa: F401  (re-exported: notebooks call training.unwrap)
+from nbutils.train.checkpoints import unwrap
 from nbutils.train.trainconfig import TrainConfig
 
-__all__ = ["TrainConfig", "train", "training_arguments", "run_config", "progress_mode", "write_summary", "save_checkpoint",
-           "unwrap"]
+__all__ = ["TrainResult", "train", "training_arguments", "run_config", "progress_mode", "write_summary",
+           "save_checkpoint"]
+
+
+@dataclass
+class TrainResult:
+    """What `train` hands the notebook's later steps; write_summary turns the JSON part into training_summary.json."""
+
+    global_step: int
+    stopped_reason: str  # max_steps | completed | time_budget | nan | degenerate | disk_full
+    stop_detail: str
+    resumed_from_step: int | None
+    train_loss: float
+    eval_loss: float
+    seconds: float
+    log_history: list[dict]
+    settings: dict  # every setting that changes the weights (its hash goes in the summary)
+    cfg: TrainConfig | None = None
+    peak_memory_gb: float | None = None  # after the first steps, on a GPU
+    run_peak_memory_gb: float | None = None
+    replica_checksums: list[float] | None = None  # one per process: equal means the replicas stayed in sync
+    is_main: bool = True  # the process that writes the files
+    trainer: object = field(default=None, repr=False)  # the live Trainer (its state goes into the final checkpoint)
 
 
 def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log",
@@ -53,12 +76,12 @@ def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool =
     )
 
 
-def run_config(cfg: TrainConfig, env: dict, manifest: dict, **parameters) -> dict:
-    """What a checkpoint carries about its run: every parameter, package versions, the data's hash."""
+def run_config(cfg: TrainConfig, versions: dict, manifest: dict, **parameters) -> dict:
+    """What a checkpoint carries about its run: every parameter, package versions (preflight's env.versions),
+    the data's hash."""
     from dataclasses import asdict
 
-    return {"parameters": {**parameters, **asdict(cfg)},
-            "versions": {k.removeprefix("version."): v for k, v in env.items() if k.startswith("version.")},
+    return {"parameters": {**parameters, **asdict(cfg)}, "versions": dict(versions),
             "data_manifest_hash": manifest.get("content_hash")}
 
 
@@ -139,7 +162,7 @@ def _one_progress_line(trainer) -> None:
 def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None,
           run_config: dict | None = None, probe=None, progress: str = "log", clock=time.time,
           session_start: float | None = None, memory_estimate_gb: float | None = None,
-          callbacks: list | None = None) -> dict:
+          callbacks: list | None = None) -> TrainResult:
     """Train (resuming from the newest verified checkpoint if any) and return what the summary needs.
 
     The main process holds the output_dir lock until write_summary. probe(model) -> True at an evaluation means
@@ -181,14 +204,10 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     if probe_cb is not None:
         trainer.remove_callback(probe_cb)  # the final evaluation is for the numbers, not for stopping
     metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
-    return {
-        "replica_checksums": replica_checksums(model),
-        "trainer": trainer, "global_step": trainer.state.global_step, "stopped_reason": reason,
-        "stop_detail": stop.detail, "resumed_from_step": resume_step,
-        "train_loss": run_loss(trainer.state.log_history), "eval_loss": metrics["eval_loss"],
-        "seconds": round(time.time() - t0, 1), "log_history": trainer.state.log_history, "peak_memory_gb": peak.peak_gb,
-        "run_peak_memory_gb": peak.run_peak_gb, "is_main": main, "settings": settings, "cfg": cfg,
-    }
+    return TrainResult(
+        trainer.state.global_step, reason, stop.detail, resume_step, run_loss(trainer.state.log_history),
+        metrics["eval_loss"], round(time.time() - t0, 1), trainer.state.log_history, settings, cfg,
+        peak.peak_gb, peak.run_peak_gb, replica_checksums(model), main, trainer)
 
 
 def _make_trainer(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: Path, plan: dict, progress: str,
@@ -277,9 +296,8 @@ def _stop_on_disk_full(trainer, cfg: TrainConfig, output_dir: Path, settings: di
     msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, cfg.save_total_limit), cfg.save_total_limit,
                             f". {kept}; rerun after freeing space to resume. (The writer said: {error})")
     history = [h for h in trainer.state.log_history if not last or h.get("step", 0) <= checkpoints.checkpoint_step(last)]
-    result = {"global_step": checkpoints.checkpoint_step(last) if last else 0, "stopped_reason": "disk_full",
-              "stop_detail": msg, "resumed_from_step": None, "train_loss": run_loss(history),
-              "eval_loss": float("nan"), "seconds": 0.0, "log_history": history, "settings": settings}
+    result = TrainResult(checkpoints.checkpoint_step(last) if last else 0, "disk_full", msg, None, run_loss(history),
+                         float("nan"), 0.0, history, settings)
     try:
         write_summary(output_dir, result, cfg, None)
     except OSError as e:
@@ -322,13 +340,14 @@ def replica_checksums(model) -> list[float]:
     return [g.item() for g in gathered]
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict, result: dict | None = None) -> Path | None:
+def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict,
+                    result: TrainResult | None = None) -> Path | None:
     """The final checkpoint in <output_dir>/checkpoint; after a NaN stop, a copy of the last verified
     Trainer checkpoint instead (None when there is none: NaN weights are never saved as final).
     A full disk: the summary is written with stopped_reason="disk_full", then one DiskFullError."""
     output_dir = Path(output_dir)
     dest = output_dir / "checkpoint"
-    if result and result["stopped_reason"] == "nan":
+    if result and result.stopped_reason == "nan":
         good, skipped = checkpoints.newest_verified(output_dir / "trainer", resumable=False)
         checkpoints.report_skipped(skipped)
         if good is None:
@@ -338,40 +357,40 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict, 
         return checkpoints.copy_complete(good, dest)
     from dataclasses import asdict
 
-    state = asdict(result["trainer"].state) if result and result.get("trainer") else None
+    state = asdict(result.trainer.state) if result and result.trainer is not None else None
     try:
-        return checkpoints.save_final(model, tokenizer, dest, run_config, state, (result or {}).get("settings"))
+        return checkpoints.save_final(model, tokenizer, dest, run_config, state, result.settings if result else None)
     except diskspace.DiskFullError as e:
-        if result and result.get("cfg") is not None:
-            write_summary(output_dir, {**result, "stopped_reason": "disk_full", "stop_detail": str(e)}, result["cfg"], None)
+        if result and result.cfg is not None:
+            write_summary(output_dir, replace(result, stopped_reason="disk_full", stop_detail=str(e)), result.cfg, None)
         raise
 
 
-def write_summary(output_dir: str | Path, result: dict, cfg: TrainConfig, checkpoint_dir: Path | None,
+def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig, checkpoint_dir: Path | None,
                   memory_plan: dict | None = None) -> dict:
     """training_summary.json and learning_curves.png: the facts 03 and people read about this run.
     The end of the run: the output_dir lock is released here."""
     from dataclasses import asdict
 
     output_dir = Path(output_dir)
-    curves.plot(result["log_history"], output_dir / "learning_curves.png")
+    curves.plot(result.log_history, output_dir / "learning_curves.png")
     summary = {
-        "global_step": result["global_step"], "stopped_reason": result["stopped_reason"],
-        "stop_detail": result.get("stop_detail", ""), "resumed_from_step": result["resumed_from_step"],
-        "train_loss": result["train_loss"], "eval_loss": result["eval_loss"],
+        "global_step": result.global_step, "stopped_reason": result.stopped_reason,
+        "stop_detail": result.stop_detail, "resumed_from_step": result.resumed_from_step,
+        "train_loss": result.train_loss, "eval_loss": result.eval_loss,
         # Relative, so 03 finds it wherever the folder is mounted; "checkpoint" even when nothing was
         # saved (NaN before the first checkpoint): checkpoint_complete is what says whether to use it.
         "checkpoint_dir": os.path.relpath(checkpoint_dir or output_dir / "checkpoint", output_dir),
         "checkpoint_complete": bool(checkpoint_dir) and not checkpoints.problems(checkpoint_dir),
-        "settings_hash": mf.settings_hash(result.get("settings") or {}),
-        "diagnosis": curves.diagnose(result["log_history"]), "seconds": result["seconds"],
-        "memory_plan": memory_plan, "measured_peak_gb": result.get("peak_memory_gb"),
-        "run_peak_gb": result.get("run_peak_memory_gb"), "config": asdict(cfg),
-        "world_size": len(result.get("replica_checksums", [0])), "replica_checksums": result.get("replica_checksums"),
+        "settings_hash": mf.settings_hash(result.settings or {}),
+        "diagnosis": curves.diagnose(result.log_history), "seconds": result.seconds,
+        "memory_plan": memory_plan, "measured_peak_gb": result.peak_memory_gb,
+        "run_peak_gb": result.run_peak_memory_gb, "config": asdict(cfg),
+        "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
     }
     try:
-        (output_dir / "training_summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        (output_dir / "log_history.json").write_text(json.dumps(result["log_history"], indent=2))
+        (output_dir / MARKERS["train_qlora"]).write_text(json.dumps(summary, indent=2, default=str))
+        (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))
     finally:
         runlock.release(output_dir)
     return summary

@@ -9,17 +9,9 @@ import sysconfig
 import pytest
 import torch
 
-from nbutils.eval.degeneration import (
-    CircuitBreaker,
-    DegenerationError,
-    DegenerationGuard,
-    GenerationObserver,
-    Verdict,
-    detect,
-    main,
-    summarize,
-    whisper_rule,
-)
+from nbutils.eval.degeneration import CircuitBreaker, DegenerationError, main, summarize
+from nbutils.eval.detect import Verdict, detect, whisper_rule
+from nbutils.eval.guard import DegenerationGuard, GenerationObserver
 
 MULTI_LINE_LOOP = "def f():\n    return 1\n" + "x = compute(a, b)\nprint(x, 'done')\n" * 4
 PROMPT_ECHO = "\n".join(["Translate the following sentence into French: the cat is on the table."] * 4)
@@ -257,7 +249,7 @@ def test_cli_prints_one_verdict_per_record_then_a_summary(tmp_path, capsys):
 
 
 def test_circuit_breaker_raises_with_share_examples_and_causes():
-    breaker = CircuitBreaker(min_samples=4, max_degenerate_share=0.5)
+    breaker = CircuitBreaker(min_samples=4, max_share=0.5)
     breaker.update(["A good answer.", "ok " * 20])
     with pytest.raises(DegenerationError) as err:
         breaker.update(["la " * 200, "<|end|><|end|>"])
@@ -277,7 +269,7 @@ def test_circuit_breaker_quiet_below_the_threshold_and_judges_only_the_first_sam
 
 def test_summarize_counts():
     rows = [{"tokens": 32, "eos": False, "verdict": Verdict(True, ["loop"])},
-            {"tokens": 8, "eos": False, "stopped": True, "reasons": ["loop"]},
+            {"tokens": 8, "eos": False, "guard_stopped": True, "reasons": ["loop"]},
             {"tokens": 3, "eos": True, "text": "Paris."},
             {"tokens": 12, "eos": False, "guard_stopped": True, "verdict": Verdict(True, ["word-soup"])}]
     s = summarize(rows, max_new_tokens=32)

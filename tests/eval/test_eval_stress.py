@@ -5,7 +5,7 @@ import glob
 import pytest
 
 from nbutils.eval import corpus, scorecard, stress
-from nbutils.eval.degeneration import detect
+from nbutils.eval.detect import detect
 
 
 @pytest.fixture(scope="module")

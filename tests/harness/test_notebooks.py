@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nbutils import chain
 from nbutils.harness import runner as harness
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def runs(tmp_path_factory):
         if i == 1:
             os.environ["HF_TOKEN"] = TOKEN
         try:
-            results = harness.run([ROOT / nb for nb in harness.CHAIN], dest, params, internet=False, time_budget=600)
+            results = harness.run([ROOT / nb for nb in chain.notebook_paths()], dest, params, internet=False, time_budget=600)
         finally:
             os.environ.pop("HF_TOKEN", None) if saved is None else os.environ.__setitem__("HF_TOKEN", saved)
         report = dest / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json"

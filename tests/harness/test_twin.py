@@ -80,7 +80,7 @@ def test_kernelspec_points_at_the_copy(tmp_path):
 
 @pytest.fixture(scope="module")
 def numpy1_twin():
-    from nbutils.kaggle import publish as kaggle
+    from nbutils.kaggle import dataset as kaggle
 
     [t] = [t for t in twin.twins() if t.name.startswith("numpy1")]
     twin.build(t)  # cached after the first build (minutes from a cold pip cache)

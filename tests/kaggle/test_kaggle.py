@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from nbutils.kaggle import publish as kaggle
+from nbutils import chain
+from nbutils.kaggle import badges, dataset, kernels
 from nbutils.platform import install, settings
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS_PRESENT = all((ROOT / "notebooks" / f"{nb.stem}.ipynb").exists() for nb in kaggle.NOTEBOOKS)
+NOTEBOOKS_PRESENT = all((ROOT / "notebooks" / f"{nb.notebook}.ipynb").exists() for nb in chain.STAGES)
 needs_notebooks = pytest.mark.skipif(not NOTEBOOKS_PRESENT, reason="notebooks/*.ipynb not written yet (make sync)")
 
 
@@ -69,24 +70,24 @@ def api(fake_kaggle):
 # --- metadata -----------------------------------------------------------------------------------
 
 def test_committed_metadata_is_what_the_generator_writes(tmp_path):
-    kaggle.write_metadata(tmp_path)
-    for nb in kaggle.NOTEBOOKS:
-        committed = ROOT / "kaggle-metadata" / nb.slug / kaggle.METADATA_FILE
-        assert committed.read_text() == (tmp_path / "kaggle-metadata" / nb.slug / kaggle.METADATA_FILE).read_text(), \
+    kernels.write_metadata(tmp_path)
+    for nb in chain.STAGES:
+        committed = ROOT / "kaggle-metadata" / nb.slug / kernels.METADATA_FILE
+        assert committed.read_text() == (tmp_path / "kaggle-metadata" / nb.slug / kernels.METADATA_FILE).read_text(), \
             f"{committed} is stale: run `make kaggle-metadata`"
         meta = json.loads(committed.read_text())
-        assert (committed.parent / meta["code_file"]).resolve() == ROOT / "notebooks" / f"{nb.stem}.ipynb"
+        assert (committed.parent / meta["code_file"]).resolve() == ROOT / "notebooks" / f"{nb.notebook}.ipynb"
 
 
 def test_titles_slugify_to_the_ids_with_the_clients_slugify():
     from slugify import slugify  # what kernels_push compares the title with
 
-    for nb in kaggle.NOTEBOOKS:
+    for nb in chain.STAGES:
         assert slugify(nb.title) == nb.slug and len(nb.title) >= 5
 
 
 def test_metadata_fields_and_chain():
-    m = {nb.stem: kaggle.kernel_metadata(nb.stem, f"{nb.stem}.ipynb", "me") for nb in kaggle.NOTEBOOKS}
+    m = {nb.notebook: kernels.kernel_metadata(nb.notebook, f"{nb.notebook}.ipynb", "me") for nb in chain.STAGES}
     assert m["01_data_prep"]["kernel_sources"] == [] and m["01_data_prep"]["enable_gpu"] is False
     assert "machine_shape" not in m["01_data_prep"]
     assert m["02_train_qlora"]["kernel_sources"] == ["me/qlora-01-data-prep"]
@@ -115,20 +116,20 @@ def test_owner_comes_from_env_then_kaggle_json_then_settings(monkeypatch, tmp_pa
 
 @needs_notebooks
 def test_every_bundle_is_accepted_by_kernels_push(api, fake_kaggle, tmp_path, capsys):
-    folders = kaggle.bundle(tmp_path, owner="someone")
-    assert [f.name for f in folders] == [nb.slug for nb in kaggle.NOTEBOOKS]
-    for folder, nb in zip(folders, kaggle.NOTEBOOKS):
-        assert sorted(p.name for p in folder.iterdir()) == sorted([f"{nb.stem}.ipynb", kaggle.METADATA_FILE])
+    folders = kernels.bundle(tmp_path, owner="someone")
+    assert [f.name for f in folders] == [nb.slug for nb in chain.STAGES]
+    for folder, nb in zip(folders, chain.STAGES):
+        assert sorted(p.name for p in folder.iterdir()) == sorted([f"{nb.notebook}.ipynb", kernels.METADATA_FILE])
         assert api.kernels_push(str(folder)).error in ("", None)
     assert "does not resolve to the specified id" not in capsys.readouterr().out
     bodies = [body for name, body in fake_kaggle.calls if name == "SaveKernel"]
-    assert [b["slug"] for b in bodies] == [f"someone/{nb.slug}" for nb in kaggle.NOTEBOOKS]
-    for body, nb in zip(bodies, kaggle.NOTEBOOKS):
+    assert [b["slug"] for b in bodies] == [f"someone/{nb.slug}" for nb in chain.STAGES]
+    for body, nb in zip(bodies, chain.STAGES):
         cells = json.loads(body["text"])["cells"]
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells if c["cell_type"] == "code")
         assert body["kernelType"] == "notebook" and body["language"] == "python" and body["enableInternet"] is True
         assert body.get("machineShape") == ("NvidiaTeslaT4" if nb.gpu else None)
-        assert body.get("kernelDataSources", []) == [f"someone/{s}" for s in nb.upstream]
+        assert body.get("kernelDataSources", []) == [f"someone/{chain.by_stage(s).slug}" for s in nb.upstream]
 
 
 @needs_notebooks
@@ -142,10 +143,10 @@ def test_every_bundle_is_accepted_by_kernels_push(api, fake_kaggle, tmp_path, ca
     ("dataset_sources", ["qlora-nbutils"], "Dataset must be specified in the form"),
 ])
 def test_broken_bundle_is_rejected_before_anything_is_sent(api, fake_kaggle, tmp_path, field, value, message):
-    folder = kaggle.bundle(tmp_path, owner="someone")[0]
-    meta = json.loads((folder / kaggle.METADATA_FILE).read_text())
+    folder = kernels.bundle(tmp_path, owner="someone")[0]
+    meta = json.loads((folder / kernels.METADATA_FILE).read_text())
     meta[field] = value
-    (folder / kaggle.METADATA_FILE).write_text(json.dumps(meta))
+    (folder / kernels.METADATA_FILE).write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=message):
         api.kernels_push(str(folder))
     assert fake_kaggle.calls == []
@@ -153,9 +154,9 @@ def test_broken_bundle_is_rejected_before_anything_is_sent(api, fake_kaggle, tmp
 
 @needs_notebooks
 def test_a_title_that_does_not_slugify_to_the_id_is_flagged(api, tmp_path, capsys):
-    folder = kaggle.bundle(tmp_path, owner="someone")[0]
-    meta = json.loads((folder / kaggle.METADATA_FILE).read_text())
-    (folder / kaggle.METADATA_FILE).write_text(json.dumps({**meta, "title": "QLoRA Data Preparation"}))
+    folder = kernels.bundle(tmp_path, owner="someone")[0]
+    meta = json.loads((folder / kernels.METADATA_FILE).read_text())
+    (folder / kernels.METADATA_FILE).write_text(json.dumps({**meta, "title": "QLoRA Data Preparation"}))
     api.kernels_push(str(folder))
     assert "does not resolve to the specified id" in capsys.readouterr().out
 
@@ -164,7 +165,7 @@ def test_a_title_that_does_not_slugify_to_the_id_is_flagged(api, tmp_path, capsy
 
 def test_push_without_credentials_says_what_is_missing(fake_kaggle, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "config"))
-    assert kaggle.push(tmp_path / "bundles") == 1
+    assert kernels.push(tmp_path / "bundles") == 1
     err = capsys.readouterr().err
     assert "No Kaggle credentials, nothing was pushed" in err and "KAGGLE_API_TOKEN" in err and "kaggle.json" in err
     assert fake_kaggle.calls == [] and not (tmp_path / "bundles").exists()
@@ -174,7 +175,7 @@ def test_push_without_credentials_says_what_is_missing(fake_kaggle, tmp_path, mo
 def test_push_goes_in_chain_order_and_waits_for_each_run(fake_kaggle, tmp_path, monkeypatch):
     monkeypatch.setenv("KAGGLE_USERNAME", "someone")
     monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
-    assert kaggle.push(tmp_path, wait=True, poll_s=0) == 0
+    assert kernels.push(tmp_path, wait=True, poll_s=0) == 0
     names = [(name, body.get("slug") or body.get("kernelSlug")) for name, body in fake_kaggle.calls]
     assert names == [("SaveKernel", "someone/qlora-01-data-prep"), ("GetKernelSessionStatus", "qlora-01-data-prep"),
                      ("SaveKernel", "someone/qlora-02-train-qlora"), ("GetKernelSessionStatus", "qlora-02-train-qlora"),
@@ -187,7 +188,7 @@ def test_push_stops_the_chain_when_a_run_fails(fake_kaggle, tmp_path, monkeypatc
     monkeypatch.setenv("KAGGLE_USERNAME", "someone")
     monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
     fake_kaggle.statuses["qlora-01-data-prep"] = "ERROR"
-    assert kaggle.push(tmp_path, wait=True, poll_s=0) == 1
+    assert kernels.push(tmp_path, wait=True, poll_s=0) == 1
     assert [n for n, _ in fake_kaggle.calls].count("SaveKernel") == 1
     assert "ended ERROR" in capsys.readouterr().err
 
@@ -197,33 +198,22 @@ def test_push_reports_a_server_side_rejection(fake_kaggle, tmp_path, monkeypatch
     monkeypatch.setenv("KAGGLE_USERNAME", "someone")
     monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
     fake_kaggle.error = "Notebook not found"
-    assert kaggle.push(tmp_path, wait=False) == 1
+    assert kernels.push(tmp_path, wait=False) == 1
     assert "push of someone/qlora-01-data-prep failed: Notebook not found" in capsys.readouterr().err
 
 
 # --- dataset ----------------------------------------------------------------------------------------
 
 def test_dataset_metadata_passes_the_clients_create_checks():
-    meta = kaggle.dataset_metadata("someone")
+    meta = dataset.dataset_metadata("someone")
     owner, slug = meta["id"].split("/")
     assert owner == "someone" and slug == settings.DATASET_SLUG
     assert 6 <= len(slug) <= 50 and 6 <= len(meta["title"]) <= 50 and 20 <= len(meta["subtitle"]) <= 80
     assert len(meta["licenses"]) == 1
 
 
-def test_torch_and_cuda_never_enter_the_wheelhouse():
-    for name in ("torch", "triton", "nvidia-cublas-cu12", "nvidia_cudnn_cu12", "cuda-bindings", "torchvision"):
-        assert kaggle._excluded(name), name
-    for name in install.NEEDED:
-        assert not kaggle._excluded(name), name
-    assert kaggle.assumed_torch() == "2.13.0" or kaggle.assumed_torch()
-
-
-def test_requirements_agree_with_install_pins():
-    pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
-    for name, version in install.PINS.items():
-        assert pins.get(name) == version, f"{name}: requirements.txt {pins.get(name)} vs nbutils.platform.install {version}"
+def test_the_wheelhouse_assumes_the_torch_of_requirements():
+    assert dataset.assumed_torch() == "2.13.0" or dataset.assumed_torch()
 
 
 # --- make fragment ----------------------------------------------------------------------------------
@@ -251,7 +241,7 @@ def _notebook_targets(text: str) -> list[str]:
 def test_badge_urls_are_built_from_the_one_setting(monkeypatch):
     monkeypatch.setenv("NBUTILS_REPOSITORY", "fork/suite")
     monkeypatch.setenv("NBUTILS_BRANCH", "dev")
-    md = kaggle.badges_markdown("02_train_qlora.ipynb")
+    md = badges.badges_markdown("02_train_qlora.ipynb")
     assert _notebook_targets(md) == [
         "https://colab.research.google.com/github/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb",
         "https://kaggle.com/kernels/welcome?src=https://github.com/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb"]
@@ -260,7 +250,7 @@ def test_badge_urls_are_built_from_the_one_setting(monkeypatch):
 
 
 def test_docs_carry_the_generated_notebooks_table():
-    assert kaggle.notebooks_table_markdown() in (ROOT / "docs" / "kaggle-colab.md").read_text(), \
+    assert badges.notebooks_table_markdown() in (ROOT / "docs" / "kaggle-colab.md").read_text(), \
         "docs/kaggle-colab.md is stale: paste `python -m nbutils.kaggle table`"
 
 
@@ -270,7 +260,7 @@ def test_every_badge_points_at_a_notebook_that_exists(source):
     if source == "notebooks/*.py" and not paths:
         pytest.skip("notebooks/*.py not written yet")
     targets = [(p, u) for p in paths for u in _notebook_targets(p.read_text())]
-    assert targets, f"no Colab/Kaggle badge found in {source}: paste kaggle.badges_markdown / notebooks_table_markdown"
+    assert targets, f"no Colab/Kaggle badge found in {source}: paste badges.badges_markdown / notebooks_table_markdown"
     for path, url in targets:
         m = re.search(r"github(?:\.com)?/([\w.-]+/[\w.-]+)/blob/([\w.-]+)/(notebooks/[\w.-]+\.ipynb)$", url)
         assert m, f"{path.name}: badge {url} does not point at a notebook in the repository"
@@ -281,11 +271,11 @@ def test_every_badge_points_at_a_notebook_that_exists(source):
 
 @needs_notebooks
 def test_notebooks_carry_their_badges_and_the_bootstrap_cell():
-    for nb in kaggle.NOTEBOOKS:
-        text = (ROOT / "notebooks" / f"{nb.stem}.py").read_text()
-        assert kaggle.badges_markdown(nb.stem) in text, f"{nb.stem}.py: badges differ; run python -m nbutils.kaggle sync"
+    for nb in chain.STAGES:
+        text = (ROOT / "notebooks" / f"{nb.notebook}.py").read_text()
+        assert badges.badges_markdown(nb.notebook) in text, f"{nb.notebook}.py: badges differ; run python -m nbutils.kaggle sync"
         assert install.bootstrap_cell_source() in text, \
-            f"{nb.stem}.py: install cell differs from bootstrap_cell_source(); run python -m nbutils.kaggle sync"
+            f"{nb.notebook}.py: install cell differs from bootstrap_cell_source(); run python -m nbutils.kaggle sync"
 
 
 def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
@@ -293,10 +283,10 @@ def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
     old = ("# %% [markdown]\n# # Title\n#\n# [![Open in Colab](old)](old) [![Open in Kaggle](old)](old)\n\n# %%\n"
            "# Bootstrap nbutils (old)\nimport sys\nfrom nbutils.platform.install import ensure_packages\n\n"
            "ensure_packages()  # old\n\n# %%\nx = 1\n")
-    for nb in kaggle.NOTEBOOKS:
-        (tmp_path / "notebooks" / f"{nb.stem}.py").write_text(old)
-    assert len(kaggle.sync_notebooks(tmp_path)) == len(kaggle.NOTEBOOKS)
+    for nb in chain.STAGES:
+        (tmp_path / "notebooks" / f"{nb.notebook}.py").write_text(old)
+    assert len(badges.sync_notebooks(tmp_path)) == len(chain.STAGES)
     text = (tmp_path / "notebooks" / "03_eval.py").read_text()
-    assert kaggle.badges_markdown("03_eval") in text and install.bootstrap_cell_source() in text
+    assert badges.badges_markdown("03_eval") in text and install.bootstrap_cell_source() in text
     assert text.endswith("# %%\nx = 1\n") and "(old)" not in text
-    assert kaggle.sync_notebooks(tmp_path) == []  # idempotent
+    assert badges.sync_notebooks(tmp_path) == []  # idempotent

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nbutils.platform import install, settings
-from nbutils.platform.install import NEEDED, PINS, plan_install
+from nbutils.platform.install import plan_install
+from nbutils.platform.packages import PINS
 
 # A Kaggle image as it tends to be: torch, older transformers, no peft/bitsandbytes; nbutils bootstrapped.
 OLD_KAGGLE = {**PINS, "transformers": "4.51.0", "datasets": "3.6.0", "peft": None, "bitsandbytes": None,
@@ -245,7 +246,3 @@ def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
     assert install.ensure_packages() is None  # the cell ends on the printed summary, not on a repr
     assert capsys.readouterr().out.splitlines() == ["[install] nothing to install: local run: `make setup` installed "
                                                     "the pinned environment"]
-
-
-def test_needed_never_lists_torch():
-    assert not any(install._is_never(n) for n in NEEDED)

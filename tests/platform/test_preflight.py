@@ -51,7 +51,8 @@ def test_preflight_prints_one_table(tmp_path, capsys):
     text = capsys.readouterr().out
     for key in ("platform", "run_type", "gpus", "precision", "version.torch", "version.protobuf", "free_disk_gb"):
         assert key in text
-    assert info["precision"] == "fp32"
+    assert info.precision == "fp32" and info.gpu_count == 0 and info.gpu_capability is None
+    assert info.versions["torch"] != "missing" and not hasattr(info, "precision_obj")
 
 
 def test_preflight_blocks_bf16_on_t4(tmp_path):

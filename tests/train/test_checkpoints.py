@@ -180,6 +180,6 @@ def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_da
     assert (trainer_dir / "checkpoint-20").exists() and not checkpoints.is_complete(trainer_dir / "checkpoint-20")
     assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)] == ["checkpoint-10"]
     _, _, resumed = _train(prepared_data, tmp_path / "run", _cfg(max_steps=30))
-    assert resumed["resumed_from_step"] == 10 and resumed["global_step"] == 30
+    assert resumed.resumed_from_step == 10 and resumed.global_step == 30
     assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)][-1] == "checkpoint-30"
     assert checkpoints.missing_files(trainer_dir / "checkpoint-30", resumable=True) == []

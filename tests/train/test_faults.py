@@ -240,9 +240,9 @@ def test_resume_with_evaluation_on_without_4bit_is_bit_identical(prepared_data, 
     reference, _ = train(tmp_path / "reference")
     ticks = itertools.count()  # a fake clock: the 7 s budget runs out after a few steps
     _, stopped = train(tmp_path / "run", budget_min=0.12, clock=lambda: next(ticks), session_start=0)
-    assert stopped["stopped_reason"] == "time_budget" and 0 < stopped["global_step"] < STEPS
+    assert stopped.stopped_reason == "time_budget" and 0 < stopped.global_step < STEPS
     resumed, result = train(tmp_path / "run")
-    assert result["resumed_from_step"] == stopped["global_step"] and same_weights(resumed, reference)
+    assert result.resumed_from_step == stopped.global_step and same_weights(resumed, reference)
 
 
 def test_second_run_into_the_same_output_dir_is_refused(ctx, prepared_data, tmp_path):
@@ -318,7 +318,7 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
     assert summary["stopped_reason"] == "disk_full" and summary["global_step"] == 4 and not summary["checkpoint_complete"]
     monkeypatch.setattr(torch, "save", real_save)  # space freed
     _, _, resumed = _train(prepared_data, out, _cfg(), run_config=rc)
-    assert resumed["resumed_from_step"] == 4 and resumed["global_step"] == STEPS
+    assert resumed.resumed_from_step == 4 and resumed.global_step == STEPS
 
 
 def test_full_disk_during_the_final_save(prepared_data, tmp_path, monkeypatch):
@@ -340,6 +340,6 @@ def test_full_disk_during_the_final_save(prepared_data, tmp_path, monkeypatch):
     assert checkpoints.problems(out / "trainer" / f"checkpoint-{STEPS}", resumable=True) == []
     monkeypatch.undo()  # space freed: the rerun finds the finished run and saves the final checkpoint
     model, tok, again = _train(prepared_data, out, _cfg())
-    assert again["resumed_from_step"] == STEPS
+    assert again.resumed_from_step == STEPS
     assert training.save_checkpoint(model, tok, out, {}, again) == out / "checkpoint"
     assert checkpoints.problems(out / "checkpoint") == []

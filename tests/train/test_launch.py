@@ -121,3 +121,11 @@ def test_a_cuda_failure_in_the_forked_processes_becomes_a_clear_error(monkeypatc
     monkeypatch.setattr(accelerate, "notebook_launcher", lambda *a, **k: (_ for _ in ()).throw(ValueError("other")))
     with pytest.raises(ValueError, match="other"):  # anything else goes through unchanged
         run_in_processes(lambda: None, 2)
+
+
+def test_the_one_parser_of_the_parameters_cell_names_every_assignment():
+    """The harness passes a parameter only if this parser names it, so computed and annotated defaults count too."""
+    from nbutils.train.launch import parameter_defaults
+
+    source = "a = 1\nb: int = 2\nc = os.environ.get('X', '')\nd = e = 'x'\nfor i in range(2):\n    f = i\n"
+    assert parameter_defaults(source) == {"a": 1, "b": 2, "c": None, "d": "x", "e": "x"}

@@ -77,13 +77,17 @@ def test_notebook_validates_and_plans_memory_before_loading():
     assert src.index("trainconfig.validate(") < load and src.index("memory.plan(") < load
 
 
-def test_memory_plan_on_a_t4_recommends_a_mode():
+def test_memory_plan_on_a_t4_decides_the_mode():
+    from nbutils.train.launch import decide
+
     p = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2, loss="chunked")
     assert 5 < p["estimate_gb"] < 15 and p["fits"] and p["largest_batch_that_fits"] >= 2
-    assert p["recommended_mode"].startswith("ddp")
+    assert decide(gpu_count=2, plan=p, env={}).mode == "ddp"
     # With the full logits (6 GB at 2 x 2048) batch 2 no longer fits one T4: split over two does.
     plain = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
-    assert not plain["fits"] and plain["recommended_mode"].startswith("split")
+    assert not plain["fits"] and plain["split_fits"] and decide(gpu_count=2, plan=plain, env={}).mode == "split"
+    huge = memory.plan(LLAMA_8B, seq_len=2048, batch=64, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert not huge["split_fits"] and "cannot hold it" in decide(gpu_count=2, plan=huge, env={}).why
     big = memory.plan(LLAMA_8B, seq_len=2048, batch=16, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
     assert not big["fits"] and big["largest_batch_that_fits"] < 16
     table = memory.table({**big, "measured_peak_gb": 7.5})

@@ -9,9 +9,9 @@ import pytest
 from transformers import TrainerCallback
 
 from nbutils.data import splits as data
-from nbutils.platform.environment import detect_platform
+from nbutils.platform.environment import detect_platform, process_start_time, session_start
 from nbutils.train import checkpoints, modeling, training
-from nbutils.train.callbacks import NanGuard, StopReason, process_start_time, session_start
+from nbutils.train.callbacks import NanGuard, StopReason
 from nbutils.train.trainconfig import TrainConfig
 
 
@@ -31,7 +31,7 @@ def _cfg(**kw):
 
 
 def _train_losses(result, after_step=0):
-    return {h["step"]: h["loss"] for h in result["log_history"] if "loss" in h and h["step"] > after_step}
+    return {h["step"]: h["loss"] for h in result.log_history if "loss" in h and h["step"] > after_step}
 
 
 def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
@@ -40,21 +40,21 @@ def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_p
     # A fake clock: one "second" per call; the 24 s budget runs out a little after step 20.
     _, _, stopped = _train(prepared_data, tmp_path / "cut", _cfg(time_budget_min=0.4), clock=lambda: next(ticks),
                            session_start=0)
-    assert stopped["stopped_reason"] == "time_budget" and 10 < stopped["global_step"] < 40
+    assert stopped.stopped_reason == "time_budget" and 10 < stopped.global_step < 40
     last = checkpoints.trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
-    assert last.name == f"checkpoint-{stopped['global_step']}"  # saved at the stop, not only at save_steps
+    assert last.name == f"checkpoint-{stopped.global_step}"  # saved at the stop, not only at save_steps
     assert checkpoints.missing_files(last, resumable=True) == []
 
     _, _, resumed = _train(prepared_data, tmp_path / "cut", _cfg())
-    assert resumed["resumed_from_step"] == stopped["global_step"]
-    assert resumed["global_step"] == full["global_step"] == 40
+    assert resumed.resumed_from_step == stopped.global_step
+    assert resumed.global_step == full.global_step == 40
     # Same data order, optimizer, scheduler and adapter weights: the losses logged after the resume
     # point are the uninterrupted run's, and so is the final eval loss. Measured: within 1e-3 (the
     # CPU 4-bit kernels of bitsandbytes differ in the last digits by code path); with the data order
     # not reproduced (ignore_data_skip) they are 3-9% off.
-    after = _train_losses(resumed, stopped["global_step"])
+    after = _train_losses(resumed, stopped.global_step)
     assert after and all(after[s] == pytest.approx(_train_losses(full)[s], rel=5e-3) for s in after)
-    assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], rel=5e-3)
+    assert resumed.eval_loss == pytest.approx(full.eval_loss, rel=5e-3)
 
 
 class Poison(TrainerCallback):
@@ -78,7 +78,7 @@ class Poison(TrainerCallback):
 def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poison_step, logging_steps, last_good):
     model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=30, logging_steps=logging_steps),
                                 callbacks=[Poison(poison_step)])
-    assert result["stopped_reason"] == "nan" and result["global_step"] < 30, result["stop_detail"]
+    assert result.stopped_reason == "nan" and result.global_step < 30, result.stop_detail
     good = checkpoints.trainer_checkpoints(tmp_path / "trainer")
     assert (good[-1].name if good else None) == last_good
     ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
@@ -117,7 +117,7 @@ def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_pa
         return next(verdicts)
 
     _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
-    assert result["stopped_reason"] == "degenerate" and result["global_step"] == 20
+    assert result.stopped_reason == "degenerate" and result.global_step == 20
     assert checkpoints.trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
     assert next(verdicts) is True  # the final evaluation did not call the probe again
 
@@ -152,7 +152,7 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
                               chunked_loss=chunked)
             plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
             result = training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
-            eval_losses[bs, chunked] = result["eval_loss"]
+            eval_losses[bs, chunked] = result.eval_loss
             weights[bs, chunked] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     first = weights[4, False]
     moved = [n for n in first if "lora_A" in n]
@@ -186,8 +186,8 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
     # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
     _, _, again = _train(prepared_data, tmp_path, _cfg(max_steps=20))
-    assert again["global_step"] == 20 and again["resumed_from_step"] == 20
-    assert again["eval_loss"] == pytest.approx(result["eval_loss"], rel=5e-3)  # same weights; CPU 4-bit noise
+    assert again.global_step == 20 and again.resumed_from_step == 20
+    assert again.eval_loss == pytest.approx(result.eval_loss, rel=5e-3)  # same weights; CPU 4-bit noise
 
 
 def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_path, monkeypatch):
@@ -198,7 +198,7 @@ def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_p
     ticks = iter(range(10**6))
     _, _, result = _train(prepared_data, tmp_path, _cfg(time_budget_min=0.03), clock=lambda: next(ticks),
                           session_start=0, progress="widgets")
-    assert result["stopped_reason"] == "time_budget" and result["global_step"] <= 2
+    assert result.stopped_reason == "time_budget" and result.global_step <= 2
 
 
 def test_the_bar_comes_without_the_trainers_dict_logs(prepared_data, tmp_path, capsys):
@@ -227,14 +227,14 @@ def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepar
     _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
     _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
                                                       resume=False))
-    assert fresh["resumed_from_step"] is None and fresh["global_step"] == 10
+    assert fresh.resumed_from_step is None and fresh.global_step == 10
     aside = list(tmp_path.glob("trainer.before-*"))
     assert len(aside) == 1 and [p.name for p in checkpoints.checkpoint_dirs(aside[0])] == ["checkpoint-5", "checkpoint-10"]
-    assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh["settings"]) == []
+    assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh.settings) == []
 
 
 def test_run_config_carries_parameters_versions_and_data_hash():
-    cfg = training.run_config(_cfg(), {"version.torch": "2.5", "precision": "fp16"}, {"content_hash": "abc"},
+    cfg = training.run_config(_cfg(), {"torch": "2.5"}, {"content_hash": "abc"},
                               base_model="embedded")
     assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["lora_r"] == 16
     assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
@@ -244,7 +244,7 @@ def test_packed_plan_trains(prepared_data, tmp_path):
     plan = {"strategy": "packed", "block_size": 256, "batch_size": 4}
     _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
                                                         save_steps=6), plan=plan)
-    assert result["global_step"] == 6 and math.isfinite(result["eval_loss"])
+    assert result.global_step == 6 and math.isfinite(result.eval_loss)
 
 
 def test_diagnosis_of_learning_curves():
@@ -289,3 +289,15 @@ def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, t
     weights = sum((ckpt / n).stat().st_size for n in ("adapter_model.safetensors", "optimizer.pt")) / diskspace.MB
     planned = memory.plan(modeling.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
     assert 0.8 < weights / planned < 1.25, (weights, planned)  # LoRA weights + two Adam states, 12 bytes a parameter
+
+
+def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
+    result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {"lora_r": 16},
+                                  trainer=object())
+    summary = training.write_summary(tmp_path, result, _cfg(), None)
+    assert set(summary) == {"global_step", "stopped_reason", "stop_detail", "resumed_from_step", "train_loss", "eval_loss",
+                            "checkpoint_dir", "checkpoint_complete", "settings_hash", "diagnosis", "seconds", "memory_plan",
+                            "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums"}
+    assert summary["world_size"] == 1 and summary["replica_checksums"] is None and not summary["checkpoint_complete"]
+    on_disk = json.loads((tmp_path / "training_summary.json").read_text())
+    assert on_disk["global_step"] == 6 and on_disk["eval_loss"] == 1.25 and "trainer" not in on_disk

@@ -1,0 +1,162 @@
+"""The nbutils dataset for Kaggle: the nbutils wheel plus an offline wheelhouse of every pinned package.
+
+    python -m nbutils.kaggle dataset            # build/kaggle-dataset/, flat, ready for `kaggle datasets create -p`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from nbutils.platform import settings
+from nbutils.platform.install import WHEELHOUSE_MANIFEST
+from nbutils.platform.packages import NUMPY1_PINS, PINS, is_torch_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dump(obj: dict) -> str:
+    return json.dumps(obj, indent=2) + "\n"
+
+
+KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")  # the Kaggle image's Python
+# Kaggle's image is Ubuntu 22.04 (glibc 2.35): every manylinux tag up to 2_35 runs there
+# (pip does not expand manylinux_2_X to older tags by itself, so they are listed).
+PLATFORMS = tuple(f"{tag}_x86_64" for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_24", "manylinux_2_27",
+                                               "manylinux_2_28", "manylinux_2_31", "manylinux_2_34", "manylinux_2_35"))
+
+
+def assumed_torch(root: Path = ROOT) -> str:
+    """The torch version the closure is resolved against (requirements.txt's pin; the image's own torch)."""
+    for line in (root / "requirements.txt").read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==")[1].split()[0]
+    raise ValueError("requirements.txt pins no torch")
+
+
+def _target(python_version: str) -> list[str]:
+    args = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    return args
+
+
+# Pure-Python packages on PyPI as sdists only (no wheel for --only-binary to find): built into wheels
+# here first, then found through --find-links like any other wheel.
+SDIST_ONLY = ("rouge-score",)
+
+
+def build_sdist_wheels(dest: Path) -> list[str]:
+    """Wheels of the SDIST_ONLY pins in dest; the pip arguments that let the resolver find them."""
+    specs = [f"{n}=={PINS[n]}" for n in SDIST_ONLY if n in PINS]
+    if specs:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), *specs], check=True)
+    return ["--find-links", str(dest)]
+
+
+def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch: str | None = None,
+                    extra_args: tuple[str, ...] = ()) -> dict[str, str]:
+    """name -> version of everything `pip install specs` needs on Kaggle, torch taken as installed (and left out).
+
+    A dry-run resolve for the target Python/platform reads metadata only (no wheel downloads); torch
+    is pinned in it so nothing pulls another torch, then torch and its CUDA packages are dropped.
+    """
+    torch = torch or assumed_torch()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-qq",
+                        "--report", str(report), *_target(python_version), *extra_args, *specs, f"torch=={torch}"],
+                       check=True)
+        items = json.loads(report.read_text())["install"]
+    return {item["metadata"]["name"]: item["metadata"]["version"] for item in items
+            if not is_torch_stack(item["metadata"]["name"])}
+
+
+def _build_nbutils_wheel(dest: Path, root: Path = ROOT) -> Path:
+    # Built from a clean copy: setuptools' build/lib would otherwise carry deleted modules into the wheel.
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy2(root / "pyproject.toml", tmp)
+        shutil.copytree(root / "nbutils", Path(tmp) / "nbutils", ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(dest), tmp], check=True)
+    return next(dest.glob("nbutils-*.whl"))
+
+
+def dataset_metadata(owner: str | None = None) -> dict:
+    """dataset-metadata.json for `kaggle datasets create -p` (slug/title 6-50 chars, exactly one license)."""
+    return {
+        "id": f"{owner or settings.kaggle_owner()}/{settings.DATASET_SLUG}",
+        "title": "QLoRA nbutils and wheelhouse",
+        "subtitle": "nbutils wheel plus pinned wheels for internet-off QLoRA runs",
+        "description": "The nbutils helper wheel for the QLoRA notebook suite and every package its install cell "
+                       f"may need, for Kaggle's Python, without torch. Source: https://github.com/{settings.repository()}",
+        # The wheels keep their own licenses (MIT, BSD, Apache-2.0 ...): "other" is the honest group.
+        "licenses": [{"name": "other"}],
+    }
+
+
+def _wheelhouse_current(dest: Path, specs: list[str], python_version: str) -> bool:
+    try:
+        manifest = json.loads((dest / WHEELHOUSE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("requested") == specs and manifest.get("python_version") == python_version
+            and "numpy1_closure" in manifest and manifest.get("torch_assumed") == assumed_torch()
+            and {(canonicalize_name(n), v) for n, v in manifest["closure"].items()} <= _wheels_in(dest))
+
+
+def _wheels_in(folder: Path) -> set[tuple[str, str]]:
+    from packaging.utils import parse_wheel_filename
+
+    return {(canonicalize_name(str(name)), str(version)) for name, version, *_ in map(parse_wheel_filename,
+                                                                              (w.name for w in folder.glob("*.whl")))}
+
+
+def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
+    """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
+
+    Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
+    in nbutils.platform.packages.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
+    """
+    specs = [f"{name}=={version}" for name, version in PINS.items()]
+    if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            fresh = _build_nbutils_wheel(Path(tmp))
+            for old in dest.glob("nbutils-*.whl"):
+                if old.name != fresh.name:
+                    old.unlink()
+            os.replace(fresh, dest / fresh.name)  # atomic: a run reading the dataset never finds it without a wheel
+        return dest
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    wheel = _build_nbutils_wheel(dest)
+    links = tuple(build_sdist_wheels(dest))  # rouge-score ships no wheel: built here, found through --find-links
+    closure = resolve_closure(specs, python_version, extra_args=links)
+    # A numpy-1 image gets the releases that still run there (packages.NUMPY1_PINS), numpy held below 2.
+    numpy1 = [f"{n}=={NUMPY1_PINS[n][0] if n in NUMPY1_PINS else v}" for n, v in PINS.items()] + ["numpy<2"]
+    closure1 = resolve_closure(numpy1, python_version, extra_args=links)
+    for wanted in (closure, {n: v for n, v in closure1.items() if closure.get(n) != v}):  # one version per call
+        subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version), *links,
+                        "-d", str(dest), *(f"{n}=={v}" for n, v in wanted.items())], check=True)
+    have = {canonicalize_name(w.name.split("-")[0]) for w in dest.glob("*.whl")}
+    missing = [n for n in closure if canonicalize_name(n) not in have]
+    if missing:
+        raise RuntimeError(f"pip download left out {missing}")
+    stray = [w.name for w in dest.glob("*.whl") if is_torch_stack(w.name.split("-")[0])]
+    if stray:
+        raise RuntimeError(f"torch/CUDA wheels in the wheelhouse: {stray}")
+    (dest / WHEELHOUSE_MANIFEST).write_text(_dump({
+        "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": assumed_torch(),
+        "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
+        "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
+    }))
+    (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
+    return dest

@@ -1,0 +1,93 @@
+"""The package table: what the notebooks need besides torch, at which pin and minimum, what the images
+preinstall, what is never installed, and the one version parser.
+
+install (what to install), preflight (what is recent enough to run), the harness' static checks (what an
+unpinned install would move) and the Kaggle wheelhouse (what to download) all read it from here;
+requirements.txt must agree with the pins (tests/platform/test_packages.py checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+
+@dataclass(frozen=True)
+class Need:
+    pin: str  # the version installed when the package is missing or too old
+    minimum: str  # a preinstalled version at or above this is left alone (and preflight accepts it)
+    module: str  # import name, to spot a package imported before it was upgraded
+    exact: bool = False  # only the pinned version will do (APIs that move between minor releases)
+
+
+# What the notebooks need besides torch. transformers is exact: 5.x renames APIs between minor releases
+# (the notebooks are written against 5.23), so preflight no longer accepts any 5.x: what install leaves is
+# what preflight accepts, one rule (`acceptable`).
+NEEDED = {
+    "transformers": Need("5.23.0", "5.23.0", "transformers", exact=True),
+    "peft": Need("0.21.2", "0.18", "peft"),
+    "bitsandbytes": Need("0.50.2", "0.45", "bitsandbytes"),
+    "accelerate": Need("1.15.0", "1.0", "accelerate"),
+    "datasets": Need("5.2.0", "4.0", "datasets"),
+    "matplotlib": Need("3.11.2", "3.7", "matplotlib"),
+    "pandas": Need("3.1.1", "2.0", "pandas"),
+    "pyarrow": Need("26.0.1", "14.0", "pyarrow"),
+    "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
+    "tqdm": Need("4.70.1", "4.66", "tqdm"),
+    "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
+    "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
+    "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
+    "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
+}
+PINS = {name: need.pin for name, need in NEEDED.items()}
+# numpy is held at the image's version: the image's own compiled packages (matplotlib, scipy, scikit-learn,
+# opencv, numba ...) are built against it, and moving it would mean moving all of them. On a numpy-1 image
+# these pins replace ours: the newest releases that still run on numpy 1 (pyarrow 26 stops at import with
+# "pyarrow requires NumPy 2.0 or newer" without declaring it; pandas 3 declares numpy>=2). The wheelhouse
+# carries both sets. name -> (pin on numpy 1, cap passed to pip as a constraint).
+NUMPY1_PINS = {"pyarrow": ("25.0.1", "<26"), "pandas": ("2.3.3", "<3")}
+
+# What the images ship (versions vary, often older): install still checks the real versions; the harness
+# flags an unpinned install of any of these (upgrading one mid-session leaves the old version imported).
+_BOTH = ("torch", "torchvision", "torchaudio", "numpy", "scipy", "protobuf", "transformers", "tokenizers",
+         "huggingface-hub", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow", "beautifulsoup4", "tqdm",
+         "ipywidgets", "filelock", "tensorflow", "jax")
+PREINSTALLED = {"kaggle": frozenset(_BOTH), "colab": frozenset((*_BOTH, "peft"))}
+
+# The image's own CUDA stack: never installed or upgraded by the notebooks (the platform's torch matches its
+# driver), never put in the wheelhouse. A trailing '-' is a name prefix (nvidia-cublas-cu12 ...).
+TORCH_STACK = ("torch", "torchvision", "torchaudio", "triton", "nvidia-", "cuda-")
+
+
+def is_torch_stack(name: str) -> bool:
+    """Is this distribution torch or part of the CUDA stack that comes with it?"""
+    name = canonicalize_name(name)
+    return any(name == t or (t.endswith("-") and name.startswith(t)) for t in TORCH_STACK)
+
+
+def preinstalled_anywhere(name: str) -> bool:
+    """Does some image we target ship this distribution?"""
+    return canonicalize_name(name) in set().union(*PREINSTALLED.values())
+
+
+def version(text: str) -> Version:
+    """The one version parser (PEP 440, `packaging`), release numbers only: '2.6.0+cu124' is 2.6.0 and a
+    pre-release counts as its release ('4.0.0rc1' meets a minimum of 4.0, as images ship rc builds).
+
+    Text that is no version at all reads as 0, i.e. too old: install then installs the pin."""
+    try:
+        return Version(".".join(map(str, Version(text).release)))
+    except InvalidVersion:
+        return Version("0")
+
+
+def acceptable(name: str, installed: str | None) -> bool:
+    """Does the installed version do? Present, at least the minimum, and the pin itself for exact pins."""
+    need = NEEDED[name]
+    if installed is None:
+        return False
+    if need.exact:
+        return version(installed) == version(need.pin)
+    return version(installed) >= version(need.minimum)

@@ -1,0 +1,61 @@
+"""The package table is the one source of pins, minimums, preinstalled packages and the torch stack:
+requirements.txt agrees with it, install and preflight apply the same rule, and one parser reads versions."""
+
+from pathlib import Path
+
+import pytest
+
+from nbutils.platform import install, packages
+from nbutils.platform.packages import NEEDED, PINS, acceptable, is_torch_stack, version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_requirements_agree_with_the_pins():
+    pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for name, pin in PINS.items():
+        assert pins.get(name) == pin, f"{name}: requirements.txt {pins.get(name)} vs nbutils.platform.packages {pin}"
+
+
+def test_every_pin_meets_its_own_minimum():
+    for name, need in NEEDED.items():
+        assert version(need.pin) >= version(need.minimum), name
+        assert acceptable(name, need.pin), name
+
+
+def test_torch_and_cuda_are_never_needed_nor_in_the_wheelhouse():
+    for name in ("torch", "triton", "nvidia-cublas-cu12", "nvidia_cudnn_cu12", "cuda-bindings", "torchvision", "Torch"):
+        assert is_torch_stack(name), name
+    for name in (*NEEDED, "torchmetrics", "nvidia", "numpy"):
+        assert not is_torch_stack(name), name
+
+
+def test_version_parser():
+    assert version("2.6.0+cu124") == version("2.6.0")
+    assert version("4.0.0rc1") == version("4.0") < version("4.0.1")  # a pre-release counts as its release
+    assert version("1.10") > version("1.9")  # not a string comparison
+    assert version("not a version") == version("0")  # unreadable: treated as too old, so the pin gets installed
+
+
+@pytest.mark.parametrize(("name", "installed", "ok"), [
+    ("transformers", "5.23.0", True), ("transformers", "5.0.0", False), ("transformers", "5.24.0", False),
+    ("peft", "0.18.0", True), ("peft", "0.17.1", False), ("datasets", "4.0.0", True), ("datasets", "3.6.0", False),
+    ("peft", None, False),
+])
+def test_install_and_preflight_apply_one_rule(name, installed, ok):
+    """What install leaves alone is exactly what preflight accepts (preflight once took transformers >= 5.0)."""
+    from nbutils.platform.preflight import version_problems
+
+    assert acceptable(name, installed) is ok
+    assert install.needs_install(name, installed) is not ok
+    if installed is not None:
+        assert bool(version_problems({name: installed})) is not ok
+
+
+def test_preinstalled_names_are_canonical():
+    assert packages.preinstalled_anywhere("huggingface_hub") and packages.preinstalled_anywhere("Huggingface-Hub")
+    assert packages.preinstalled_anywhere("peft")  # Colab ships it
+    assert not packages.preinstalled_anywhere("bitsandbytes")
+    for names in packages.PREINSTALLED.values():
+        assert all(n == n.lower() and "_" not in n for n in names)
