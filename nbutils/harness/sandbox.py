@@ -81,10 +81,14 @@ def _canon(name):
 def _dists():
     return {_canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 _before = {}
+def _probed():
+    # The install step's own fresh-interpreter import check (nbutils.platform.install_verify.PROBED), if it ran here.
+    return getattr(sys.modules.get("nbutils.platform.install_verify"), "PROBED", {})
 def _pre(info):
     # IPython has already counted this cell when pre_run_cell fires; child processes inherit the value.
     os.environ["NBUTILS_CELL"] = str(_ip.execution_count - 1)
     _ip.user_ns["_exit_code"] = 0
+    _probed().clear()  # only this cell's findings stand in for the hook's own check
     _before.clear()
     _before.update(_dists())
 def _closure(roots):
@@ -103,8 +107,9 @@ def _closure(roots):
 def _after_pip(count):
     after = _dists()
     moved = {n: (_before.get(n), after.get(n)) for n in _before.keys() | after.keys() if _before.get(n) != after.get(n)}
+    pkgs = importlib.metadata.packages_distributions()  # once: it reads every distribution's file list
     tops = {}
-    for module, dists in importlib.metadata.packages_distributions().items():
+    for module, dists in pkgs.items():
         for d in dists:
             tops.setdefault(_canon(d), []).append(module)
     loaded = {m.split(".")[0] for m in list(sys.modules)}
@@ -117,7 +122,7 @@ def _after_pip(count):
         with warnings.catch_warnings():  # some packages deprecate reading __version__
             warnings.simplefilter("ignore")
             ver = getattr(sys.modules.get(module), "__version__", None)
-        for d in importlib.metadata.packages_distributions().get(module, [])[:1] if isinstance(ver, str) else []:
+        for d in pkgs.get(module, [])[:1] if isinstance(ver, str) else []:
             try:
                 installed = importlib.metadata.version(d)
             except importlib.metadata.PackageNotFoundError:
@@ -128,6 +133,12 @@ def _after_pip(count):
         _event(type="stale-module", execution_count=count, module=module, loaded=old, installed=new)
     probe = {m: d for d, (_, new) in moved.items() if new for m in tops.get(d, [])
              if not m.startswith("_") and _canon(m) in (d, d.replace("python-", ""))}
+    # The install step (nbutils.platform.install_verify) already imported these in a fresh interpreter during this
+    # cell: its findings stand for the modules whose installed version has not moved since; the rest are probed here.
+    dist_of = dict(probe)
+    done = {m: r for m, r in _probed().items() if m in probe and r.get("dist") == probe[m] and r.get("at") == after.get(probe[m])}
+    bad = {m: r["error"] for m, r in done.items() if not r["ok"]}
+    probe = {m: d for m, d in probe.items() if m not in done}
     if probe:
         code = ("import importlib, json, sys\nbad = {}\nfor m in json.loads(sys.argv[1]):\n    try:\n"
                 "        importlib.import_module(m)\n    except BaseException as e:\n"
@@ -136,11 +147,12 @@ def _after_pip(count):
         res = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(probe))], capture_output=True, text=True,
                              env=env)
         lines = res.stdout.strip().splitlines()
-        for module, error in (json.loads(lines[-1]) if lines else {}).items():
-            _event(type="broken-import", execution_count=count, module=module, package=probe[module], error=error)
+        bad.update(json.loads(lines[-1]) if lines else {})
+    for module, error in sorted(bad.items()):
+        _event(type="broken-import", execution_count=count, module=module, package=dist_of[module], error=error)
     chk = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     if chk.returncode:
-        used = _closure(_CHAIN + [d for m in loaded for d in importlib.metadata.packages_distributions().get(m, [])])
+        used = _closure(_CHAIN + [d for m in loaded for d in pkgs.get(m, [])])
         for line in chk.stdout.strip().splitlines():
             who = _canon(line.split(" ", 1)[0])
             _event(type="package-conflict", execution_count=count, detail=line.strip(), matters=who in used)
@@ -221,6 +233,11 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None, python: 
     })
     if python:  # a twin: nothing from the checkout, the project venv or this machine's pip setup
         env["PYTHONPATH"] = str(box.root / "site")
+        # Bytecode is written as on Kaggle: the install (pip --no-compile) leaves none, and without it every fresh
+        # interpreter (the install's import check, the kernel) compiled transformers, datasets... from source again.
+        # It lands in the copy's own folders (cp -al copies folders; a .pyc is replaced by rename, never written
+        # through a hard link), so the cached twin stays pristine.
+        env.pop("PYTHONDONTWRITEBYTECODE")
         env["PIP_CONFIG_FILE"] = os.devnull
         for var in ("VIRTUAL_ENV", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
             env.pop(var, None)

@@ -27,6 +27,10 @@ for module, dist in json.loads(sys.argv[1]).items():
         out[module] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
 print(json.dumps(out))
 '''
+# What the last probe found: module -> its result plus "dist" and "at" (the version installed when it ran). The
+# harness's post-cell hook reads it in the kernel (nbutils/harness/sandbox.py) and probes only what this one did
+# not cover, so one fresh interpreter (tens of seconds: it imports torch, transformers, peft...) serves both.
+PROBED: dict[str, dict] = {}
 
 
 def canonical(name: str) -> str:
@@ -75,8 +79,16 @@ def probe_imports(dists: list[str], tops: dict[str, list[str]], python: str = sy
     proc = subprocess.run([python, "-c", PROBE, json.dumps(wanted)], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not proc.stdout.strip():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {m: {"ok": False, "error": f"the import check itself died: {tail}"} for m in wanted}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        found = {m: {"ok": False, "error": f"the import check itself died: {tail}"} for m in wanted}
+    else:
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for module, res in found.items():
+        try:
+            at = importlib.metadata.version(wanted[module])
+        except importlib.metadata.PackageNotFoundError:
+            at = None
+        PROBED[module] = {**res, "dist": wanted[module], "at": at}
+    return found
 
 
 @dataclass

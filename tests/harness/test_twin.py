@@ -68,6 +68,35 @@ def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monke
     assert (venv / "bin" / "pip").read_text() == f"#!{venv}/bin/python\n"  # the script was replaced, not edited
 
 
+def test_bytecode_written_in_a_copy_never_reaches_the_cached_twin(tmp_path, monkeypatch):
+    """Twins run with bytecode on (sandbox.environment): a .pyc written or rewritten in the copy stays in the copy."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
+    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
+    lib = t.folder / "venv" / "lib"
+    (t.folder / "venv" / "bin").mkdir(parents=True)
+    lib.mkdir()
+    (lib / "mod.py").write_text("X = 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def load(folder):
+        subprocess.run([sys.executable, "-c", "import mod"], cwd=tmp_path, env={**env, "PYTHONPATH": str(folder)},
+                       check=True)
+
+    load(lib)  # the cached twin's own bytecode, as a build leaves it
+    [cached] = (lib / "__pycache__").glob("mod.*.pyc")
+    before = cached.read_bytes()
+    twin.pristine_copy(t, tmp_path / "copy")
+    copied = tmp_path / "copy" / "lib"
+    (copied / "mod.py").unlink()  # what pip does to a file it upgrades
+    (copied / "mod.py").write_text("X = 2  # a newer release\n")
+    load(copied)
+    assert cached.read_bytes() == before  # the copy's .pyc was replaced by rename, not written through the link
+    assert (copied / "__pycache__" / cached.name).read_bytes() != before
+
+
 def test_kernelspec_points_at_the_copy(tmp_path):
     import json
 

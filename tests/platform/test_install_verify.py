@@ -33,6 +33,9 @@ def test_a_module_that_no_longer_imports_is_named_with_its_error(tmp_path, monke
     res = iv.probe_imports(["brokenpkg", "pip"], {"brokenpkg": ["brokenpkg"], "pip": ["pip"]})
     assert res["brokenpkg"] == {"ok": False, "error": "ImportError: brokenpkg requires NumPy 2.0 or newer, found 1.26.4"}
     assert res["pip"]["ok"] and res["pip"]["version"] == res["pip"]["installed"]
+    # Kept for the harness's post-cell hook, with the distribution and the version that was checked.
+    assert iv.PROBED["brokenpkg"]["dist"] == "brokenpkg" and iv.PROBED["brokenpkg"]["at"] is None
+    assert iv.PROBED["pip"] == {**res["pip"], "dist": "pip", "at": res["pip"]["installed"]}
 
 
 def test_stale_modules_are_every_loaded_module_pip_replaced(monkeypatch):
