@@ -11,7 +11,7 @@ NOTEBOOKS := notebooks/01_data_prep notebooks/02_train_qlora notebooks/03_eval n
 TWINS ?= 1
 TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-dataset kaggle-twins)
 
-.PHONY: setup test papermill-check lint sync bench clean
+.PHONY: setup test test-fast papermill-check lint sync bench clean map
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ lint: setup
 
 sync: setup
 	$(PY) -m jupytext --to ipynb $(addsuffix .py,$(NOTEBOOKS))
+
+map: setup  ## the package map: subpackages, their modules, one line each
+	$(PY) -m nbutils
 
 bench: setup
 	$(PY) -m bench
