@@ -228,8 +228,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
 
 
 def _embedded_cache() -> Path:
-    from nbutils import embedded
-
+    from nbutils import embedded  # here: the harness's command line must not build the model to print --help
     return embedded.cache_dir().parent
 
 
