@@ -1,6 +1,7 @@
 """Kaggle metadata and bundles checked by the kaggle client's own push code (network replaced at the HTTP
 send only), push in chain order, the dataset's metadata, the make fragment, and badges that lead somewhere."""
 
+import importlib.metadata
 import json
 import re
 import socket
@@ -216,7 +217,14 @@ def test_torch_and_cuda_never_enter_the_wheelhouse():
         assert kaggle._excluded(name), name
     for name in install.NEEDED:
         assert not kaggle._excluded(name), name
-    assert kaggle.assumed_torch() == "2.13.0" or kaggle.assumed_torch()
+    # the closure is resolved against the torch this venv runs (requirements.txt's pin, a CPU build here)
+    assert kaggle.assumed_torch() == importlib.metadata.version("torch").split("+")[0]
+
+
+def test_assumed_torch_without_a_pin_is_an_error(tmp_path):
+    (tmp_path / "requirements.txt").write_text("transformers==5.23.0\n")
+    with pytest.raises(ValueError, match="pins no torch"):
+        kaggle.assumed_torch(tmp_path)
 
 
 def test_requirements_agree_with_install_pins():
