@@ -23,14 +23,24 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 setup: $(STAMP)
 
+# The full gate (the README's test command): unit and integration tests. pytest exits 5 when it collects nothing,
+# which make counts as a failure like any other non-zero exit.
 test: setup
 	$(PY) -m pytest -q
+
+# Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop.
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration"
 
 papermill-check: setup $(TWIN_STAGE)
 	$(PY) -m nbutils.harness check $(if $(TWIN_STAGE),--twin all)
 
+# ruff, the line budget (tools/line_budget.py) and pylint's duplicate-code finder (settings: pyproject.toml).
+# The notebooks stay out of the duplicate finder: the only code they repeat is the bootstrap cell, on purpose.
 lint: setup
-	$(PY) -m ruff check nbutils tests bench $(addsuffix .py,$(NOTEBOOKS))
+	$(PY) -m ruff check nbutils tests bench tools $(addsuffix .py,$(NOTEBOOKS))
+	$(PY) tools/line_budget.py nbutils bench tests tools
+	$(PY) -m pylint nbutils bench tests tools
 
 sync: setup
 	$(PY) -m jupytext --to ipynb $(addsuffix .py,$(NOTEBOOKS))

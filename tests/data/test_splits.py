@@ -243,6 +243,7 @@ def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
         data.parse_columns("q=Frage")
 
 
+@pytest.mark.integration  # three child interpreters, each importing datasets and transformers
 def test_cli_exit_codes(tmp_path):
     cmd = [sys.executable, "-m", "nbutils.data", "prepare"]
     ok = subprocess.run([*cmd, str(GALLERY / "missing_field.jsonl"), "--out", str(tmp_path / "ok")],
