@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from nbutils.harness import sandbox
+from nbutils.harness import chainrun, sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
 from nbutils.harness.results import Result, report, summary_table, write_reports  # noqa: F401 -- re-exported
 from nbutils.platform.install import NEEDED
@@ -335,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
         notebooks = [ROOT / nb for nb in CHAIN]
-        # The default chain must work with the internet off: the embedded default needs none.
-        t0 = time.monotonic()
-        results = with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))
+        t0 = time.monotonic()  # the default chain must work with the internet off: the embedded default needs none
+        chain = lambda: with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))
+        results = chainrun.stamped(chain, args.out, params)  # the tests reuse this run (harness/chainrun.py)
         print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
         return report(results + run_twins(notebooks, args.out, params, False, args.time_budget, args.twin), args.out)
     internet = False if args.no_internet else None
