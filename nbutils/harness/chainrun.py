@@ -32,10 +32,11 @@ def stamped(execute, out: Path, params: dict):
     The old stamp goes first, so a run that dies half-way never leaves a stamp beside half-written outputs.
     """
     (out / STAMP).unlink(missing_ok=True)
+    before = fingerprint()  # taken first: a file edited during the run makes the stamp stale, never wrongly fresh
     results = execute()
     rows = [{"notebook": r.notebook, "status": r.status, "problems": [str(p) for p in r.problems]} for r in results]
     out.mkdir(parents=True, exist_ok=True)
-    (out / STAMP).write_text(json.dumps({"fingerprint": fingerprint(), "params": params, "rows": rows}, indent=2))
+    (out / STAMP).write_text(json.dumps({"fingerprint": before, "params": params, "rows": rows}, indent=2))
     return results
 
 
