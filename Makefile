@@ -28,9 +28,11 @@ setup: $(STAMP)
 test: setup
 	$(PY) -m pytest -q
 
-# Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop.
+# Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop,
+# spread over FAST_WORKERS processes (pytest-xdist; the session fixtures' caches are built under a file lock).
+FAST_WORKERS ?= 2
 test-fast: setup
-	$(PY) -m pytest -q -m "not integration"
+	$(PY) -m pytest -q -m "not integration" -n $(FAST_WORKERS)
 
 papermill-check: setup $(TWIN_STAGE)
 	$(PY) -m nbutils.harness check $(if $(TWIN_STAGE),--twin all)
