@@ -12,7 +12,7 @@ NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 TWINS ?= 1
 TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-dataset kaggle-twins)
 
-.PHONY: setup test papermill-check lint sync bench clean
+.PHONY: setup test test-fast papermill-check lint sync bench clean map
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,17 +24,32 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 setup: $(STAMP)
 
+# The full gate (the README's test command): unit and integration tests. pytest exits 5 when it collects nothing,
+# which make counts as a failure like any other non-zero exit.
 test: setup
 	$(PY) -m pytest -q
+
+# Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop,
+# spread over FAST_WORKERS processes (pytest-xdist; the session fixtures' caches are built under a file lock).
+FAST_WORKERS ?= 2
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration" -n $(FAST_WORKERS)
 
 papermill-check: setup $(TWIN_STAGE)
 	$(PY) -m nbutils.harness check $(if $(TWIN_STAGE),--twin all)
 
+# ruff, the line budget (tools/line_budget.py) and pylint's duplicate-code finder (settings: pyproject.toml).
+# The notebooks stay out of the duplicate finder: the only code they repeat is the bootstrap cell, on purpose.
 lint: setup
-	$(PY) -m ruff check nbutils tests bench $(addsuffix .py,$(NOTEBOOKS))
+	$(PY) -m ruff check nbutils tests bench tools $(addsuffix .py,$(NOTEBOOKS))
+	$(PY) tools/line_budget.py nbutils bench tests tools
+	$(PY) -m pylint nbutils bench tests tools
 
 sync: setup
 	$(PY) -m jupytext --to ipynb $(addsuffix .py,$(NOTEBOOKS))
+
+map: setup  ## the package map: subpackages, their modules, one line each
+	$(PY) -m nbutils
 
 bench: setup
 	$(PY) -m bench

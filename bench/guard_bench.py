@@ -73,8 +73,7 @@ def overhead(model, tok, label: str, repeats: int, new_tokens: int = 128) -> lis
     for name in makers:  # warm-up
         timed(name)
     spent[0] = 0.0
-    names, runs = list(makers), {name: [] for name in makers}
-    same = True
+    names, runs, same = list(makers), {name: [] for name in makers}, True  # same: guard never changed a token
     for k in range(repeats):
         for name in names[k % 3:] + names[:k % 3]:
             runs[name].append(timed(name))

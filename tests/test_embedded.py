@@ -35,6 +35,7 @@ def test_task_data_is_deterministic_and_not_in_pretraining():
     assert "kind of word" not in corpus  # the question form is new to the base model
 
 
+@pytest.mark.integration  # a child interpreter builds the model from scratch
 def test_the_build_runs_in_a_child_process(tmp_path, monkeypatch):
     """Pre-training runs a backward pass, after which a forked process cannot use CUDA (seen on an H100):
     built in the notebook kernel, it would break 02's notebook launcher. So this process must not build."""

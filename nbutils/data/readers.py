@@ -1,5 +1,5 @@
-"""Raw files in, chat messages out: format readers yielding (source, line, record | Bad), sniffing,
-and `to_messages`, which turns any supported record shape into validated chat messages.
+"""Raw files in, records out: format readers yielding (source, line, record | Bad), and sniffing.
+`nbutils.data.records.to_messages` then turns each record into validated chat messages.
 
 A record is a dict as found in the file. `line` is where to look for it: the 1-based line
 (JSONL; CSV/TSV: the line the record starts on; HTML: the line of its tag) or the 1-based record
@@ -22,15 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.data.records import recognised
+
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
-# Column pairs (user, assistant) recognised in any tabular record, in order of preference; names
-# are compared case-insensitively. A lone `text` column is a single assistant turn (plain text).
-COLUMN_PAIRS = [("instruction", "output"), ("prompt", "completion"), ("prompt", "response"),
-                ("question", "answer"), ("input", "output"), ("query", "response"), ("instruction", "response"),
-                ("prompt", "answer"), ("question", "response"), ("context", "response")]
-CHAT_COLUMNS = ("messages", "conversations", "text")
-ROLES = {"system": "system", "user": "user", "assistant": "assistant", "human": "user", "gpt": "assistant",
-         "model": "assistant", "bot": "assistant", "chatgpt": "assistant"}
 _EXTENSIONS = {"jsonl": "jsonl", "ndjson": "jsonl", "json": "json", "csv": "csv", "tsv": "tsv", "tab": "tsv",
                "parquet": "parquet", "pq": "parquet", "html": "html", "htm": "html", "sql": "sql"}
 
@@ -41,93 +35,6 @@ class Bad:
 
 
 Row = tuple[str, int, "dict | Bad"]
-
-
-def recognised(columns, mapping: dict | None = None) -> bool:
-    """Whether a set of column names holds a conversation we know how to read."""
-    cols = {str(c).strip().lower() for c in columns}
-    if mapping:
-        return all(str(v).strip().lower() in cols for v in mapping.values())
-    return any(a in cols and b in cols for a, b in COLUMN_PAIRS) or any(c in cols for c in CHAT_COLUMNS)
-
-
-# --- records -> chat messages (raise ValueError("<reason-id>: <detail>") for the quarantine) ---
-
-def _text(rec: dict, key: str) -> str:
-    """A required string field; raises ValueError with the quarantine reason."""
-    if key not in rec or rec[key] is None:
-        raise ValueError(f"missing-field: {key}")
-    value = rec[key]
-    if not isinstance(value, str):
-        raise ValueError(f"wrong-type: {key} is {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"empty-field: {key}")
-    return value.strip()
-
-
-def _turns(turns, role_key: str, content_key: str) -> list[dict]:
-    if not isinstance(turns, list):
-        raise ValueError(f"wrong-type: conversation is {type(turns).__name__}")
-    out = []
-    for t in turns:
-        if not isinstance(t, dict):
-            raise ValueError(f"wrong-type: turn is {type(t).__name__}")
-        role = t.get(role_key)
-        if not isinstance(role, str) or role.strip().lower() not in ROLES:
-            raise ValueError(f"unknown-role: {role}")
-        out.append({"role": ROLES[role.strip().lower()], "content": _text(t, content_key)})
-    while out and out[-1]["role"] != "assistant":
-        out.pop()  # turns after the last answer teach nothing; dropping them keeps EOS at the very end
-    if not out:
-        raise ValueError("no-assistant-turn")
-    return out
-
-
-def _pair(rec: dict, user_key: str, assistant_key: str, system_key: str | None = None) -> list[dict]:
-    user = _text(rec, user_key)  # raises missing-field / empty-field / wrong-type
-    # alpaca: instruction + optional input; dolly: instruction + optional context
-    extra_key = next((k for k in ("input", "context") if k in rec), None) if user_key == "instruction" else None
-    extra = rec.get(extra_key) if extra_key else None
-    if extra is not None and not isinstance(extra, str):
-        raise ValueError(f"wrong-type: {extra_key} is {type(extra).__name__}")
-    if extra and extra.strip():
-        user += "\n" + extra.strip()
-    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": _text(rec, assistant_key)}]
-    system = rec.get(system_key or "system")
-    if isinstance(system, str) and system.strip():
-        msgs.insert(0, {"role": "system", "content": system.strip()})
-    return msgs
-
-
-def to_messages(rec: dict, columns: dict | None = None) -> list[dict]:
-    """Normalize any supported record shape to chat messages; raises ValueError(reason) if it cannot.
-
-    Shapes: chat `messages` (role/content), ShareGPT `conversations` (from/value), a column pair
-    (instruction/output with optional input, prompt/completion, prompt/response, question/answer,
-    ...; names case-insensitive), a lone `text` (one assistant turn), or an explicit mapping
-    `columns={"user": COL, "assistant": COL, "system": COL (optional)}`.
-    """
-    rec = {str(k).strip().lower(): v for k, v in reversed(list(rec.items()))}  # first spelling wins
-    if columns:
-        col = {k: str(v).strip().lower() for k, v in columns.items()}
-        return _pair(rec, col["user"], col["assistant"], col.get("system"))
-    if "messages" in rec:
-        msgs = rec["messages"]
-        if isinstance(msgs, str):
-            try:
-                msgs = json.loads(msgs)  # CSV/SQL cells hold JSON text
-            except json.JSONDecodeError:
-                raise ValueError("malformed-json: messages") from None
-        return _turns(msgs, "role", "content")
-    if "conversations" in rec:
-        return _turns(rec["conversations"], "from", "value")
-    both = [(a, b) for a, b in COLUMN_PAIRS if a in rec and b in rec]
-    some = [(a, b) for a, b in COLUMN_PAIRS if a in rec or b in rec]
-    if both or (some and "text" not in rec):
-        return _pair(rec, *(both or some)[0])
-    if "text" in rec:
-        return [{"role": "assistant", "content": _text(rec, "text")}]
-    raise ValueError(f"unrecognised-record: keys {', '.join(sorted(map(str, rec)))[:80]}")
 
 
 # --- sniffing and reading ----------------------------------------------------------------------

@@ -13,12 +13,11 @@ Output folder (what 02 and 03 read):
   quarantine.jsonl   {"source", "line", "reason"} per record kept out; reason = "<stable-id>: <detail>"
   lengths.png        token-length histogram with the cut-off marked
 
-Command line:  python -m nbutils.data prepare INPUT [INPUT ...] --out DIR [--format auto] ...
+Command line:  python -m nbutils.data prepare INPUT [INPUT ...] --out DIR [--format auto] ...  (nbutils/data/__main__.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import contextlib
 import hashlib
@@ -26,12 +25,11 @@ import json
 import os
 import random
 import re
-import sys
 from pathlib import Path
 
 from nbutils import defaults
 from nbutils.chain import MARKERS
-from nbutils.data import chatformat, readers
+from nbutils.data import chatformat, readers, records
 
 IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
@@ -193,10 +191,110 @@ def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int 
                         fmt, strict, truncate, batch_size, columns, verbose)
 
 
-def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
-             truncate, batch_size, columns, verbose) -> dict:
+class _Ledger:
+    """Where every record read ends up: the quarantine list and the counts the manifest adds up."""
+
+    def __init__(self, strict: bool):
+        self.strict, self.quarantine = strict, []
+        self.counts = {"records": 0, "kept": 0, "quarantined": 0, "duplicates": 0, "too_long": 0}
+
+    def bad(self, source, line, reason, key="quarantined"):
+        if self.strict:
+            raise DataError(f"{source} line {line}: {reason} (strict=True stops at the first bad record)")
+        self.quarantine.append({"source": source, "line": line, "reason": reason})
+        self.counts[key] += 1
+
+    def reasons(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for q in self.quarantine:
+            rid = q["reason"].split(":")[0]
+            out[rid] = out.get(rid, 0) + 1
+        return out
+
+
+def _read_rows(inputs, fmt, columns, max_records, ledger: _Ledger, verbose) -> tuple[list[dict], dict]:
+    """Every input read and turned into chat messages, duplicates dropped: (rows, format of each input)."""
+    rows, seen, formats = [], set(), {}
+    for path in inputs:
+        formats[path], why = readers.sniff_why(path) if fmt == "auto" else (fmt, "given")
+        before = ledger.counts["records"]
+        for source, line, rec in readers.read(path, formats[path], columns):
+            if max_records and ledger.counts["records"] >= max_records:
+                break
+            ledger.counts["records"] += 1
+            if isinstance(rec, readers.Bad):
+                ledger.bad(source, line, rec.reason)
+                continue
+            try:
+                msgs = records.to_messages(rec, columns)
+            except ValueError as e:
+                ledger.bad(source, line, str(e))
+                continue
+            key = _normalized(msgs)
+            if key in seen:
+                ledger.counts["duplicates"] += 1
+                continue
+            seen.add(key)
+            rows.append({"messages": msgs, "source": source, "line": line})
+        if verbose:
+            print(f"[data] {path}: read as {formats[path]} ({why}), {ledger.counts['records'] - before} records")
+    return rows, formats
+
+
+def _encode_rows(rows, tokenizer, template, train_on_prompt):
+    """The rows rendered and tokenized (a datasets.Dataset), and the role fixes the rendering made."""
     from datasets import Dataset
 
+    ds = Dataset.from_list(rows)
+    # Batched map: the Rust tokenizer encodes 1000 texts per call, on all cores. A second process
+    # (for the Python-side template rendering) pays off only on large inputs (bench: ~1.2x on 2 idle cores).
+    procs = 2 if len(ds) >= 50_000 and (os.cpu_count() or 1) >= 2 else None
+    ds = ds.map(encode_batch, batched=True, batch_size=1000, num_proc=procs,
+                fn_kwargs={"tokenizer": tokenizer, "template": template, "train_on_prompt": train_on_prompt},
+                desc="tokenize")
+    errors = ds["error"][:]  # lists: datasets' lazy Column indexes slowly
+    fixes = {k: sum(v for v, e in zip(ds[col][:], errors) if not e) for k, col in
+             (("system_merged", "merged_system"), ("turns_merged", "merged_turns"),
+              ("boundary_tokens_kept", "straddled"))}
+    if getattr(tokenizer, "pad_reason", "").startswith("the last ordinary") and any(
+            tokenizer.pad_token_id in ids for ids in ds["input_ids"][:]):
+        raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
+                        "tokenizer.pad_token to a token the data never uses (not EOS), then run again.")
+    return ds, fixes
+
+
+def _select(ds, rows, max_seq_len, truncate, ledger: _Ledger) -> tuple[list[int], int]:
+    """Indexes of the rows kept under max_seq_len (or cut to it with truncate=True), and how many were cut."""
+    keep, truncated = [], 0
+    for i, (n, err) in enumerate(zip(ds["length"][:], ds["error"][:])):
+        if err:
+            ledger.bad(rows[i]["source"], rows[i]["line"], err)
+        elif n <= max_seq_len:
+            keep.append(i)
+        elif truncate and any(x != IGNORE_INDEX for x in ds[i]["labels"][1:max_seq_len]):
+            keep.append(i)  # cut at max_seq_len: the end of the answer (and its EOS) is lost
+            truncated += 1
+        else:
+            ledger.bad(rows[i]["source"], rows[i]["line"], f"too-long: {n} > {max_seq_len} tokens", key="too_long")
+    return keep, truncated
+
+
+def _write_splits(kept, out_dir: Path, eval_fraction, seed) -> tuple[dict, str]:
+    """Shuffle, split and save train/eval; (splits, content hash of their tokens and labels)."""
+    order = list(range(len(kept)))
+    random.Random(seed).shuffle(order)
+    n_eval = min(len(kept) - 1, max(1, round(len(kept) * eval_fraction))) if len(kept) > 1 else 0
+    splits = {"train": kept.select(order[n_eval:]), "eval": kept.select(order[:n_eval])}
+    digest = hashlib.sha256()
+    for name, split in splits.items():
+        split.save_to_disk(str(out_dir / name))
+        for b in split.select_columns(["input_ids", "labels"]).iter(batch_size=10_000):
+            digest.update(json.dumps([name, b["input_ids"], b["labels"]]).encode())
+    return splits, digest.hexdigest()[:16]
+
+
+def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
+             truncate, batch_size, columns, verbose) -> dict:
     from nbutils.data import batching
     from nbutils.plots import plot_length_histogram
 
@@ -211,104 +309,35 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         print(chatformat.describe_line(tokenizer))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    quarantine, rows, seen, formats = [], [], set(), {}
-    counts = {"records": 0, "kept": 0, "quarantined": 0, "duplicates": 0, "too_long": 0}
-
-    def bad(source, line, reason, key="quarantined"):
-        if strict:
-            raise DataError(f"{source} line {line}: {reason} (strict=True stops at the first bad record)")
-        quarantine.append({"source": source, "line": line, "reason": reason})
-        counts[key] += 1
-
-    def write_quarantine():
-        (out_dir / "quarantine.jsonl").write_text("".join(json.dumps(q) + "\n" for q in quarantine))
-
-    for path in inputs:
-        formats[path], why = readers.sniff_why(path) if fmt == "auto" else (fmt, "given")
-        before = counts["records"]
-        for source, line, rec in readers.read(path, formats[path], columns):
-            if max_records and counts["records"] >= max_records:
-                break
-            counts["records"] += 1
-            if isinstance(rec, readers.Bad):
-                bad(source, line, rec.reason)
-                continue
-            try:
-                msgs = readers.to_messages(rec, columns)
-            except ValueError as e:
-                bad(source, line, str(e))
-                continue
-            key = _normalized(msgs)
-            if key in seen:
-                counts["duplicates"] += 1
-                continue
-            seen.add(key)
-            rows.append({"messages": msgs, "source": source, "line": line})
-        if verbose:
-            print(f"[data] {path}: read as {formats[path]} ({why}), {counts['records'] - before} records")
-
-    keep, truncated, fixes, seq_why = [], 0, {}, "given"
-    ds = Dataset.from_list(rows) if rows else None
-    if ds is not None:
-        # Batched map: the Rust tokenizer encodes 1000 texts per call, on all cores. A second process
-        # (for the Python-side template rendering) pays off only on large inputs (bench: ~1.2x on 2 idle cores).
-        procs = 2 if len(ds) >= 50_000 and (os.cpu_count() or 1) >= 2 else None
-        ds = ds.map(encode_batch, batched=True, batch_size=1000, num_proc=procs,
-                    fn_kwargs={"tokenizer": tokenizer, "template": template, "train_on_prompt": train_on_prompt},
-                    desc="tokenize")
-        lengths, errors = ds["length"][:], ds["error"][:]  # lists: datasets' lazy Column indexes slowly
-        fixes = {k: sum(v for v, e in zip(ds[col][:], errors) if not e) for k, col in
-                 (("system_merged", "merged_system"), ("turns_merged", "merged_turns"),
-                  ("boundary_tokens_kept", "straddled"))}
-        if getattr(tokenizer, "pad_reason", "").startswith("the last ordinary") and any(
-                tokenizer.pad_token_id in ids for ids in ds["input_ids"][:]):
-            raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
-                            "tokenizer.pad_token to a token the data never uses (not EOS), then run again.")
-        usable = [n for n, e in zip(lengths, errors) if not e]
+    ledger = _Ledger(strict)
+    rows, formats = _read_rows(inputs, fmt, columns, max_records, ledger, verbose)
+    keep, truncated, fixes, seq_why, ds = [], 0, {}, "given", None
+    if rows:
+        ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
+        usable = [n for n, e in zip(ds["length"][:], ds["error"][:]) if not e]
         max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), batch_size)
         if verbose:
             print(f"[max_seq_len] {max_seq_len} ({seq_why})")
         plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
-        for i, (n, err) in enumerate(zip(lengths, errors)):
-            if err:
-                bad(rows[i]["source"], rows[i]["line"], err)
-            elif n <= max_seq_len:
-                keep.append(i)
-            elif truncate and any(x != IGNORE_INDEX for x in ds[i]["labels"][1:max_seq_len]):
-                keep.append(i)  # cut at max_seq_len: the end of the answer (and its EOS) is lost
-                truncated += 1
-            else:
-                bad(rows[i]["source"], rows[i]["line"], f"too-long: {n} > {max_seq_len} tokens", key="too_long")
+        keep, truncated = _select(ds, rows, max_seq_len, truncate, ledger)
+    counts = ledger.counts
     if truncate:
         counts["truncated"] = truncated
     counts["kept"] = len(keep)
-    write_quarantine()
+    (out_dir / "quarantine.jsonl").write_text("".join(json.dumps(q) + "\n" for q in ledger.quarantine))
     if not keep:
         raise DataError(f"nothing usable: {counts['records']} records read, all kept out; "
                         f"see {out_dir / 'quarantine.jsonl'} for each reason.")
-
     kept = ds.select(keep).select_columns(SPLIT_COLUMNS)
     if truncated:
         kept = kept.map(_truncate_batch, batched=True, fn_kwargs={"max_seq_len": max_seq_len}, desc="truncate")
-    order = list(range(len(kept)))
-    random.Random(seed).shuffle(order)
-    n_eval = min(len(kept) - 1, max(1, round(len(kept) * eval_fraction))) if len(kept) > 1 else 0
-    splits = {"train": kept.select(order[n_eval:]), "eval": kept.select(order[:n_eval])}
-    digest = hashlib.sha256()
-    for name, split in splits.items():
-        split.save_to_disk(str(out_dir / name))
-        for b in split.select_columns(["input_ids", "labels"]).iter(batch_size=10_000):
-            digest.update(json.dumps([name, b["input_ids"], b["labels"]]).encode())
+    splits, content_hash = _write_splits(kept, out_dir, eval_fraction, seed)
     kept_lengths, train_lengths = kept["length"][:], splits["train"]["length"][:]
-    reasons: dict[str, int] = {}
-    for q in quarantine:
-        rid = q["reason"].split(":")[0]
-        reasons[rid] = reasons.get(rid, 0) + 1
     manifest = {
         "inputs": [{"path": p, "format": f} for p, f in formats.items()],
         "counts": counts,
         "splits": {k: len(v) for k, v in splits.items()},
-        "quarantine_reasons": reasons,
+        "quarantine_reasons": ledger.reasons(),
         "template": template_name,
         "tokenizer": getattr(tokenizer, "name_or_path", ""),
         "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token,
@@ -318,7 +347,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "max_seq_len": max_seq_len, "max_seq_len_why": seq_why,
         "seed": seed,
         "token_lengths": length_stats(kept_lengths),
-        "content_hash": digest.hexdigest()[:16],
+        "content_hash": content_hash,
         "batching": batching.plan(train_lengths or kept_lengths, batch_size, max_seq_len, seed),
     }
     (out_dir / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))
@@ -361,39 +390,3 @@ def parse_columns(spec: str) -> dict | None:
     if not {"user", "assistant"} <= set(mapping) or set(mapping) - {"user", "assistant", "system"}:
         raise ValueError(f"columns={spec!r}: expected 'user=COL,assistant=COL[,system=COL]'")
     return mapping
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nbutils.data", description="Prepare chat training data.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="raw files -> train/eval splits + manifest + quarantine")
-    p.add_argument("inputs", nargs="+")
-    p.add_argument("--out", required=True)
-    p.add_argument("--format", default="auto", choices=["auto", *readers.FORMATS])
-    p.add_argument("--tokenizer", default="embedded", help="path or hub id; default: the embedded default's")
-    p.add_argument("--max-seq-len", type=lambda v: v if v == "auto" else int(v), default="auto",
-                   help="auto: covers 99%% of records, capped by the model and a T4's memory")
-    p.add_argument("--eval-fraction", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-records", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=16, help="per-device batch size the batching plan is made for")
-    p.add_argument("--columns", default="", help="user=COL,assistant=COL[,system=COL]; default: auto-detect")
-    p.add_argument("--strict", action="store_true", help="stop at the first bad record")
-    p.add_argument("--truncate", action="store_true", help="cut long records to --max-seq-len instead of keeping them out")
-    p.add_argument("--train-on-prompt", action="store_true", help="labels on every token, not only the answers")
-    args = parser.parse_args(argv)
-    try:
-        m = prepare(args.inputs, args.out, args.tokenizer, max_seq_len=args.max_seq_len,
-                    eval_fraction=args.eval_fraction, seed=args.seed, max_records=args.max_records, fmt=args.format,
-                    strict=args.strict, truncate=args.truncate, train_on_prompt=args.train_on_prompt,
-                    batch_size=args.batch_size, columns=parse_columns(args.columns))
-    except (DataError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps({"counts": m["counts"], "splits": m["splits"], "batching": m["batching"]["strategy"],
-                      "out": args.out}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

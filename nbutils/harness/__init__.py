@@ -5,5 +5,6 @@
 - `nbchecks`: static checks that find what kills a batch run without starting a kernel.
 - `install_lines`: install commands in cells, read the way a shell reads them.
 - `results`: one row per notebook, report.json, junit.xml and the summary table.
+- `chainrun`: the chain run papermill-check stamps, which the tests reuse while the sources are unchanged.
 - `twin`: twins of the Kaggle image, one venv per snapshot, a pristine copy per notebook.
 """

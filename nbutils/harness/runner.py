@@ -23,7 +23,7 @@ from pathlib import Path
 from unittest import mock
 
 from nbutils import chain
-from nbutils.harness import sandbox
+from nbutils.harness import chainrun, sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
 from nbutils.harness.results import Result, report
 from nbutils.platform.packages import NEEDED
@@ -221,8 +221,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
 
 
 def _embedded_cache() -> Path:
-    from nbutils import embedded
-
+    from nbutils import embedded  # here: the harness's command line must not build the model to print --help
     return embedded.cache_dir().parent
 
 
@@ -334,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":
         notebooks = [ROOT / nb for nb in chain.notebook_paths()]
-        # The default chain must work with the internet off: the embedded default needs none.
-        t0 = time.monotonic()
-        results = with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))
+        t0 = time.monotonic()  # the default chain must work with the internet off: the embedded default needs none
+        execute = lambda: with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))  # noqa: E731
+        results = chainrun.stamped(execute, args.out, params)  # the tests reuse this run (harness/chainrun.py)
         print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
         return report(results + run_twins(notebooks, args.out, params, False, args.time_budget, args.twin), args.out)
     internet = False if args.no_internet else None

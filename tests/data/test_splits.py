@@ -243,25 +243,7 @@ def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
         data.parse_columns("q=Frage")
 
 
-def test_sql_insert_only_dump_goes_through_sqlite(tmp_path):
-    (tmp_path / "x.sql").write_text("INSERT INTO t (prompt, response) VALUES ('it''s', 'ok; fine');\n")
-    [(_, n, rec)] = list(readers.read(str(tmp_path / "x.sql")))
-    assert n == 1 and rec == {"prompt": "it's", "response": "ok; fine"}
-    (tmp_path / "y.sql").write_text("INSERT INTO t VALUES ('a', 'b');\n")
-    with pytest.raises(ValueError, match="y.sql: SQLite could not load the dump"):
-        list(readers.read(str(tmp_path / "y.sql")))
-
-
-def test_hub_id_without_internet_is_a_clear_error(tmp_path):
-    assert readers.sniff("someone/some_dataset") == "hf_hub"
-    if readers._hub_unreachable(timeout=2) is None:
-        pytest.skip("the hub is reachable from here")
-    with pytest.raises(ValueError, match="download it once and pass the saved folder"):
-        list(readers.read("someone/some_dataset"))
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        readers.sniff(str(tmp_path / "missing.jsonl"))
-
-
+@pytest.mark.integration  # three child interpreters, each importing datasets and transformers
 def test_cli_exit_codes(tmp_path):
     cmd = [sys.executable, "-m", "nbutils.data", "prepare"]
     ok = subprocess.run([*cmd, str(GALLERY / "missing_field.jsonl"), "--out", str(tmp_path / "ok")],

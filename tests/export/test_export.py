@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 
 from nbutils.data import chatformat
 from nbutils.export import adapter, card, gate, gguf, hub, merge
@@ -123,9 +124,16 @@ def test_verification_catches_a_model_without_the_adapter(tmp_path, trained_adap
 
 def test_memory_plan_counts_parameters_from_the_config(embedded_dir):
     plan = merge.memory_plan("embedded")
-    assert 100_000 < plan["params"] < 5_000_000 and plan["device"] in ("cpu", "cuda")
+    assert 100_000 < plan["params"] < 5_000_000 and plan["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert plan["free_sessions"]["kaggle"]["fits_ram"]
     assert "parameters" in merge.plan_text(plan)
+
+
+@pytest.mark.parametrize("gpu_gb, ram_gb, device", [(16.0, 30.0, "cuda"), (None, 30.0, "cpu"), (1e-6, 30.0, "cpu"),
+                                                    (None, 1e-6, None)])
+def test_memory_plan_picks_the_gpu_then_ram_then_nowhere(embedded_dir, monkeypatch, gpu_gb, ram_gb, device):
+    monkeypatch.setattr(merge, "_available", lambda: {"gpu_gb": gpu_gb, "ram_gb": ram_gb})
+    assert merge.memory_plan("embedded")["device"] == device
 
 
 # --- adapter export and model cards: no secrets -----------------------------------------------------------

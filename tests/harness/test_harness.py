@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GALLERY = Path(make_gallery.__file__).parent
 EXPECTED = make_gallery.expected()
 TOKEN = "tok_" + "abcdefgh12345"
+# These start a Jupyter kernel (notebook execution): the full gate, not `make test-fast`.
+kernel = pytest.mark.integration
 
 
 def _failing(result):
@@ -103,6 +105,7 @@ def runtime(tmp_path_factory):
     return results
 
 
+@kernel
 @pytest.mark.parametrize("name", sorted(make_gallery.RUNTIME))
 def test_runtime_check_caught(runtime, name):
     result = runtime[name]
@@ -110,17 +113,20 @@ def test_runtime_check_caught(runtime, name):
     assert result.status == "failed"
 
 
+@kernel
 def test_cell_error_names_cell_line_and_exception(runtime):
     [problem] = runtime["cell_error"].problems
     assert str(problem).startswith("cell-error cell_error.ipynb cell 2: ValueError: boom (at `raise ValueError('boom')`)")
     assert os.path.exists(runtime["cell_error"].executed)
 
 
+@kernel
 def test_network_attempt_is_refused_and_named(runtime):
     [problem] = runtime["network_access"].problems
     assert "0.0.0.1" in problem.what
 
 
+@kernel
 def test_secret_value_is_not_echoed_in_the_report(runtime):
     assert TOKEN not in str(runtime["secret_in_output"].problems[0])
 
@@ -132,6 +138,7 @@ def _tree(root: Path, recursive: bool = True) -> set[str]:
     return {str(p) for p in paths if not {"__pycache__", ".pytest_cache", ".ruff_cache"} & set(p.parts)}
 
 
+@kernel
 def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypatch):
     # A fresh HOME and TMPDIR for this process: whatever the harness or a kernel writes outside --out lands
     # there (other work on this machine writes to the real /tmp and home at the same time).
@@ -153,6 +160,7 @@ def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypa
     assert (box / "working" / "plot.png").exists() and list((box / "temp" / "tmpdir").iterdir())
 
 
+@kernel
 def test_run_cli_passes_parameters(tmp_path, capsys):
     rc = harness.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
     assert rc == 0
@@ -179,6 +187,7 @@ def test_exit_code_and_junit_on_failure(tmp_path, capsys):
     assert 'type="blocking-input"' in (tmp_path / "junit.xml").read_text()
 
 
+@kernel
 def test_missing_artifact(tmp_path):
     [result] = harness.run([GALLERY / f"{make_gallery.MISSING_ARTIFACT}.ipynb"], tmp_path, {}, False, None)
     assert _failing(result) == {EXPECTED[make_gallery.MISSING_ARTIFACT]}
@@ -189,6 +198,7 @@ def test_our_notebooks_pass_lint_without_allowances():
     assert all(not r.problems for r in results), [str(p) for r in results for p in r.problems]
 
 
+@kernel
 def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
     nb = str(GALLERY / "committed_outputs.ipynb")  # runs fine; only the static check finds something
     assert harness.main(["run", nb, "--out", str(tmp_path / "a")]) == 1

@@ -1,6 +1,7 @@
 """Kaggle metadata and bundles checked by the kaggle client's own push code (network replaced at the HTTP
 send only), push in chain order, the dataset's metadata, the make fragment, and badges that lead somewhere."""
 
+import importlib.metadata
 import json
 import re
 import socket
@@ -213,7 +214,14 @@ def test_dataset_metadata_passes_the_clients_create_checks():
 
 
 def test_the_wheelhouse_assumes_the_torch_of_requirements():
-    assert dataset.assumed_torch() == "2.13.0" or dataset.assumed_torch()
+    # the closure is resolved against the torch this venv runs (requirements.txt's pin, a CPU build here)
+    assert dataset.assumed_torch() == importlib.metadata.version("torch").split("+")[0]
+
+
+def test_assumed_torch_without_a_pin_is_an_error(tmp_path):
+    (tmp_path / "requirements.txt").write_text("transformers==5.23.0\n")
+    with pytest.raises(ValueError, match="pins no torch"):
+        dataset.assumed_torch(tmp_path)
 
 
 # --- make fragment ----------------------------------------------------------------------------------

@@ -37,9 +37,15 @@ def test_mixed_precision_on_cpu_is_an_error():
         choose_precision([], "fp16")
 
 
-def test_attention_is_sdpa_without_flash_attn():
-    assert choose_precision([A100]).attn_implementation in ("sdpa", "flash_attention_2")
-    assert choose_precision([T4]).attn_implementation == "sdpa"
+@pytest.mark.parametrize("flash_attn_installed", [False, True])
+def test_flash_attention_only_on_native_bf16_with_flash_attn(monkeypatch, flash_attn_installed):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (object() if flash_attn_installed else None) if name == "flash_attn" else real(name, *a))
+    assert choose_precision([A100]).attn_implementation == ("flash_attention_2" if flash_attn_installed else "sdpa")
+    assert choose_precision([T4]).attn_implementation == "sdpa"  # no FlashAttention-2 on a T4, installed or not
 
 
 def _platform(tmp_path, working=None):

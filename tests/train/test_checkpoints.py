@@ -168,6 +168,7 @@ _train(Path({data!r}), Path({out!r}), _cfg(max_steps=30))
 """
 
 
+@pytest.mark.integration  # fault injection: a child process killed mid-save
 def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_data, tmp_path):
     from test_training import _cfg, _train  # tests/train/ is on sys.path (pytest's default import mode)
 

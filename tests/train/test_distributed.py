@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# Every test here starts several processes (and one the notebook): the full gate only, not `make test-fast`.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = str(ROOT / "notebooks" / "02_train_qlora.py")
 

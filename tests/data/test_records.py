@@ -1,0 +1,57 @@
+"""Records to chat messages: every shape we read, and the quarantine reason for each we cannot."""
+
+import pytest
+
+from nbutils.data.records import recognised, to_messages
+
+U, A = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
+
+
+def test_chat_messages_and_sharegpt_conversations():
+    assert to_messages({"messages": [U, A]}) == [U, A]
+    assert to_messages({"messages": '[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]'}) \
+        == [U, A]  # CSV and SQL cells hold JSON text
+    sharegpt = {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+    assert to_messages(sharegpt) == [U, A]
+
+
+def test_turns_after_the_last_answer_are_dropped_so_eos_ends_the_text():
+    assert to_messages({"messages": [U, A, {"role": "user", "content": "more?"}]}) == [U, A]
+
+
+def test_alpaca_input_and_system_column_join_the_prompt():
+    rec = {"Instruction": " q ", "input": "ctx", "output": "a", "system": "be brief"}
+    assert to_messages(rec) == [{"role": "system", "content": "be brief"},
+                                {"role": "user", "content": "q\nctx"}, A]
+
+
+def test_explicit_column_mapping_wins_over_detection():
+    rec = {"prompt": "ignored", "response": "ignored", "Frage": "q", "Antwort": "a"}
+    assert to_messages(rec, {"user": "frage", "assistant": "ANTWORT"}) == [U, A]
+
+
+def test_lone_text_is_one_assistant_turn():
+    assert to_messages({"text": " plain "}) == [{"role": "assistant", "content": "plain"}]
+
+
+@pytest.mark.parametrize("rec, reason", [
+    ({"question": "q"}, "missing-field: answer"),  # the first pair that has the column found
+    ({"prompt": "q", "response": "  "}, "empty-field: response"),
+    ({"prompt": "q", "response": 3}, "wrong-type: response is int"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "unknown-role: wizard"),
+    ({"messages": [U]}, "no-assistant-turn"),
+    ({"messages": "[not json"}, "malformed-json: messages"),
+    ({"instruction": "q", "input": 5, "output": "a"}, "wrong-type: input is int"),
+    ({"colour": "red"}, "unrecognised-record: keys colour"),
+])
+def test_each_unreadable_shape_raises_its_quarantine_reason(rec, reason):
+    with pytest.raises(ValueError) as e:
+        to_messages(rec)
+    assert str(e.value) == reason
+
+
+def test_recognised_columns():
+    assert recognised(["Question", "Answer"]) and recognised(["messages"])
+    assert not recognised(["question", "note"])
+    assert recognised(["frage", "antwort"], {"user": "Frage", "assistant": "Antwort"})
+    assert not recognised(["frage"], {"user": "Frage", "assistant": "Antwort"})

@@ -1,0 +1,194 @@
+"""Detection (`nbutils.eval.detect`): every degeneration class caught with its reason, healthy text of every kind
+left alone, wherever the text ends. The stress set's figures: tests/eval/test_eval_stress.py."""
+
+import os
+import sysconfig
+
+import pytest
+
+from nbutils.eval.detect import detect, whisper_rule
+
+PROSE = ("The adapter is trained in four-bit precision so that it fits on a T4, and only the small low-rank "
+         "matrices receive gradients. ")
+POSITIVES = [
+    ("char-repeat", "The answer is " + "a" * 40),
+    ("char-repeat", "Done" + "!" * 30),
+    ("char-repeat", "好的" + "哈" * 12),
+    ("char-repeat", "Result:\n" + "\n" * 20),
+    ("token-repeat", "Sure. " + "hello " * 12),
+    ("token-repeat", PROSE + "the, " * 10),
+    ("loop", PROSE + "I think this is right. " * 3),
+    ("loop", PROSE + "This is the end. That is all. We are done here. " * 3),
+    ("loop", "def f(x):\n    return x\n" + "for i in range(n):\n    total += weights[i] * values[i]\n" * 4),
+    ("loop", "Answer the question.\n" + "### Instruction:\nWhat is QLoRA and why does it save memory?\n" * 3),
+    ("loop", PROSE + "very " * 3 + ("deep learning is fun " * 4)),
+    ("counting-loop", "Steps: " + " ".join(f"Step {i}: add the flour to the bowl." for i in range(41, 46))),
+    ("counting-loop", "\n".join(f"{i}. Repeat the previous step with the next batch" for i in range(3, 9))),
+    ("word-soup", "apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog "
+                  "silver tiger marble lamp echo violin candle basket"),
+    ("subword-soup", "The Ġcat Ġsat Ġon Ġthe Ġmat"),
+    ("subword-soup", "▁the ▁model ▁is ▁train ing ▁on ▁data"),
+    ("subword-soup", "un ##aff ##able ##ness ##ing ##ly"),
+    ("subword-soup", "co ll ab ra ti on ne tw or ks ar ch it ec tu re de ve lo pm en t"),
+    ("unicode-junk", "Résumé: CafÃ© rÃ©sumÃ© naÃ¯ve faÃ§ade"),
+    ("unicode-junk", "The result is \ufffd\ufffd and then \ufffd"),
+    ("unicode-junk", "zero\u200bwidth\u200bjunk\u200bhere\u200bagain"),
+    ("unicode-junk", "control\x07 chars\x1b here\x00"),
+    ("unicode-junk", "ЖaФ中بxΩ😀ю字ωmЯ" * 2),
+    ("empty", ""),
+    ("empty", " \n\t "),
+    ("special-tokens-only", "<|eot|><pad><pad>"),
+    ("special-tokens-only", "</s>"),
+    ("special-tokens-only", "<|im_end|>\n<|endoftext|>"),
+    ("token-repeat", "The name\n\n" + "<|pad|>" * 12),  # pad tokens forever instead of EOS
+]
+HEALTHY = {
+    "code": "import torch\n\n\ndef add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n\n\nclass Point:\n"
+            "    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def norm(self):\n"
+            "        return (self.x ** 2 + self.y ** 2) ** 0.5\n\n\nassert add(1, 2) == 3\nassert add(2, 3) == 5\n"
+            "assert add(3, 4) == 7\nMASK = 0xFFFFFFFFFFFFFFFF\n# " + "-" * 76 + "\n",
+    "markdown table": "| model | params | T4 memory |\n| --- | --- | --- |\n| 0.5B | 494M | 3.1 GB |\n"
+                      "| 1.5B | 1.5B | 5.2 GB |\n| 7B | 7.6B | 9.8 GB |\n| 8B | 8.0B | 10.4 GB |\n",
+    "changelog": "## 0.4.1\n- Fixed a crash when the cache is empty\n- Fixed typos in the docs\n\n## 0.4.0\n"
+                 "- Added packing\n- Fixed the resume bug (#41)\n- Fixed the tokenizer save (#42)\n\n## 0.3.9\n"
+                 "- Fixed the tokenizer save\n",
+    "license": "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and "
+               "associated documentation files (the \"Software\"), to deal in the Software without restriction, "
+               "including without limitation the rights to use, copy, modify, merge, publish, distribute.\n\n"
+               "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED.",
+    "numbered instructions": "1. Open the notebook.\n2. Attach the dataset.\n3. Turn on the GPU.\n4. Run all cells.\n"
+                             "5. Download the adapter.\n6. Upload it as a new model version.\n",
+    "markdown list": "Why it fails:\n\n- the pad token is the EOS token\n- the chat template differs\n"
+                     "- fp16 overflows\n\nSee the docs.",
+    "rst heading": "Installation\n============\n\nRun ``pip install nbutils`` and then import it.\n",
+    "german": "Das Modell wird in vier Bit geladen, damit es auf eine T4 passt. Danach werden nur die kleinen "
+              "Adapter trainiert, und die Gewichte des Basismodells bleiben eingefroren.",
+    "french": "Le modèle est chargé en quatre bits pour tenir sur une T4. Ensuite, seuls les petits adaptateurs "
+              "sont entraînés et les poids du modèle de base restent figés.",
+    "chinese": "模型以四位精度加载，以便放入一块T4显卡。之后只训练小的适配器，基础模型的权重保持冻结。使用Python和PyTorch进行训练。",
+    "russian": "Модель загружается в четырёх битах, чтобы поместиться на T4. Затем обучаются только небольшие "
+               "адаптеры, а веса базовой модели остаются замороженными.",
+    "json": '{"model": "qwen", "lr": 0.0002, "epochs": 3, "lora": {"r": 16, "alpha": 32, "dropout": 0.05}}',
+    "padding after EOS": "Paris is the capital of France.</s>" + "<pad>" * 12,
+}
+
+
+@pytest.mark.parametrize("reason,text", POSITIVES, ids=[f"{r}-{i}" for i, (r, _) in enumerate(POSITIVES)])
+def test_each_class_is_caught_with_its_reason(reason, text):
+    v = detect(text)
+    assert v.degenerate and reason in v.reasons, v
+
+
+@pytest.mark.parametrize("kind", sorted(HEALTHY))
+def test_healthy_kinds_are_not_flagged(kind):
+    assert not detect(HEALTHY[kind]).degenerate, detect(HEALTHY[kind])
+
+
+def test_long_healthy_text_passes_where_the_zlib_ratio_fails():
+    with open(os.path.join(sysconfig.get_paths()["stdlib"], "LICENSE.txt"), encoding="utf-8") as f:
+        long = f.read()
+    assert whisper_rule(long) and not detect(long).degenerate  # zlib's ratio crosses 2.4 on long healthy text
+    assert detect(long + "\n" + "I will stop now. " * 3).degenerate
+    assert detect("I will stop now. " * 3).degenerate
+
+
+def test_verdict_explains_itself():
+    v = detect(PROSE + "I think this is right. " * 3)
+    assert v.reasons == ["loop"] and v.metrics["loop_repeats"] >= 2 and v.metrics["loop_period"] > 0
+
+
+# ---- where the text ends, punctuation, counting formats, scripts --------------------------------------------------
+
+SENTENCE = "The adapter weights are saved next to the tokenizer so that the notebook can resume. "  # ~85 chars
+CUT_LOOPS = {  # name: (healthy prefix, unit, copies); every cut of the last copy must be flagged
+    "issue example": ("", "specify how encoding and errors: ", 30),
+    "75-char period after prose": (PROSE * 3, SENTENCE, 18),
+    "multi-sentence cycle": (PROSE, "It works. Then it stops. Then it works again, as before. ", 6),
+    "prompt echo": ("Sure, here it is.\n", "### Instruction:\nSummarize the following text in two lines.\n\n", 5),
+    "commas": ("", ", ", 300),
+    "spaced commas": ("", " ,", 300),
+    "commas after a word": ("x", " ,", 100),
+    "code lines": ("def f(x):\n    return x\n", "for i in range(n):\n    total += weights[i] * values[i]\n", 4),
+    "vietnamese NFD": ("", "Mô hình được nạp ở chế độ bốn bit. ", 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUT_LOOPS))
+def test_loop_verdict_does_not_depend_on_where_the_text_ends(name):
+    import unicodedata
+
+    prefix, unit, copies = CUT_LOOPS[name]
+    if "NFD" in name:
+        unit = unicodedata.normalize("NFD", unit)
+    body = prefix + unit * copies
+    missed = [c for c in range(len(unit)) if not detect(body + unit[:c]).degenerate]
+    assert not missed, (name, missed)
+
+
+@pytest.mark.parametrize("form", ["[{n}]", "({n})", "{n})", "<{n}>", "{{{n}}}", "#{n}", "{n}.", "— {n} —", "№{n}",
+                                  "Step {n}: mix the dough.", "- [{n}] item", "| {n} | yes |"])
+def test_counting_loops_in_any_bracket_or_separator_at_every_cut(form):
+    text = "Here are the references: " + " ".join(form.format(n=n) for n in range(29, 75))
+    last = form.format(n=75)
+    missed = [c for c in range(len(last) + 1) if not detect(text + " " + last[:c]).degenerate]
+    assert not missed, missed
+    assert "counting-loop" in detect(text).reasons or "loop" in detect(text).reasons
+
+
+@pytest.mark.parametrize("text", [", " * 300, " ," * 300, "x " + ", " * 100, "Well" + "!?" * 60, "ok" + " ." * 150])
+def test_punctuation_loops_are_token_repeats(text):
+    assert detect(text).degenerate and "token-repeat" in detect(text).reasons
+
+
+SCRIPTS = {
+    "vietnamese": "Mô hình được nạp ở chế độ bốn bit để vừa với một GPU T4. Sau đó chỉ các bộ chuyển đổi nhỏ được "
+                  "huấn luyện, còn trọng số của mô hình gốc được giữ nguyên. Người dùng mới có thể chạy lại sổ tay.",
+    "hindi": "मॉडल को चार बिट में लोड किया जाता है ताकि वह एक T4 पर आ सके। इसके बाद केवल छोटे एडाप्टर प्रशिक्षित किए "
+             "जाते हैं और मूल मॉडल के भार स्थिर रहते हैं।",
+    "thai": "โมเดลถูกโหลดแบบสี่บิตเพื่อให้พอดีกับการ์ด T4 หลังจากนั้นจะฝึกเฉพาะอะแดปเตอร์ขนาดเล็ก "
+            "ส่วนน้ำหนักของโมเดลหลักจะคงที่ ผู้ใช้สามารถเริ่มใหม่ได้",
+    "arabic with harakat": "يُحَمَّلُ النَّمُوذَجُ بِأَرْبَعِ بِتَّاتٍ لِيَتَّسِعَ فِي بِطَاقَةٍ وَاحِدَةٍ، ثُمَّ تُدَرَّبُ "
+                           "المُحَوِّلَاتُ الصَّغِيرَةُ فَقَط وَتَبْقَى أَوْزَانُ النَّمُوذَجِ الأَصْلِيِّ ثَابِتَةً.",
+    "ukrainian": "Модель завантажується у чотирьох бітах, щоб поміститися на T4. Потім навчаються лише невеликі "
+                 "адаптери, а ваги базової моделі залишаються замороженими.",
+    "chinese": HEALTHY["chinese"],
+    "english": HEALTHY["license"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_scripts_with_combining_marks_are_healthy_at_every_prefix(name, form):
+    import unicodedata
+
+    text = unicodedata.normalize(form, SCRIPTS[name])
+    flagged = [k for k in range(40, len(text) + 1, 7) if detect(text[:k]).degenerate]
+    assert not flagged and not detect(text).degenerate, (name, form, detect(text[:flagged[0]]) if flagged else None)
+
+
+@pytest.mark.parametrize("ruler", ["~" * 40, "-" * 60, "=" * 30, "—" * 30, "＝" * 30, "─" * 50, "_" * 40, "ー" * 20,
+                                   "ـ" * 20, "· " * 20])
+def test_rulers_are_judged_the_same_in_every_script(ruler):
+    verdicts = {name: detect(text + "\n\n" + ruler + "\n\n" + text).degenerate for name, text in SCRIPTS.items()}
+    assert set(verdicts.values()) == {False}, verdicts
+    assert all(detect(ruler * 6).degenerate for _ in [0])  # a ruler as long as a page is not layout
+
+
+def test_ascii_fast_tokenizer_gives_the_same_tokens():
+    """detect() tokenizes ASCII tails with a cheaper pattern: it must cut exactly where the Unicode one does."""
+    import glob
+
+    from nbutils.eval import detect as D
+
+    files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))[:40]
+    texts = [open(f, encoding="utf-8", errors="replace").read()[:6000] for f in files]
+    texts += ["a\x1cb\x1fc 0x1F \\x41 \\U0041 Step 41: foo_bar __init__ x1d4b0 ## 3rd", HEALTHY["license"]]
+    checked = 0
+    for text in texts:
+        low = text.lower()
+        if not low.isascii():
+            continue
+        norm = D.NUMBER_RE.sub(D._number, low)
+        assert D.ASCII_TOKEN_RE.findall(norm) == D.TOKEN_RE.findall(norm)
+        checked += 1
+    assert checked >= 30

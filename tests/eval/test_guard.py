@@ -1,0 +1,170 @@
+"""The degeneration guard inside `model.generate` (`nbutils.eval.guard`): only degenerate rows stop, tokens never
+change, finished rows are not rechecked; and on a model that never learnt EOS, the guard saves the tokens."""
+
+import pytest
+import torch
+
+from nbutils.eval.degeneration import CircuitBreaker, DegenerationError
+from nbutils.eval.guard import DegenerationGuard, GenerationObserver
+
+
+@pytest.fixture(scope="module")
+def broken(prepared_data, tmp_path_factory):
+    """An adapter trained with EOS masked out of the loss (what pad == EOS does), on the embedded default."""
+    from nbutils.data import splits as data
+    from nbutils.train import modeling, training
+    from nbutils.train.trainconfig import TrainConfig
+
+    tok = modeling.load_tokenizer("embedded")
+    train = data.load_split(prepared_data, "train").map(
+        lambda r: {"labels": [-100 if t == tok.eos_token_id else lab for t, lab in zip(r["input_ids"], r["labels"])]})
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
+    training.train(model, tok, train, data.load_split(prepared_data, "eval"),
+                   TrainConfig(max_steps=60, eval_steps=20, save_steps=20, resume=False),
+                   tmp_path_factory.mktemp("broken"), progress="off")
+    return model.eval(), tok, data.load_split(prepared_data, "eval")
+
+
+def test_broken_model_guard_saves_tokens_and_breaker_stops(broken):
+    from nbutils.eval import evaluation
+
+    model, tok, eval_ds = broken
+    prompts, _ = evaluation.prompts_and_references(eval_ds, tok, 16)
+    # Broken twice over, as happens with real models: EOS never learnt, and generate told to stop on
+    # a token the model does not emit (the end-of-turn / end-of-text mix-up).
+    kw = dict(max_new_tokens=128, eos_token_id=tok.unk_token_id)
+    unguarded = sum(o["tokens"] for o in evaluation.generate(model, tok, prompts, guard="off", **kw))
+    guarded_rows = evaluation.generate(model, tok, prompts, guard="flag", **kw)
+    guarded = sum(o["tokens"] for o in guarded_rows)
+    assert guarded <= 0.25 * unguarded, (guarded, unguarded)
+    with pytest.raises(DegenerationError, match="Likely causes: the model never learnt to emit EOS"):
+        evaluation.generate(model, tok, prompts, guard="abort", breaker=CircuitBreaker(8, 0.5), **kw)
+
+
+WORDS = ("the a model is trained on data and it learns to answer questions about text with short sentences "
+         "while small adapters keep memory low so that one GPU is enough for this task . , then we").split()
+
+
+def _word_tokenizer():
+    """A word-level fast tokenizer over 128 ids, built offline (ids past the word list decode as <unk>)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<pad>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(dict.fromkeys(WORDS))}}
+    vocab.update({f"w{i}": i for i in range(len(vocab), 128)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+
+
+class Force(torch.nn.Module):
+    """A logits processor that makes chosen rows say a script (the same with and without the guard)."""
+
+    def __init__(self, scripts: dict[int, list[int]], start: int):
+        super().__init__()
+        self.scripts, self.start = scripts, start
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.start
+        for row, script in self.scripts.items():
+            scores[row] = -1e9
+            scores[row, script[step % len(script)]] = 0.0
+        return scores
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2)).eval()
+    tok = _word_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    healthy = ids(("the model is trained on data , and it learns to answer questions about text with short "
+                   "sentences while small adapters keep memory low so that one GPU is enough for this task . "
+                   "then we").split())
+    loop = ids("the model is trained on data .".split())
+    prompts = torch.randint(3, 60, (4, 6), generator=torch.Generator().manual_seed(1))
+    return model, tok, prompts, {0: healthy, 1: loop, 2: list(reversed(healthy))}
+
+
+def _generate(tiny_llama, guard=None, observer=None, eos=2, new=64):
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+
+    model, tok, prompts, scripts = tiny_llama
+    procs = [Force(scripts, prompts.shape[1])] + ([observer] if observer else [])
+    with torch.no_grad():
+        return model.generate(prompts, max_new_tokens=new, do_sample=False, pad_token_id=1, eos_token_id=eos,
+                              logits_processor=LogitsProcessorList(procs),
+                              stopping_criteria=StoppingCriteriaList([guard]) if guard else None)
+
+
+def test_guard_returns_a_bool_per_row(tiny_llama):
+    _, tok, prompts, _ = tiny_llama
+    guard = DegenerationGuard(tok, check_every=1)
+    done = guard(torch.cat([prompts, prompts[:, :1]], 1), None)
+    assert done.dtype == torch.bool and done.shape == (4,) and not done.any()
+
+
+def test_guard_stops_the_looping_row_only_and_leaves_healthy_rows_untouched(tiny_llama):
+    plain = _generate(tiny_llama)
+    guard = DegenerationGuard(tiny_llama[1], check_every=8)
+    guarded = _generate(tiny_llama, guard)
+    report, width = guard.report(), tiny_llama[2].shape[1]
+    assert report[1]["stopped"] and {"loop", "token-repeat"} & set(report[1]["reasons"])
+    stop = report[1]["stop_token"]
+    assert stop < 40 and report[1]["tokens"] == stop + 1
+    assert guarded[1, width + stop + 1:].eq(1).all()  # padded after the stop
+    assert guarded[1, :width + stop + 1].tolist() == plain[1, :width + stop + 1].tolist()
+    for row in (0, 2):  # healthy rows: same tokens as without the guard
+        assert not report[row]["stopped"] and guarded[row].tolist() == plain[row, :guarded.shape[1]].tolist()
+
+
+def test_guard_never_changes_tokens_even_when_not_stopping(tiny_llama):
+    plain = _generate(tiny_llama, eos=None)
+    guard = DegenerationGuard(tiny_llama[1], check_every=4, stop=False)
+    assert torch.equal(_generate(tiny_llama, guard, eos=None), plain)
+    assert guard.report()[1]["reasons"] and not any(r["stopped"] for r in guard.report())
+
+
+def test_guard_does_not_recheck_finished_rows(tiny_llama):
+    model, tok, prompts, scripts = tiny_llama
+    ended = {**scripts, 3: [5, 6, 7, 2] + [9] * 60}  # row 3 says EOS at its 4th token (then is padded)
+    guard = DegenerationGuard(tok, check_every=4)
+    _generate((model, tok, prompts, ended), guard)
+    state = guard.rows[3]
+    assert state.eos and state.tokens == 4 and not state.stopped and state.text == ""
+
+
+def test_guard_decodes_incrementally_like_a_full_decode():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    text = ("Модель загружается в четырёх битах. 模型以四位精度加载。 Le modèle est chargé en quatre bits. "
+            "The adapter is small. ") * 3
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>")
+    ids = tok(text[:160])["input_ids"]
+    guard = DegenerationGuard(tok, check_every=3, detect_every=3, prompt_length=1)
+    seq = torch.zeros((1, 1), dtype=torch.long)
+    for t in ids:
+        seq = torch.cat([seq, torch.tensor([[t]])], 1)
+        guard(seq, None)
+    state = guard.rows[0]
+    assert tok.decode(ids).startswith(state.text) and len(state.text) > 100 and not state.reasons
+
+
+def test_observer_leaves_scores_unchanged_and_records_per_row(tiny_llama):
+    scores = torch.randn(3, 10)
+    observer = GenerationObserver()
+    assert observer(torch.zeros((3, 2), dtype=torch.long), scores) is scores
+    observer = GenerationObserver()
+    plain = _generate(tiny_llama, eos=None, new=16)
+    assert torch.equal(_generate(tiny_llama, observer=observer, eos=None, new=16), plain)
+    summary = observer.summary()
+    assert len(summary) == 4 and all(s["mean_entropy"] >= 0 and s["mean_logprob"] <= 0 for s in summary)

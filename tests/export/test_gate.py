@@ -1,0 +1,51 @@
+"""The export gate on crafted reports: each reason to refuse, force, the metric choice and its errors."""
+
+import json
+
+import pytest
+
+from nbutils.export import gate
+
+
+def _report(base=0.1, tuned=0.8, rate=0.0, primary="exact_match"):
+    metrics = {name: {"base": {"mean": base}, "tuned": {"mean": tuned}} for name in ("exact_match", "chrf")}
+    return {"metrics": {"primary": primary, "metrics": metrics}, "tuned": {"degenerate_rate": rate}}
+
+
+def test_better_and_healthy_passes_on_the_primary_metric(capsys):
+    decision = gate.check(_report(), force=False)
+    assert decision.passed and decision.metric == "exact_match" and not decision.forced
+    assert capsys.readouterr().out.startswith("[gate] passed. exact_match: tuned 0.800 vs base 0.100")
+
+
+@pytest.mark.parametrize("kwargs, needed, reason", [
+    ({"tuned": 0.1}, {}, "does not beat the base on exact_match (gain +0.000, needed more than +0.000)"),
+    ({"tuned": 0.15}, {"min_improvement": 0.1}, "gain +0.050, needed more than +0.100"),
+    ({"rate": 0.2}, {}, "20.0% of the tuned generations are degenerate (max_degenerate_rate is 20.0%)"),
+])
+def test_each_reason_refuses(kwargs, needed, reason):
+    decision = gate.evaluate(_report(**kwargs), **needed)
+    assert not decision.passed and len(decision.reasons) == 1 and reason in decision.reasons[0]
+    with pytest.raises(gate.GateRefused, match="set force=True to export anyway"):
+        gate.check(_report(**kwargs), **needed)
+
+
+def test_force_exports_anyway_and_says_why(tmp_path, capsys):
+    (tmp_path / "eval_report.json").write_text(json.dumps(_report(tuned=0.0, rate=0.5)))
+    decision = gate.check(tmp_path, force=True)  # a folder: its eval_report.json
+    assert decision.forced and len(decision.reasons) == 2
+    assert "[gate] FAILED but force=True: exporting anyway." in capsys.readouterr().out
+
+
+def test_metric_choice_and_a_missing_metric():
+    assert gate.evaluate(_report(primary="chrf")).metric == "chrf"
+    assert gate.evaluate(_report(), metric="chrf").metric == "chrf"
+    with pytest.raises(KeyError, match="gate_metric 'rouge_l' is not in eval_report.json"):
+        gate.evaluate(_report(), metric="rouge_l")
+
+
+def test_a_report_without_a_metrics_block_gates_on_exact_match_only():
+    old = {"base": {"task_metric": 0.0}, "tuned": {"task_metric": 0.5, "degenerate_rate": 0.0}}
+    assert gate.evaluate(old).passed and gate.evaluate(old).metric == "exact_match"
+    with pytest.raises(KeyError, match="only exact_match can gate"):
+        gate.evaluate(old, metric="chrf")

@@ -1,0 +1,48 @@
+"""Learning curves: each diagnosis from a log history shaped to produce it, and the plot from the same history."""
+
+import pytest
+
+from nbutils.train import curves
+
+
+def _history(train, evals, lr=2e-4):
+    out = [{"step": s, "loss": v, "learning_rate": lr} for s, v in train]
+    return out + [{"step": s, "eval_loss": v} for s, v in evals]
+
+
+def test_series_pairs_steps_with_losses_and_skips_other_logs():
+    history = _history([(10, 2.0)], [(10, 2.5)]) + [{"train_runtime": 3.0}, {"loss": 1.0}]  # no step: not a point
+    assert curves.series(history) == ([(10, 2.0)], [(10, 2.5)])
+
+
+def test_well_fit():
+    assert curves.diagnose(_history([(10, 2.0), (20, 1.0)], [(10, 2.0), (20, 1.0)])).startswith(
+        "well fit: eval loss fell from 2.0000 to 1.0000")
+
+
+def test_overfit_names_the_best_step():
+    history = _history([(10, 2.0), (20, 0.5), (30, 0.2)], [(10, 2.0), (20, 1.0), (30, 1.5)])
+    assert curves.diagnose(history).startswith("overfit from step 20: eval loss rose from 1.0000 to 1.5000")
+
+
+@pytest.mark.parametrize("lr, advice", [
+    (2e-4, "raise the learning rate from 2.0e-04"),
+    (1e-3, "the learning rate (1.0e-03) is already high"),
+    (None, "train longer or raise the learning rate"),
+])
+def test_underfit_advice_depends_on_the_learning_rate(lr, advice):
+    history = _history([(10, 2.0), (20, 1.9)], [(10, 2.0), (20, 1.9)], lr)
+    if lr is None:
+        history = [{k: v for k, v in h.items() if k != "learning_rate"} for h in history]
+    verdict = curves.diagnose(history)
+    assert verdict.startswith("underfit: eval loss fell only from 2.0000 to 1.9000") and advice in verdict
+
+
+def test_one_evaluation_is_not_enough():
+    assert curves.diagnose(_history([(10, 2.0)], [(10, 2.0)])) == "not enough evaluations to tell"
+
+
+def test_plot_is_written(tmp_path):
+    path = tmp_path / "curves.png"
+    curves.plot(_history([(10, 2.0), (20, 1.0)], [(10, 2.0), (20, 1.2)]), path)
+    assert path.stat().st_size > 1000
