@@ -112,12 +112,12 @@ def padding(n: int = 20_000, batch_size: int = 16, max_seq_len: int = 1024) -> l
 
 def _embedded_lengths() -> list[int]:
     from nbutils import embedded
-    from nbutils.data import readers
+    from nbutils.data import records
     from nbutils.data import splits as data
     from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
-    msgs = [readers.to_messages(r) for r in embedded.task_records()]
+    msgs = [records.to_messages(r) for r in embedded.task_records()]
     return data.encode_batch({"messages": msgs}, tok, tok.chat_template, False)["length"]
 
 

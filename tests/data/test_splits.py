@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.data import batching, chatformat, readers
+from nbutils.data import batching, chatformat, readers, records
 from nbutils.data import splits as data
 from nbutils.train.modeling import load_tokenizer
 
@@ -218,14 +218,14 @@ def test_every_format_is_read_and_sniffed(tok, tmp_path, capsys):
         path = str(tmp_path / name)
         assert readers.sniff(path) == fmt, name
         recs = [r for _, _, r in readers.read(path)]
-        assert len(recs) == n and all(readers.to_messages(r) for r in recs), name
+        assert len(recs) == n and all(records.to_messages(r) for r in recs), name
     m = data.prepare([str(tmp_path / n) for n in expected], tmp_path / "out", tok)
     assert m["counts"]["kept"] == sum(n for _, n in expected.values()) and m["counts"]["quarantined"] == 0
     log = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[data]")]
     assert len(log) == len(expected)
     assert any("i.json: read as jsonl (extension .json, but the content is jsonl)" in x for x in log)
     c = next(r for _, _, r in readers.read(str(tmp_path / "c.csv")))
-    assert readers.to_messages(c) == [{"role": "user", "content": "multi\nline q"},
+    assert records.to_messages(c) == [{"role": "user", "content": "multi\nline q"},
                                    {"role": "assistant", "content": "a, with comma"}]
     [(_, _, h1), (_, _, h2)] = readers.read(str(tmp_path / "l.htm"))
     assert h1 == {"prompt": "Why 4-bit?", "response": "Memory. A T4 has 16 GB."} and h2["response"] == "Few weights."
@@ -234,11 +234,11 @@ def test_every_format_is_read_and_sniffed(tok, tmp_path, capsys):
 def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
     (tmp_path / "x.csv").write_text("Frage,Antwort,Note\nwie alt ?,drei,-\n")
     with pytest.raises(ValueError, match="unrecognised-record"):
-        readers.to_messages(next(r for _, _, r in readers.read(str(tmp_path / "x.csv"))))
+        records.to_messages(next(r for _, _, r in readers.read(str(tmp_path / "x.csv"))))
     cols = data.parse_columns("user=Frage, assistant=antwort")
     m = data.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False)
     assert m["counts"]["kept"] == 1
-    assert readers.to_messages({"INSTRUCTION": "i", "Output": "o"})[1] == {"role": "assistant", "content": "o"}
+    assert records.to_messages({"INSTRUCTION": "i", "Output": "o"})[1] == {"role": "assistant", "content": "o"}
     with pytest.raises(ValueError, match="user=COL"):
         data.parse_columns("q=Frage")
 
@@ -308,7 +308,7 @@ def _examples(tok, n=5):
 
     rows = []
     for r in embedded.task_records(n):
-        enc = data.encode_batch({"messages": [readers.to_messages(r)]}, tok, tok.chat_template, False)
+        enc = data.encode_batch({"messages": [records.to_messages(r)]}, tok, tok.chat_template, False)
         rows.append({"input_ids": enc["input_ids"][0], "labels": enc["labels"][0]})
     return rows
 
