@@ -68,16 +68,24 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
     socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
 '''
 
+VERIFY_SOURCE = Path(__file__).resolve().parents[1] / "platform" / "install_verify.py"
 STARTUP = r'''
-import importlib, importlib.metadata, json, os, re, subprocess, sys, warnings
+import importlib, importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
 _LOG = os.environ.get("NBUTILS_EVENTS")
 _CHAIN = [n for n in os.environ.get("NBUTILS_CHAIN_PACKAGES", "").split(",") if n]
 def _event(**kw):
     with open(_LOG, "a") as f:
         f.write(json.dumps(kw) + "\n")
 _ip = get_ipython()
-def _canon(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _load_verify():
+    # The install step's own stdlib-only module, loaded by path under a private name: one copy of its rules
+    # (names, requirement closure), and nbutils itself stays unimportable from the checkout.
+    spec = importlib.util.spec_from_file_location("_nbutils_install_verify", @VERIFY@)
+    mod = sys.modules["_nbutils_install_verify"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+_verify = _load_verify()
+_canon, _closure = _verify.canonical, _verify.requirement_closure
 def _dists():
     return {_canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 _before = {}
@@ -91,19 +99,6 @@ def _pre(info):
     _probed().clear()  # only this cell's findings stand in for the hook's own check
     _before.clear()
     _before.update(_dists())
-def _closure(roots):
-    seen, todo = set(), [_canon(r) for r in roots]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            reqs = importlib.metadata.requires(name) or []
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        todo += [_canon(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in reqs if "extra ==" not in r]
-    return seen
 def _after_pip(count):
     after = _dists()
     moved = {n: (_before.get(n), after.get(n)) for n in _before.keys() | after.keys() if _before.get(n) != after.get(n)}
@@ -203,7 +198,9 @@ def create(out: Path, name: str) -> Sandbox:
     for d in (box.input, box.working, box.temp, root / "site", root / "ipython" / "profile_default" / "startup"):
         d.mkdir(parents=True, exist_ok=True)
     (root / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    (root / "ipython" / "profile_default" / "startup" / "00-nbutils-harness.py").write_text(STARTUP)
+    verify = shutil.copy(VERIFY_SOURCE, root / "ipython" / "nbutils_install_verify.py")  # a copy: the checkout stays out
+    (root / "ipython" / "profile_default" / "startup" / "00-nbutils-harness.py").write_text(
+        STARTUP.replace("@VERIFY@", repr(str(verify))))
     box.events.touch()
     return box
 
