@@ -1,21 +1,29 @@
-"""The chain run `papermill-check` leaves behind, reused by the tests when it is fresh for this source tree.
+"""`make papermill-check`'s run of the chain, stamped so the tests reuse it while it is fresh for this source tree.
 
-CI executes the notebook chain once per environment: `make papermill-check` runs 01 -> 04 in the project venv
-and writes `chain-stamp.json` beside its report; tests/harness/test_notebooks.py reads that run when the stamp's
-fingerprint matches the files it was made from, and runs the chain itself (once per session) otherwise.
+CI executes the notebook chain once per environment: `check` runs 01 -> 04 in the project venv, then in each
+Kaggle image twin, and writes `chain-stamp.json` beside each run; tests/harness/test_notebooks.py reads those
+runs when a stamp's fingerprint matches the files it was made from, and runs the chain itself otherwise.
+Every run has a secret attached (`CANARY`), as a Kaggle user's HF_TOKEN is, so the secret-in-output check
+has a real value to look for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = "chain-stamp.json"
 # Everything a notebook run depends on in this repository: change one and the stamp no longer matches.
 SOURCES = ("nbutils/**/*.py", "notebooks/*.ipynb", "kaggle-metadata/*/kernel-metadata.json", "requirements*.txt",
-           "pyproject.toml")
+           "pyproject.toml", "kaggle-image/*.txt")
+# Shaped like a real Hugging Face token (the secret shapes match it), but not one; split so the source has no match.
+CANARY = "hf_" + "Zp4Lq8WnR2tXc6VbM9kJd3HgF7sA5eYu1o"
+
 
 
 def fingerprint(root: Path = ROOT) -> str:
@@ -49,3 +57,24 @@ def fresh_rows(out: Path, root: Path = ROOT) -> list[dict] | None:
     if stamp.get("params") or stamp.get("fingerprint") != fingerprint(root):
         return None
     return stamp["rows"]
+
+
+def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | None, twin_names: list[str]) -> list:
+    """What `python -m nbutils.harness check` runs: static checks, the chain in the project venv, then in each twin.
+
+    Offline, with `CANARY` as HF_TOKEN (the caller's own token never reaches the kernels: nothing online runs);
+    each run is stamped for the tests.
+    """
+    from nbutils.harness import runner
+
+    with mock.patch.dict(os.environ, {"HF_TOKEN": CANARY}):
+        t0 = time.monotonic()
+        execute = lambda: runner.with_static(notebooks, lambda: runner.run(notebooks, out, params, False, time_budget))  # noqa: E731
+        results = stamped(execute, out, params)
+        print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+        return results + runner.run_twins(notebooks, out, params, False, time_budget, twin_names, stamp=stamped)
+
+
+def fresh_twin_runs(out: Path, root: Path = ROOT) -> list[Path]:
+    """The twin runs under `out` (twin-NAME/) that are stamped fresh for these sources."""
+    return sorted(d for d in out.glob("twin-*") if fresh_rows(d, root) is not None)

@@ -331,13 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "lint":
         return report(lint(args.notebooks), args.out)
     params = {k: _literal(v) for k, v in args.parameter}
-    if args.command == "check":
+    if args.command == "check":  # the default chain must work with the internet off: the embedded default needs none
         notebooks = [ROOT / nb for nb in chain.notebook_paths()]
-        t0 = time.monotonic()  # the default chain must work with the internet off: the embedded default needs none
-        execute = lambda: with_static(notebooks, lambda: run(notebooks, args.out, params, False, args.time_budget))  # noqa: E731
-        results = chainrun.stamped(execute, args.out, params)  # the tests reuse this run (harness/chainrun.py)
-        print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
-        return report(results + run_twins(notebooks, args.out, params, False, args.time_budget, args.twin), args.out)
+        return report(chainrun.check(notebooks, args.out, params, args.time_budget, args.twin), args.out)
     internet = False if args.no_internet else None
     if args.twin:
         ran = lambda: run_twins(args.notebooks, args.out, params, internet, args.time_budget, args.twin)
@@ -347,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
-              names: list[str]) -> list[Result]:
-    """The notebooks again in each named Kaggle image twin ('all': every snapshot), under out/twin-<name>/."""
+              names: list[str], stamp=None) -> list[Result]:
+    """The notebooks again in each named Kaggle image twin ('all': every snapshot), under out/twin-<name>/.
+
+    `stamp`: chainrun.stamped, to stamp each twin's run for the tests (check does).
+    """
     from nbutils.harness import twin as twins
 
     if not names:
@@ -356,7 +355,8 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
     results = []
     for t in twins.twins(None if "all" in names else names):
         t0 = time.monotonic()
-        ran = run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)
+        execute = lambda: run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)  # noqa: E731,B023
+        ran = stamp(execute, out / f"twin-{t.name}", params) if stamp else execute()
         print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
         last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
         if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():

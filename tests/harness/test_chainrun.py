@@ -1,6 +1,9 @@
-"""The stamp that lets the tests reuse papermill-check's chain run: fresh only for the sources it was made from."""
+"""papermill-check's runs: every environment with the canary token, each stamped; fresh only for the sources it was made from."""
 
 import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
 
 from nbutils.harness import chainrun
 from nbutils.harness.results import Result
@@ -46,3 +49,23 @@ def test_a_run_that_dies_leaves_no_stamp(tmp_path):
     except KeyboardInterrupt:
         pass
     assert not (tmp_path / chainrun.STAMP).exists() and chainrun.fresh_rows(tmp_path) is None
+
+
+def test_check_runs_every_environment_with_the_canary_token_and_stamps_each(tmp_path, monkeypatch):
+    from nbutils.harness import runner
+
+    seen = []
+
+    def run(notebooks, out, params, internet, time_budget, twin=None):
+        seen.append((out.name, os.environ.get("HF_TOKEN"), internet))
+        return [Result(nb.name) for nb in notebooks]
+
+    monkeypatch.setenv("HF_TOKEN", "hf_the_users_own_token_never_reaches_a_kernel")
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "lint", lambda notebooks: [])
+    monkeypatch.setattr("nbutils.harness.twin.twins", lambda names: [SimpleNamespace(name="img")])
+    results = chainrun.check([Path("01_data_prep.ipynb")], tmp_path, {}, 60, ["all"])
+    assert seen == [(tmp_path.name, chainrun.CANARY, False), ("twin-img", chainrun.CANARY, False)]
+    assert [r.notebook for r in results] == ["01_data_prep.ipynb", "01_data_prep.ipynb [twin img]"]
+    assert chainrun.fresh_rows(tmp_path) is not None and chainrun.fresh_twin_runs(tmp_path) == [tmp_path / "twin-img"]
+    assert os.environ["HF_TOKEN"] == "hf_the_users_own_token_never_reaches_a_kernel"  # put back after the run
