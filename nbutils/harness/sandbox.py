@@ -100,6 +100,8 @@ def _pre(info):
     _before.clear()
     _before.update(_dists())
 def _after_pip(count):
+    # pip check runs beside the stale and import checks below (it only reads metadata): one core each.
+    chk = subprocess.Popen([sys.executable, "-m", "pip", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     after = _dists()
     moved = {n: (_before.get(n), after.get(n)) for n in _before.keys() | after.keys() if _before.get(n) != after.get(n)}
     pkgs = importlib.metadata.packages_distributions()  # once: it reads every distribution's file list
@@ -145,10 +147,10 @@ def _after_pip(count):
         bad.update(json.loads(lines[-1]) if lines else {})
     for module, error in sorted(bad.items()):
         _event(type="broken-import", execution_count=count, module=module, package=dist_of[module], error=error)
-    chk = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    out = chk.communicate()[0]
     if chk.returncode:
         used = _closure(_CHAIN + [d for m in loaded for d in pkgs.get(m, [])])
-        for line in chk.stdout.strip().splitlines():
+        for line in out.strip().splitlines():
             who = _canon(line.split(" ", 1)[0])
             _event(type="package-conflict", execution_count=count, detail=line.strip(), matters=who in used)
 def _post(result):

@@ -25,6 +25,19 @@ def test_requirement_closure_follows_installed_metadata():
     assert {"transformers", "huggingface-hub", "tokenizers", "numpy"} <= closure
 
 
+def test_the_import_check_runs_torch_users_and_the_rest_in_two_interpreters_side_by_side(tmp_path, monkeypatch):
+    groups = iv.probe_groups({"peft": "peft", "bitsandbytes": "bitsandbytes", "datasets": "datasets", "pip": "pip"})
+    assert groups == [{"peft": "peft", "bitsandbytes": "bitsandbytes"}, {"datasets": "datasets", "pip": "pip"}]
+    assert iv.probe_groups({"pip": "pip"}) == [{"pip": "pip"}]  # one interpreter when one half is empty
+    pkg = tmp_path / "dies"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\nos._exit(3)\n")  # kills its interpreter: only its half is lost
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(iv, "probe_groups", lambda wanted: [{"dies": "dies"}, {"pip": "pip"}])
+    res = iv.probe_imports(["dies", "pip"], {"dies": ["dies"], "pip": ["pip"]})
+    assert res["dies"] == {"ok": False, "error": "the import check itself died: no output"} and res["pip"]["ok"]
+
+
 def test_a_module_that_no_longer_imports_is_named_with_its_error(tmp_path, monkeypatch):
     pkg = tmp_path / "brokenpkg"
     pkg.mkdir()
