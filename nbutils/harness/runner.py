@@ -35,8 +35,10 @@ FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype
                               r"Segmentation fault|core dumped|Killed\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_FILES = 20 * 2**30, 500  # Kaggle's /kaggle/working limits
-# The kernel's own log (e.g. "running over TCP without encryption") is noise in a harness run; errors still show.
-KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# The kernel's own log is noise in a harness run ("running over TCP without encryption"; at shutdown jupyter_client
+# interrupts the kernel first, and ipykernel logs "KeyboardInterrupt caught in kernel" as an ERROR). Findings come
+# from the outputs and the sandbox's events, never from this log, so only critical lines show.
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def kernel_metadata(root: Path = ROOT) -> dict[str, dict]:
