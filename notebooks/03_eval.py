@@ -23,18 +23,18 @@
 # On Kaggle and Colab this installs only what the image lacks, pinned, and never reinstalls
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
-# %%
-# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
-import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
+# %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
+# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+import glob, importlib.util, os, subprocess, sys
 
-if importlib.util.find_spec("nbutils") is None:
+if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.platform.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 

@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from nbutils import chain
 from nbutils.platform import settings
-from nbutils.platform.install import bootstrap_cell_source
+from nbutils.platform.install import BOOTSTRAP_CELL_METADATA, bootstrap_cell_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,13 +45,19 @@ def notebooks_table_markdown() -> str:
 
 
 BADGE_LINE = re.compile(r"^# \[!\[Open in Colab\].*$", re.M)
-BOOTSTRAP_BLOCK = re.compile(r"^# Bootstrap nbutils.*?^ensure_packages\(\).*?$\n", re.M | re.S)
+# The install cell with its `# %%` line; the older first line ("# Bootstrap nbutils ...") is rewritten too.
+BOOTSTRAP_BLOCK = re.compile(r"^# %%[^\n]*\n(?:# Bootstrap nbutils|# @title Install).*?^ensure_packages\(\).*?$\n", re.M | re.S)
+
+
+def bootstrap_cell_header() -> str:
+    """The install cell's `# %%` line in a jupytext percent file, carrying BOOTSTRAP_CELL_METADATA."""
+    return "# %% " + " ".join(f"{k}={json.dumps(v)}" for k, v in BOOTSTRAP_CELL_METADATA.items()) + "\n"
 
 
 def sync_notebooks(root: Path = ROOT) -> list[Path]:
     """Rewrite each notebook .py's badge line and install cell from settings (then `make sync` for the .ipynb)."""
     changed = []
-    cell = "".join(f"{line}\n" for line in bootstrap_cell_source().splitlines())
+    cell = bootstrap_cell_header() + "".join(f"{line}\n" for line in bootstrap_cell_source().splitlines())
     for nb in chain.STAGES:
         path = root / "notebooks" / f"{nb.notebook}.py"
         text = path.read_text()

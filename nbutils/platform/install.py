@@ -230,23 +230,28 @@ def ensure_packages() -> None:
     run_install(plan_install(platform.name, online, dataset, installed))
 
 
+# The install cell folds to its title line in Colab (a form) and in Kaggle and JupyterLab (input hidden): a learner
+# meets one line saying what it does; the code is one click away.
+BOOTSTRAP_CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}, "_kg_hide-input": True}
+
+
 def bootstrap_cell_source() -> str:
     """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub; then the rest.
 
     nbutils cannot install itself before it is importable, so these few lines do only that; locally
     (make setup) nbutils is already installed and they skip straight to `ensure_packages()`.
     """
-    return f'''# Bootstrap nbutils (attached Kaggle dataset's wheel, else GitHub; locally `make setup` did it), then the rest.
-import glob, importlib.util, os, subprocess, sys  # noqa: E401, I001
+    return f'''# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+import glob, importlib.util, os, subprocess, sys
 
-if importlib.util.find_spec("nbutils") is None:
+if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["{nbutils_git_spec()}"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
     print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
     pip.check_returncode()
-from nbutils.platform.install import ensure_packages  # noqa: E402
+from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''

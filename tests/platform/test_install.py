@@ -94,10 +94,25 @@ SOURCE = install.bootstrap_cell_source()
 
 def test_bootstrap_is_short_plain_and_pins_no_torch():
     compile(SOURCE, "bootstrap", "exec")
-    assert len(SOURCE.strip().splitlines()) <= 15
+    assert len(SOURCE.strip().splitlines()) <= 13 and "noqa" not in SOURCE
+    assert SOURCE.startswith("# @title ")  # the line a learner sees when the cell is folded
     assert "%%capture" not in SOURCE and "&" not in SOURCE and "!" not in SOURCE.replace("!=", "")
     assert "torch" not in SOURCE.replace("never torch", "")
     assert f"git+https://github.com/{settings.repository()}@{settings.branch()}" in SOURCE
+
+
+def test_every_notebooks_first_code_cell_is_the_install_cell_folded_to_its_title():
+    import nbformat
+
+    from nbutils import chain
+
+    root = Path(__file__).resolve().parents[2]
+    for stage in chain.STAGES:
+        nb = nbformat.read(root / "notebooks" / f"{stage.notebook}.ipynb", as_version=4)
+        first = next(c for c in nb.cells if c.cell_type == "code")
+        assert first.source.strip() == SOURCE.strip(), f"{stage.notebook}: run python -m nbutils.kaggle sync, then make sync"
+        assert {k: first.metadata.get(k) for k in install.BOOTSTRAP_CELL_METADATA} == install.BOOTSTRAP_CELL_METADATA, \
+            f"{stage.notebook}: the install cell is not folded (Colab form, Kaggle/JupyterLab input hidden)"
 
 
 def run_bootstrap(monkeypatch, nbutils_installed, input_root):
