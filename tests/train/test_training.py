@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 from nbutils.data import splits as data
 from nbutils.platform.environment import detect_platform, process_start_time, session_start
 from nbutils.train import checkpoints, curves, modeling, training
+from nbutils.train import manifest as mf
 from nbutils.train.callbacks import NanGuard, StopReason
 from nbutils.train.trainconfig import TrainConfig
 
@@ -182,7 +183,10 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     # the summary carries the diagnosis of this run's own curves (each verdict: tests/train/test_curves.py)
     assert summary["diagnosis"] == curves.diagnose(result.log_history) and not summary["diagnosis"].startswith("not")
     assert (tmp_path / "learning_curves.png").stat().st_size > 1000
-    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1}
+    # the run config as given, plus the LoraConfig the model trained with (the settings compare its keys on resume)
+    lora = mf.lora_settings(model.peft_config["default"])
+    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1, "lora": lora}
+    assert result.settings["lora.r"] == 8 and result.settings["lora.target_modules"] == lora["target_modules"]
     assert checkpoints.missing_files(ckpt) == []
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
     # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
@@ -222,6 +226,25 @@ def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
                  "lora_r: checkpoint has 16, this run 4", "new output_dir", "resume=False"):
         assert line in msg, msg
     assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
+
+
+@pytest.mark.parametrize("change, key", [({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules"),
+                                         ({"lora_alpha": 32}, "lora.lora_alpha")])
+def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_checkpoint, change, key):
+    """A learner who edits 02's LoraConfig (not lora_r) gets a refusal naming the key, not a mixed run."""
+    import torch
+    from peft import LoraConfig
+
+    lora = lambda **kw: {"lora": mf.lora_settings(LoraConfig(**{"r": 16, "lora_alpha": 16,  # noqa: E731
+                                                               "target_modules": "all-linear", **kw}))}
+    cfg = _cfg()
+    trained = mf.settings(cfg, lora())
+    ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
+    model = torch.nn.Linear(2, 2)  # only its trainable parameter count is read (for the disk check)
+    with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- {key}: checkpoint has ") as err:
+        training._pick_resume(cfg, tmp_path, mf.settings(cfg, lora(**change)), model, main=True)
+    assert len(str(err.value).split("\n- ")) == 2, str(err.value)  # that key alone
+    assert training._pick_resume(cfg, tmp_path, trained, model, main=True) == ckpt
 
 
 def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
