@@ -2,13 +2,11 @@
 
 import json
 import math
-import time
 
 import pytest
 from transformers import TrainerCallback
 
 from nbutils.data import splits as data
-from nbutils.platform.environment import detect_platform, process_start_time, session_start
 from nbutils.train import checkpoints, curves, modeling, training
 from nbutils.train import manifest as mf
 from nbutils.train.trainconfig import TrainConfig
@@ -251,30 +249,6 @@ def test_packed_plan_trains(prepared_data, tmp_path):
     _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
                                                         save_steps=6), plan=plan)
     assert result.global_step == 6 and math.isfinite(result.eval_loss)
-
-
-def test_diagnosis_of_learning_curves():
-    from nbutils.train.curves import diagnose
-
-    def hist(evals, train=0.1):
-        return [{"step": 10 * i, "loss": train} for i in range(1, len(evals) + 1)] + \
-            [{"step": 10 * i, "eval_loss": e} for i, e in enumerate(evals, 1)]
-
-    assert diagnose(hist([2.0, 1.0, 0.5])).startswith("well fit")
-    assert diagnose(hist([2.0, 1.9, 1.85], train=1.8)).startswith("underfit")
-    assert diagnose(hist([2.0, 0.5, 0.9], train=0.05)).startswith("overfit from step 20")
-
-
-def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
-    kaggle = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
-    local = detect_platform({})
-    started = process_start_time()
-    assert started <= time.time() and session_start(kaggle) == pytest.approx(started, abs=1)
-    assert session_start(local) == pytest.approx(time.time(), abs=1)
-    monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # no psutil: read /proc
-    assert process_start_time() == pytest.approx(started, abs=1)
-    monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
-    assert session_start(kaggle) == session_start(local) == 1234.5
 
 
 def test_progress_mode_follows_the_platform(monkeypatch):
