@@ -26,6 +26,13 @@ def test_hyperparameters_come_from_the_checkpoints_run_config_only_the_listed_on
     assert _facts(tmp_path)["hyperparameters"] == {"learning_rate": 0.003, "lora_r": 8}
 
 
+def test_the_lora_config_the_model_trained_with_outranks_the_lora_parameters(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "run_config.json").write_text(json.dumps(
+        {"parameters": {"lora_r": 16, "seed": 1}, "lora": {"r": 32, "lora_alpha": 64, "target_modules": ["q_proj"]}}))
+    assert _facts(tmp_path)["hyperparameters"] == {"lora_r": 32, "lora_alpha": 64, "seed": 1}
+
+
 def test_each_kind_says_how_to_load_it_and_only_a_hub_base_is_linked(tmp_path):
     merged = card.model_card(_facts(tmp_path), "merged", "me/model-merged")
     front = merged.split("---")[1]
