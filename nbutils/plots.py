@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot, on the Agg backend unless a notebook's inline backend is active: a batch run (papermill,
+    a Kaggle commit, a test) has no display, and an interactive backend would fail or open windows there."""
     import matplotlib
 
     if matplotlib.get_backend().lower() not in ("agg",) and "inline" not in matplotlib.get_backend().lower():
@@ -15,9 +17,18 @@ def _pyplot():
     return plt
 
 
+def save(fig, path: str | Path, dpi: int = 100):
+    """Lay out, write the PNG and close the figure (a figure left open piles up over a long run and is shown
+    again at the cell's end by the inline backend); returns the figure, which a notebook still displays."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return fig
+
+
 def plot_length_histogram(lengths: list[int], cutoff: int, path: str | Path, title: str = "Tokens per example"):
     """Histogram of token lengths with the max_seq_len cut-off marked; saved as PNG, figure returned."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))
     lo, hi = (min(lengths), max(lengths)) if lengths else (0, 1)
     step = max(1, -(-(hi - lo + 1) // 60))  # about 60 bins, each a whole number of tokens wide
@@ -31,15 +42,12 @@ def plot_length_histogram(lengths: list[int], cutoff: int, path: str | Path, tit
     ax.set_xlabel("tokens")
     ax.set_ylabel("examples")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
+    return save(fig, path)
 
 
 def plot_metric_comparison(block: dict, path: str | Path, title: str = "Base vs tuned (95% bootstrap interval)"):
     """Grouped bars per metric (base, tuned) with their bootstrap intervals, from metrics.compare's block."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(block["metrics"])
     models = [m for m in ("base", "tuned") if names and m in block["metrics"][names[0]]]
     fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names) + 2), 3.2))
@@ -55,7 +63,4 @@ def plot_metric_comparison(block: dict, path: str | Path, title: str = "Base vs 
     ax.set_ylabel("score (0-1)")
     ax.set_title(title + " · * primary", fontsize=10)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
+    return save(fig, path)

@@ -153,14 +153,15 @@ display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metric
 # in red, correct ones in green) and the chart counts degenerate generations by reason.
 
 # %%
-from IPython.display import HTML, display
+from IPython.display import HTML, Image, display
 
 rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
 result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores, "samples": rows}
 evaluation.write_report(out, result)
 (out / "samples.html").write_text(report.samples_table_html(rows, ["model", "prompt", "reference", "output", "verdict"]))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
-display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])))
+display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])),
+        Image(str(out / "reasons.png")))
 pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}
               for m in ("base", "tuned")}).round(4)
 

@@ -39,11 +39,9 @@ def samples_table_html(rows: list[dict], columns: list[str], verdict_key: str = 
 
 def reasons_chart(counts: dict[str, dict[str, int]], path: str | Path, title: str = "Degenerate generations by reason"):
     """Grouped bar chart {model: {reason: count}} saved as PNG; returns the figure for display."""
-    import matplotlib
+    from nbutils import plots
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
     reasons = sorted({r for per_model in counts.values() for r in per_model}) or ["none"]
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(reasons) + 2), 3.2))
     width = 0.8 / max(1, len(counts))
@@ -54,6 +52,4 @@ def reasons_chart(counts: dict[str, dict[str, int]], path: str | Path, title: st
     ax.set_ylabel("generations")
     ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return fig
+    return plots.save(fig, path)

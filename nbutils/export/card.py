@@ -13,6 +13,8 @@ from nbutils.platform.secrets import redact
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
          "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")
+# card name -> key of run_config.json's "lora" (the LoraConfig; its target_modules, one name per layer, stay out)
+LORA_KEYS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout", "use_rslora": "use_rslora"}
 
 
 def _read(path: Path) -> dict:
@@ -25,7 +27,11 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
     summary = _read(Path(adapter_dir) / MARKERS["train_qlora"])
     report = _read(Path(eval_dir) / MARKERS["eval"])
     ckpt = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
-    params = _read(ckpt / "run_config.json").get("parameters", {}) or summary.get("config", {})
+    run_config = _read(ckpt / "run_config.json")
+    params = run_config.get("parameters", {}) or summary.get("config", {})
+    # The LoraConfig the model trained with (02's cell, which a learner may edit) outranks the lora_* parameters.
+    lora = run_config.get("lora") or {}
+    params = {**params, **{name: lora[key] for name, key in LORA_KEYS.items() if key in lora}}
     metrics = {}
     for name, m in (report.get("metrics") or {}).get("metrics", {}).items():
         metrics[name] = {k: {"mean": round(m[k]["mean"], 4), "ci": [round(v, 4) for v in m[k]["ci"]]}

@@ -34,9 +34,9 @@ def diagnose(log_history: list[dict]) -> str:
 
 def plot(log_history: list[dict], path: str | Path, title: str = "Learning curves"):
     """Train and eval loss against steps, saved as PNG; returns the figure."""
-    from nbutils.plots import _pyplot
+    from nbutils import plots
 
-    plt = _pyplot()
+    plt = plots.pyplot()
     train, evals = series(log_history)
     fig, ax = plt.subplots(figsize=(6, 3.2))
     if train:
@@ -48,7 +48,4 @@ def plot(log_history: list[dict], path: str | Path, title: str = "Learning curve
     ax.set_ylabel("loss")
     ax.set_title(f"{title}: {diagnose(log_history).split(':')[0]}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
+    return plots.save(fig, path)

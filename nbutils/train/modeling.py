@@ -1,6 +1,7 @@
 """Loading the base model in 4-bit and attaching LoRA, the QLoRA way, right for a T4.
 
-- nf4 with double quantization (`nf4_config`; 02 builds its own copy in view); compute dtype from the
+- nf4 with double quantization (`nf4_config`; 02 spells the same config out in view, and
+  tests/train/test_modeling.py keeps the two equal); compute dtype from the
   precision rule (fp16 on a T4).
 - Trainable parameters (LoRA) stay fp32 even when compute is fp16: the fp16 grad scaler refuses
   to unscale fp16 gradients ("Attempting to unscale FP16 gradients").

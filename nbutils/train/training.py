@@ -169,11 +169,12 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     degenerate generations; `callbacks`: extra TrainerCallbacks; clock/session_start drive the time budget."""
     output_dir = Path(output_dir)
     plan = plan or {"strategy": "length_grouped"}
+    run_config = mf.with_lora(run_config, model)  # the LoraConfig 02 built: an edit there reaches the resume check
     settings = mf.settings(cfg, run_config)
     stop = StopReason()
     peak = PeakMemory(estimate_gb=memory_estimate_gb)
     probe_cb = Probe(probe, stop) if probe is not None else None
-    callbacks = [MarkComplete(run_config or {}, settings, cfg.save_total_limit),
+    callbacks = [MarkComplete(run_config, settings, cfg.save_total_limit),
                  TimeBudget(cfg.time_budget_min, stop, session_start, clock),
                  NanGuard(stop), peak, *([ProgressLog()] if progress in ("log", "both") else []),
                  *([probe_cb] if probe_cb else []), *(callbacks or [])]
@@ -359,7 +360,8 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict,
 
     state = asdict(result.trainer.state) if result and result.trainer is not None else None
     try:
-        return checkpoints.save_final(model, tokenizer, dest, run_config, state, result.settings if result else None)
+        return checkpoints.save_final(model, tokenizer, dest, mf.with_lora(run_config, model), state,
+                                      result.settings if result else None)
     except diskspace.DiskFullError as e:
         if result and result.cfg is not None:
             write_summary(output_dir, replace(result, stopped_reason="disk_full", stop_detail=str(e)), result.cfg, None)

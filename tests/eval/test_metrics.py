@@ -71,5 +71,6 @@ def test_compare_intervals_and_win_tie_loss(tmp_path):
     assert block == metrics.compare("auto", {"base": ["name"] * 8 + ["city"] * 2, "tuned": ["city"] * 9 + ["pet"]}, refs,
                                     n_boot=500, seed=1)  # same seed, same intervals
     fig = plots.plot_metric_comparison(block, tmp_path / "metrics.png")
-    assert (tmp_path / "metrics.png").stat().st_size > 0 and fig is not None
+    assert (tmp_path / "metrics.png").stat().st_size > 1000 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+        "exact_match *", "rouge_l", "chrf"]  # the primary metric starred (the figure itself: tests/test_plots.py)
     assert [r["metric"] for r in metrics.summary_rows(block)][0] == "exact_match (primary)"

@@ -49,3 +49,34 @@ def test_a_report_without_a_metrics_block_gates_on_exact_match_only():
     assert gate.evaluate(old).passed and gate.evaluate(old).metric == "exact_match"
     with pytest.raises(KeyError, match="only exact_match can gate"):
         gate.evaluate(old, metric="chrf")
+
+
+# --- the gate on a report shaped as 03 writes it (tests/export/conftest.py) ---------------------------
+
+def test_gate_passes_a_better_model(tmp_path, capsys, make_report):
+    (tmp_path / "eval_report.json").write_text(json.dumps(make_report()))
+    decision = gate.check(tmp_path)
+    assert decision.passed and not decision.forced and decision.metric == "exact_match"
+    assert "[gate] passed" in capsys.readouterr().out
+
+
+def test_gate_refuses_a_worse_model_and_force_overrides(capsys, make_report):
+    worse = make_report(base=0.6, tuned=0.4)
+    with pytest.raises(gate.GateRefused, match="does not beat the base on exact_match"):
+        gate.check(worse)
+    with pytest.raises(gate.GateRefused, match="does not beat the base on rouge_l"):
+        gate.check(make_report(), metric="rouge_l")  # a metric where the tuned model lost
+    decision = gate.check(worse, force=True)
+    assert decision.forced and not decision.passed
+    assert "force=True: exporting anyway" in capsys.readouterr().out
+
+
+def test_gate_refuses_degenerate_output_and_unknown_metrics(make_report):
+    with pytest.raises(gate.GateRefused, match="35.0% of the tuned generations are degenerate"):
+        gate.check(make_report(degenerate=0.35), max_degenerate_rate=0.2)
+    with pytest.raises(gate.GateRefused, match="needed more than"):
+        gate.check(make_report(base=0.5, tuned=0.52), min_improvement=0.05)
+    with pytest.raises(KeyError, match="chrf"):
+        gate.check(make_report(), metric="chrf")
+    old = {"base": {"task_metric": 0.0}, "tuned": {"task_metric": 1.0, "degenerate_rate": 0.0}}
+    assert gate.check(old).passed  # a report from before the metrics block gates on exact match

@@ -1,10 +1,12 @@
 """Where we run and the path helper that finds upstream outputs."""
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from nbutils.platform.environment import detect_platform, find_upstream, stage_dir
+from nbutils.platform.environment import detect_platform, find_upstream, process_start_time, session_start, stage_dir
 
 
 def test_kaggle_batch_and_interactive():
@@ -49,3 +51,15 @@ def test_find_upstream_explains_what_to_do(tmp_path, monkeypatch):
         find_upstream("train_qlora")
     with pytest.raises(FileNotFoundError, match="has no manifest.json"):
         find_upstream("data_prep", tmp_path)
+
+
+def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
+    kaggle = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    local = detect_platform({})
+    started = process_start_time()
+    assert started <= time.time() and session_start(kaggle) == pytest.approx(started, abs=1)
+    assert session_start(local) == pytest.approx(time.time(), abs=1)
+    monkeypatch.setitem(sys.modules, "psutil", None)  # no psutil: read /proc
+    assert process_start_time() == pytest.approx(started, abs=1)
+    monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
+    assert session_start(kaggle) == session_start(local) == 1234.5

@@ -68,7 +68,7 @@ def test_manifest_catches_damage_the_marker_alone_would_miss(lora, tmp_path, dam
     assert not report["ok"] and any(reason in p for p in report["problems"]), report["problems"]
 
 
-def test_newest_verified_skips_damaged_and_rotation_keeps_the_last_verified(tmp_path, capsys):
+def test_newest_verified_skips_damaged_and_rotation_keeps_the_last_verified(tmp_path, capsys, fake_checkpoint):
     trainer = tmp_path / "trainer"
     for step in (10, 20, 30):
         fake_checkpoint(trainer / f"checkpoint-{step}", step)
@@ -88,7 +88,7 @@ def test_newest_verified_skips_damaged_and_rotation_keeps_the_last_verified(tmp_
     assert not list(trainer.glob(".trash-*"))
 
 
-def test_rotation_orders_by_step_not_modification_time(tmp_path):
+def test_rotation_orders_by_step_not_modification_time(tmp_path, fake_checkpoint):
     trainer = tmp_path / "trainer"
     for step in (30, 20, 10):  # 10 written last: the Trainer's mtime rotation would keep it
         fake_checkpoint(trainer / f"checkpoint-{step}", step)
@@ -130,18 +130,7 @@ def test_crash_during_final_save_keeps_the_previous_checkpoint(lora, tmp_path, m
     assert not list(tmp_path.glob("checkpoint.tmp*"))  # the temp folder is removed
 
 
-def fake_checkpoint(path, step, complete=True, settings=None):
-    """A Trainer checkpoint folder with every file resume needs (small stand-in contents)."""
-    path.mkdir(parents=True)
-    for name in checkpoints.ADAPTER_FILES + checkpoints.TOKENIZER_FILES + checkpoints.RESUME_FILES + ["run_config.json"]:
-        (path / name).write_text(f"{name} at {step}")
-    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    if complete:
-        checkpoints.mark_complete(path, step, settings)
-    return path
-
-
-def test_only_complete_trainer_checkpoints_count(tmp_path):
+def test_only_complete_trainer_checkpoints_count(tmp_path, fake_checkpoint):
     for step, complete in ((5, True), (10, True), (15, False)):
         fake_checkpoint(tmp_path / "trainer" / f"checkpoint-{step}", step, complete)
     (tmp_path / "trainer" / "checkpoint-last").mkdir()
@@ -151,7 +140,7 @@ def test_only_complete_trainer_checkpoints_count(tmp_path):
         == tmp_path / "trainer" / "checkpoint-10"
 
 
-def test_resume_finds_an_attached_earlier_kaggle_output(tmp_path):
+def test_resume_finds_an_attached_earlier_kaggle_output(tmp_path, fake_checkpoint):
     # A new Kaggle version with the previous version's output attached under /kaggle/input/<slug>/.
     earlier = fake_checkpoint(tmp_path / "input" / "my-train-notebook" / "train_qlora" / "trainer" / "checkpoint-40", 40)
     platform = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(tmp_path / "input"),

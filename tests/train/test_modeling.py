@@ -1,5 +1,9 @@
 """Loading the 4-bit base and attaching LoRA the QLoRA way, right for a T4."""
 
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -95,3 +99,32 @@ def test_lora_init_is_seeded(embedded_dir):
         return next(p for n, p in model.named_parameters() if "lora_A" in n).detach().clone()
 
     assert torch.equal(lora_a(0), lora_a(0)) and not torch.equal(lora_a(0), lora_a(1))
+
+
+NOTEBOOK_02 = Path(__file__).resolve().parents[2] / "notebooks" / "02_train_qlora.py"
+
+
+def _notebook_call(name: str) -> ast.Call:
+    calls = [n for n in ast.walk(ast.parse(NOTEBOOK_02.read_text())) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id == name]
+    assert len(calls) == 1, f"{NOTEBOOK_02}: expected one {name}(...) call, found {len(calls)}"
+    return calls[0]
+
+
+@pytest.mark.parametrize("precision", sorted(modeling.DTYPES))
+def test_the_notebooks_nf4_recipe_is_nf4_config(precision):
+    """02 spells BitsAndBytesConfig out for the learner; 03, 04 and the checkpoint check load with nf4_config.
+    The two must build the same config, key for key (defaults included: quant storage and the rest)."""
+    from transformers import BitsAndBytesConfig
+
+    call = _notebook_call("BitsAndBytesConfig")
+    assert not call.args, f"{NOTEBOOK_02}:{call.lineno}: pass BitsAndBytesConfig keywords only"
+    # Its keyword values are evaluated with the names the cell uses (env.precision from preflight).
+    names = {"modeling": modeling, "env": SimpleNamespace(precision=precision), "torch": torch}
+    kwargs = {kw.arg: eval(compile(ast.Expression(kw.value), str(NOTEBOOK_02), "eval"), names)  # noqa: S307
+              for kw in call.keywords}
+    notebook, library = BitsAndBytesConfig(**kwargs).to_dict(), modeling.nf4_config(precision).to_dict()
+    differ = {k: (notebook.get(k), library.get(k)) for k in notebook.keys() | library.keys()
+              if str(notebook.get(k)) != str(library.get(k))}
+    assert not differ, (f"{NOTEBOOK_02}:{call.lineno} (BitsAndBytesConfig) and nbutils/train/modeling.py nf4_config "
+                        f"disagree on {differ} (notebook, nf4_config): change both, they are one recipe")

@@ -2,16 +2,13 @@
 
 import json
 import math
-import time
-from types import SimpleNamespace
 
 import pytest
 from transformers import TrainerCallback
 
 from nbutils.data import splits as data
-from nbutils.platform.environment import detect_platform, process_start_time, session_start
 from nbutils.train import checkpoints, curves, modeling, training
-from nbutils.train.callbacks import NanGuard, StopReason
+from nbutils.train import manifest as mf
 from nbutils.train.trainconfig import TrainConfig
 
 
@@ -93,22 +90,6 @@ def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poiso
         assert checkpoints.verify(ckpt, "embedded")["ok"]
 
 
-def test_nan_guard_tolerates_fp16_scaler_skips_but_not_nan_loss():
-    def log(guard, fp16, **logs):
-        control = SimpleNamespace(should_training_stop=False, should_save=True)
-        guard.on_log(SimpleNamespace(fp16=fp16), SimpleNamespace(global_step=7), control, logs=logs)
-        return control.should_training_stop
-
-    guard = NanGuard(StopReason())
-    # fp16: an inf grad norm means the grad scaler skipped the step; only a run of them is a failure.
-    assert [log(guard, True, loss=1.0, grad_norm=math.inf) for _ in range(3)] == [False, False, True]
-    assert guard.stop.reason == "nan"
-    assert log(NanGuard(StopReason()), False, loss=1.0, grad_norm=math.inf)  # fp32/bf16: no scaler, a failure
-    assert log(NanGuard(StopReason()), True, loss=math.nan, grad_norm=1.0)
-    healed = NanGuard(StopReason())
-    assert not any(log(healed, True, loss=1.0, grad_norm=n) for n in (math.inf, math.inf, 1.0, math.inf, math.inf))
-
-
 def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
     verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
 
@@ -182,7 +163,10 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     # the summary carries the diagnosis of this run's own curves (each verdict: tests/train/test_curves.py)
     assert summary["diagnosis"] == curves.diagnose(result.log_history) and not summary["diagnosis"].startswith("not")
     assert (tmp_path / "learning_curves.png").stat().st_size > 1000
-    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1}
+    # the run config as given, plus the LoraConfig the model trained with (the settings compare its keys on resume)
+    lora = mf.lora_settings(model.peft_config["default"])
+    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1, "lora": lora}
+    assert result.settings["lora.r"] == 8 and result.settings["lora.target_modules"] == lora["target_modules"]
     assert checkpoints.missing_files(ckpt) == []
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
     # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
@@ -224,6 +208,25 @@ def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
     assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
 
 
+@pytest.mark.parametrize("change, key", [({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules"),
+                                         ({"lora_alpha": 32}, "lora.lora_alpha")])
+def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_checkpoint, change, key):
+    """A learner who edits 02's LoraConfig (not lora_r) gets a refusal naming the key, not a mixed run."""
+    import torch
+    from peft import LoraConfig
+
+    lora = lambda **kw: {"lora": mf.lora_settings(LoraConfig(**{"r": 16, "lora_alpha": 16,  # noqa: E731
+                                                               "target_modules": "all-linear", **kw}))}
+    cfg = _cfg()
+    trained = mf.settings(cfg, lora())
+    ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
+    model = torch.nn.Linear(2, 2)  # only its trainable parameter count is read (for the disk check)
+    with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- {key}: checkpoint has ") as err:
+        training._pick_resume(cfg, tmp_path, mf.settings(cfg, lora(**change)), model, main=True)
+    assert len(str(err.value).split("\n- ")) == 2, str(err.value)  # that key alone
+    assert training._pick_resume(cfg, tmp_path, trained, model, main=True) == ckpt
+
+
 def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
     _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
     _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
@@ -246,30 +249,6 @@ def test_packed_plan_trains(prepared_data, tmp_path):
     _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
                                                         save_steps=6), plan=plan)
     assert result.global_step == 6 and math.isfinite(result.eval_loss)
-
-
-def test_diagnosis_of_learning_curves():
-    from nbutils.train.curves import diagnose
-
-    def hist(evals, train=0.1):
-        return [{"step": 10 * i, "loss": train} for i in range(1, len(evals) + 1)] + \
-            [{"step": 10 * i, "eval_loss": e} for i, e in enumerate(evals, 1)]
-
-    assert diagnose(hist([2.0, 1.0, 0.5])).startswith("well fit")
-    assert diagnose(hist([2.0, 1.9, 1.85], train=1.8)).startswith("underfit")
-    assert diagnose(hist([2.0, 0.5, 0.9], train=0.05)).startswith("overfit from step 20")
-
-
-def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
-    kaggle = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
-    local = detect_platform({})
-    started = process_start_time()
-    assert started <= time.time() and session_start(kaggle) == pytest.approx(started, abs=1)
-    assert session_start(local) == pytest.approx(time.time(), abs=1)
-    monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # no psutil: read /proc
-    assert process_start_time() == pytest.approx(started, abs=1)
-    monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
-    assert session_start(kaggle) == session_start(local) == 1234.5
 
 
 def test_progress_mode_follows_the_platform(monkeypatch):

@@ -1,6 +1,7 @@
-"""The papermill-check harness on its gallery: every check id caught with the right id and cell.
+"""The papermill-check runner on its gallery: every run-time check id caught with the right id and cell, the
+command line, the report and JUnit files, nothing written outside the sandbox.
 
-Static cases need no kernel; the run-time cases start one kernel each, once per module.
+The run-time cases start one kernel each, once per module (the static checks: tests/harness/test_nbchecks.py).
 """
 
 import json
@@ -13,7 +14,6 @@ import pytest
 
 from nbutils import chain, embedded
 from nbutils.harness import runner as harness
-from nbutils.harness.nbchecks import check_cells, machine_paths
 from tests.harness_gallery import make_gallery
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,36 +35,6 @@ def test_committed_gallery_matches_its_generator(tmp_path):
         committed = GALLERY / path.relative_to(fresh)
         assert committed.exists() and committed.read_text() == path.read_text(), \
             f"{committed} is stale: run python -m tests.harness_gallery.make_gallery"
-
-
-@pytest.mark.parametrize("name", sorted(make_gallery.STATIC))
-def test_static_check_caught(name):
-    [result] = harness.lint([GALLERY / f"{name}.ipynb"])
-    assert _failing(result) == {EXPECTED[name]}, [str(p) for p in result.problems]
-
-
-@pytest.mark.parametrize("source", [
-    "token = 'hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH'",
-    "openai.api_key = 'sk-" + "proj-abcdefghijklmnopqrstuvwx'",
-    "wandb.login(key='" + "0123456789abcdef" * 2 + "01234567')",
-    "cfg = {'username': 'bob', 'key': '" + "fedcba9876543210" * 2 + "'}",
-])
-def test_every_secret_shape_is_caught(source):
-    assert [p.check for p in check_cells("nb", [{"cell_type": "code", "source": source}])] == ["secret-in-source"]
-
-
-@pytest.mark.parametrize("source", [
-    "from huggingface_hub import hf_hub_download", "import sklearn  # sk-learn", "md5 = '" + "ab" * 16 + "'",
-    "open('/kaggle/input/x/data.csv')", "open('/content/data.csv')", "!ls /kaggle/working", "!nvidia-smi",
-    "url = 'https://example.org/a/b.csv'", "from tqdm.auto import tqdm", "!pip install -q peft==0.21.2",
-])
-def test_benign_cells_raise_nothing(source):
-    assert check_cells("nb", [{"cell_type": "code", "source": source}]) == []
-
-
-def test_absolute_paths_are_found_in_python_and_shell_lines():
-    assert machine_paths("p = Path('/Users/me/data')\n!cp ~/x.csv .\nq = 'D:\\\\data\\\\x.csv'") == [
-        "/Users/me/data", "D:\\\\data\\\\x.csv", "~/x.csv"]
 
 
 def _outputs_check(tmp_path, *streams):
@@ -205,3 +175,32 @@ def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert [p["check"] for p in report["notebooks"][0]["problems"]] == ["committed-outputs"]
     assert harness.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0
+
+
+def test_kernel_metadata_is_keyed_by_notebook_stem():
+    meta = harness.kernel_metadata()
+    assert list(meta) == sorted(nb.notebook for nb in chain.STAGES)
+    assert all(meta[nb.notebook]["id"].endswith("/" + nb.slug) for nb in chain.STAGES)
+
+
+def test_with_static_puts_static_problems_first_and_keeps_notebooks_that_did_not_run():
+    from nbutils.harness.results import Result
+
+    blocking, clean = GALLERY / "blocking_input.ipynb", GALLERY / "clean_minimal.ipynb"
+    ran = harness.with_static([blocking, clean], lambda: [Result("blocking_input.ipynb [twin numpy1]", "passed")])
+    assert [(r.notebook, r.status) for r in ran] == [("blocking_input.ipynb [twin numpy1]", "failed"),
+                                                     ("clean_minimal.ipynb", "not run")]
+    assert [p.check for p in ran[0].problems] == ["blocking-input"] and ran[1].problems == []
+
+
+def test_cell_indexes_skip_the_cells_papermill_inserts():
+    tagged = lambda *tags: {"metadata": {"tags": list(tags)}, "outputs": []}  # noqa: E731
+    cells = [tagged("parameters"), tagged("injected-parameters"), tagged(), tagged()]
+    cells[3]["outputs"] = [{"output_type": "error"}]
+    assert harness._error_index(cells) == 3 and harness._original_index(cells, 3) == 2
+    assert harness._original_index(cells, 1) is None and harness._original_index(cells, 9) is None
+
+
+def test_cli_parameter_values_are_python_literals_else_text():
+    assert harness._literal("7") == 7 and harness._literal("[1, 'a']") == [1, "a"] and harness._literal("True") is True
+    assert harness._literal("embedded") == "embedded" and harness._literal("1e-3") == 0.001

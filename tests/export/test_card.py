@@ -1,0 +1,52 @@
+"""Model cards from what the chain wrote: missing facts stay missing, each kind says how to load it, figures in tables."""
+
+import json
+
+from nbutils.chain import MARKERS
+from nbutils.export import card
+
+
+def _facts(tmp_path, base_model="someone/base-model", report=None):
+    if report is not None:
+        (tmp_path / MARKERS["eval"]).write_text(json.dumps(report))
+    return card.collect_facts(tmp_path, tmp_path, tmp_path, base_model)
+
+
+def test_missing_upstream_files_give_missing_facts_not_errors(tmp_path):
+    facts = _facts(tmp_path)
+    assert facts["data"] == {"content_hash": None, "counts": None, "splits": {}}
+    assert facts["hyperparameters"] == {} and facts["eval"]["metrics"] == {}
+    assert facts["eval"]["primary_metric"] == "exact_match" and facts["training"]["global_step"] is None
+
+
+def test_hyperparameters_come_from_the_checkpoints_run_config_only_the_listed_ones(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "run_config.json").write_text(json.dumps(
+        {"parameters": {"lora_r": 8, "learning_rate": 0.003, "output_dir": "/somewhere/private"}}))
+    assert _facts(tmp_path)["hyperparameters"] == {"learning_rate": 0.003, "lora_r": 8}
+
+
+def test_the_lora_config_the_model_trained_with_outranks_the_lora_parameters(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "run_config.json").write_text(json.dumps(
+        {"parameters": {"lora_r": 16, "seed": 1}, "lora": {"r": 32, "lora_alpha": 64, "target_modules": ["q_proj"]}}))
+    assert _facts(tmp_path)["hyperparameters"] == {"lora_r": 32, "lora_alpha": 64, "seed": 1}
+
+
+def test_each_kind_says_how_to_load_it_and_only_a_hub_base_is_linked(tmp_path):
+    merged = card.model_card(_facts(tmp_path), "merged", "me/model-merged")
+    front = merged.split("---")[1]
+    assert "library_name: transformers" in front and "base_model: someone/base-model" in front
+    assert 'AutoModelForCausalLM.from_pretrained("me/model-merged", dtype="float16")' in merged
+    adapter = card.model_card(_facts(tmp_path, "embedded"), "adapter")
+    assert "library_name: peft" in adapter and "base_model:" not in adapter  # a local model is no Hub link
+    assert 'AutoPeftModelForCausalLM.from_pretrained("this folder")' in adapter
+
+
+def test_loss_rows_appear_only_when_both_models_have_the_figure(make_report, tmp_path):
+    report = make_report()
+    report["base"]["eval_loss"], report["tuned"]["eval_loss"] = 2.5, 1.25
+    report["base"]["perplexity"] = 12.0  # the tuned one has none: no half row
+    text = card.model_card(_facts(tmp_path, report=report), "adapter")
+    assert "| eval loss | 2.5 | 1.25 | |" in text and "| perplexity |" not in text
+    assert "| degenerate rate | 0.1 | 0 | |" in text

@@ -1,0 +1,83 @@
+"""The merged fp16 model against base + adapter on the embedded default, and the memory plan before merging."""
+
+import json
+
+import pytest
+import torch
+
+from nbutils.data import chatformat
+from nbutils.export import merge
+
+
+def prompts_for(tokenizer):
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+            for q in ("what kind of word is paris ?", "classify the word cake .", "tell me what owl is .")]
+
+
+@pytest.mark.integration
+def test_merged_model_reloads_and_matches_base_plus_adapter(tmp_path, trained_adapter):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(trained_adapter)
+    result = merge.export_merged("embedded", trained_adapter, tmp_path / "merged", prompts_for(tok))
+    assert result["ok"] and result["same_argmax"] and result["has_chat_template"]
+    # Stated tolerance: two fp16 steps of the largest logit, at least 0.01.
+    assert result["max_abs_diff"] <= max(0.01, 2e-3 * result["max_abs_logit"])
+    assert {"config.json", "generation_config.json", "tokenizer.json", "chat_template.jinja"} <= set(result["files"])
+    assert any(f.endswith(".safetensors") for f in result["files"])
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert str(model.dtype) == "torch.float16" and not hasattr(model, "peft_config")
+    gen = json.loads((tmp_path / "merged" / "generation_config.json").read_text())
+    # The merged model stops where the tuned one did: end-of-turn and EOS, never on pad.
+    eot = tok.convert_tokens_to_ids(chatformat.end_of_turn(tok))
+    assert {eot, tok.eos_token_id} <= set(gen["eos_token_id"]) and gen["pad_token_id"] == tok.pad_token_id
+    assert tok.pad_token_id not in gen["eos_token_id"]
+
+
+@pytest.mark.integration
+def test_verification_catches_a_model_without_the_adapter(tmp_path, trained_adapter):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nbutils import embedded
+
+    tok = AutoTokenizer.from_pretrained(trained_adapter)
+    reference = merge.merge_and_save("embedded", trained_adapter, tmp_path / "merged", prompts_for(tok))
+    # Overwrite the merged weights with the plain base: the comparison must notice.
+    AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float16).save_pretrained(
+        tmp_path / "merged")
+    result = merge.verify(tmp_path / "merged", reference, prompts_for(tok))
+    assert not result["ok"] and result["max_abs_diff"] > 10 * result["tolerance"]
+
+
+def test_memory_plan_counts_parameters_from_the_config(embedded_dir):
+    plan = merge.memory_plan("embedded")
+    assert 100_000 < plan["params"] < 5_000_000 and plan["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert plan["free_sessions"]["kaggle"]["fits_ram"]
+    assert "parameters" in merge.plan_text(plan)
+
+
+@pytest.mark.parametrize("gpu_gb, ram_gb, device", [(16.0, 30.0, "cuda"), (None, 30.0, "cpu"), (1e-6, 30.0, "cpu"),
+                                                    (None, 1e-6, None)])
+def test_memory_plan_picks_the_gpu_then_ram_then_nowhere(embedded_dir, monkeypatch, gpu_gb, ram_gb, device):
+    monkeypatch.setattr(merge, "_available", lambda: {"gpu_gb": gpu_gb, "ram_gb": ram_gb})
+    assert merge.memory_plan("embedded")["device"] == device
+
+
+def test_tolerance_is_two_fp16_steps_of_the_largest_logit_at_least_001():
+    assert merge.tolerance_for(1.0) == 0.01 and merge.tolerance_for(100.0) == pytest.approx(0.2)
+
+
+def _plan(device, weights_gb):
+    return {"params": 7e9, "weights_gb": weights_gb, "needed_gb": weights_gb * merge.HEADROOM, "ram_free_gb": 12.0,
+            "gpu_free_gb": None, "device": device,
+            "free_sessions": {"kaggle": {"fits_gpu": False, "fits_ram": True}, "colab": {"fits_gpu": False,
+                                                                                         "fits_ram": False}}}
+
+
+def test_plan_text_says_what_to_do_when_it_does_not_fit():
+    text = merge.plan_text(_plan(None, 13.0))
+    assert "merging NOWHERE here" in text and "export_merged=False" in text and "GPU none GiB" in text
+    assert "kaggle: RAM, colab: does not fit" in text and "Kaggle keeps at most 20 GB" in text
+    small = merge.plan_text(_plan("cpu", 1.0))
+    assert "merging in CPU RAM" in small and "export_merged=False" not in small and "20 GB" not in small

@@ -1,0 +1,17 @@
+"""The Kaggle command line as make runs it (mk/kaggle.mk -> python -m nbutils.kaggle ...)."""
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_make_fragment_targets(tmp_path):
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(f"PY := .venv/bin/python\nsetup:\n\t@true\ninclude {ROOT / 'mk' / 'kaggle.mk'}\n")
+    expected = {"kaggle-bundle": "nbutils.kaggle bundle", "kaggle-push": "nbutils.kaggle push",
+                "kaggle-dataset": "nbutils.kaggle dataset", "kaggle-metadata": "nbutils.kaggle metadata",
+                "kaggle-wheelhouse-check": "nbutils.kaggle wheelhouse-check"}
+    for target, command in expected.items():
+        out = subprocess.run(["make", "-n", "-f", str(makefile), target], capture_output=True, text=True, check=True)
+        assert f".venv/bin/python -m {command}" in out.stdout, out.stdout + out.stderr
