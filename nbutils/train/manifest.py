@@ -17,8 +17,7 @@ NAME = "manifest.json"
 MARKER = "COMPLETE"
 # Settings that do not change the trained weights: comparing them would refuse harmless resumes.
 NOT_RESULT = frozenset({"time_budget_min", "resume", "eval_steps", "save_steps", "logging_steps", "eval_strategy",
-                        "save_strategy", "save_total_limit", "smoke"
-                        "versions"})
+                        "save_strategy", "save_total_limit", "smoke", "versions"})
 
 
 def sha256(path: Path) -> str:

@@ -78,3 +78,11 @@ def test_problems_without_marker_or_manifest(tmp_path):
 def test_differences_say_missing_on_one_side():
     assert mf.differences({"a": 1, "b": 2}, {"a": 1, "c": 3}) == ["b: checkpoint has 2, this run '<missing>'",
                                                                   "c: checkpoint has '<missing>', this run 3"]
+
+
+def test_package_versions_and_smoke_do_not_refuse_a_resume():
+    """A Kaggle image updated between sessions (or smoke toggled) trains the same weights from the checkpoint on."""
+    base = {"parameters": {"lora_r": 8, "smoke": False}, "versions": {"torch": "2.6.0", "peft": "0.18.1"}}
+    later = {"parameters": {"lora_r": 8, "smoke": True}, "versions": {"torch": "2.7.0", "peft": "0.21.2"}}
+    assert mf.settings(run_config=base) == mf.settings(run_config=later) == {"lora_r": 8}
+    assert mf.settings(run_config=base) != mf.settings(run_config={**base, "parameters": {"lora_r": 16}})
