@@ -1,6 +1,6 @@
 """Data prep benchmarks: batched tokenization vs per-record loops, and real tokens per batch by plan.
 
-Tokenization: 100k synthetic chat records through `data.encode_batch` with batched `datasets.map`
+Tokenization: 100k synthetic chat records through `splits.encode_batch` with batched `datasets.map`
 (what prepare() runs), against two per-record Python loops over the same records: the same
 function called one record at a time, and the loop people usually write (apply_chat_template for
 prompt and full text, two tokenizer calls, labels by prompt length). Loops run on the first
@@ -47,7 +47,7 @@ def tokenization(n: int = 100_000, loop_n: int = 20_000) -> list[dict]:
     from datasets import Dataset
     from datasets.utils import disable_progress_bars
 
-    from nbutils.data import splits as data
+    from nbutils.data import splits
     from nbutils.train.modeling import load_tokenizer
 
     disable_progress_bars()
@@ -55,9 +55,9 @@ def tokenization(n: int = 100_000, loop_n: int = 20_000) -> list[dict]:
     msgs = _records(n)
     ds = Dataset.from_dict({"messages": msgs})
     kw = {"tokenizer": tok, "template": tok.chat_template, "train_on_prompt": False}
-    batched = _rate(n, lambda: ds.map(data.encode_batch, batched=True, batch_size=1000, fn_kwargs=kw))
-    batched2 = _rate(n, lambda: ds.map(data.encode_batch, batched=True, batch_size=1000, fn_kwargs=kw, num_proc=2))
-    same_loop = _rate(loop_n, lambda: [data.encode_batch({"messages": [m]}, **kw) for m in msgs[:loop_n]])
+    batched = _rate(n, lambda: ds.map(splits.encode_batch, batched=True, batch_size=1000, fn_kwargs=kw))
+    batched2 = _rate(n, lambda: ds.map(splits.encode_batch, batched=True, batch_size=1000, fn_kwargs=kw, num_proc=2))
+    same_loop = _rate(loop_n, lambda: [splits.encode_batch({"messages": [m]}, **kw) for m in msgs[:loop_n]])
     naive_loop = _rate(loop_n, lambda: [_naive(tok, m) for m in msgs[:loop_n]])
     row = lambda metric, value, **kw: {"bench": "data", "metric": metric, "value": value, **kw}  # noqa: E731
     return [
@@ -78,7 +78,7 @@ def end_to_end(n: int = 50_000) -> list[dict]:
     import json
     from pathlib import Path
 
-    from nbutils.data import splits as data
+    from nbutils.data import splits
     from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
@@ -88,7 +88,7 @@ def end_to_end(n: int = 50_000) -> list[dict]:
             for m in _records(n, seed=1):
                 f.write(json.dumps({"prompt": m[0]["content"], "response": m[1]["content"]}) + "\n")
         t0 = time.perf_counter()
-        m = data.prepare([str(path)], Path(d) / "out", tok, max_seq_len=256, verbose=False)
+        m = splits.prepare([str(path)], Path(d) / "out", tok, max_seq_len=256, verbose=False)
         rate = n / (time.perf_counter() - t0)
     return [{"bench": "data", "metric": f"prepare() end to end, JSONL ({n} records), rec/s", "value": round(rate),
              "note": f"kept {m['counts']['kept']}, duplicates {m['counts']['duplicates']}"}]
@@ -112,13 +112,12 @@ def padding(n: int = 20_000, batch_size: int = 16, max_seq_len: int = 1024) -> l
 
 def _embedded_lengths() -> list[int]:
     from nbutils import embedded
-    from nbutils.data import records
-    from nbutils.data import splits as data
+    from nbutils.data import records, splits
     from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
     msgs = [records.to_messages(r) for r in embedded.task_records()]
-    return data.encode_batch({"messages": msgs}, tok, tok.chat_template, False)["length"]
+    return splits.encode_batch({"messages": msgs}, tok, tok.chat_template, False)["length"]
 
 
 def run() -> list[dict]:

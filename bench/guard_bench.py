@@ -117,19 +117,19 @@ def savings(model, tok, prompts: list[str], label: str, target: str = "", **kw) 
 def eos_masked_adapter(work: str):
     """The embedded model plus an adapter trained with EOS masked out of the labels (what pad == EOS does)."""
     from nbutils import embedded
-    from nbutils.data import splits as data
+    from nbutils.data import splits
     from nbutils.train import modeling, training
     from nbutils.train.trainconfig import TrainConfig
 
     tok = modeling.load_tokenizer("embedded")
-    data.prepare([embedded.resolve_raw_data("embedded")], work, tok, verbose=False)
-    train = data.load_split(work, "train").map(
+    splits.prepare([embedded.resolve_raw_data("embedded")], work, tok, verbose=False)
+    train = splits.load_split(work, "train").map(
         lambda r: {"labels": [-100 if t == tok.eos_token_id else lab for t, lab in zip(r["input_ids"], r["labels"])]})
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
     with contextlib.redirect_stdout(io.StringIO()):  # the Trainer's log lines are not part of the table
-        training.train(model, tok, train, data.load_split(work, "eval"),
+        training.train(model, tok, train, splits.load_split(work, "eval"),
                        TrainConfig(max_steps=60, eval_steps=20, save_steps=20, resume=False), f"{work}/train", progress="off")
-    return model.eval(), tok, data.load_split(work, "eval")
+    return model.eval(), tok, splits.load_split(work, "eval")
 
 
 def run() -> list[dict]:

@@ -3,7 +3,7 @@
 Chosen for real 0.5B-8B models on a T4, while the embedded default (a 2-layer model that only
 learns in a few dozen steps at a high rate) keeps its fast values. Each returns (value, why),
 and the why is printed and written beside the value.
-(A flat module: it serves 01, 02 and 03 until the subpackage layout of issue #18.)
+(Top-level, not in a subpackage: 01, 02 and 03 all use it.)
 """
 
 from __future__ import annotations

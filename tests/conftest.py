@@ -20,13 +20,13 @@ def embedded_dir():
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory, embedded_dir):
-    """Output folder of data.prepare on the embedded task data (train/eval splits + manifest)."""
+    """Output folder of splits.prepare on the embedded task data (train/eval splits + manifest)."""
     from nbutils import embedded
-    from nbutils.data import splits as data
+    from nbutils.data import splits
     from nbutils.train.modeling import load_tokenizer
 
     out = tmp_path_factory.mktemp("data_prep")
-    data.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False)
+    splits.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False)
     return out
 
 

@@ -13,7 +13,8 @@ Three ways to batch examples of different lengths:
   additive float for eager). With FlashAttention-2 the position_ids alone delimit the examples.
 
 `plan` measures all three on the real lengths and picks length_grouped unless packing clearly
-wins on long-tailed data; 02 reads the plan from the manifest and calls `make_collator(plan, pad_id)`.
+wins on long-tailed data; training.train reads the plan from the manifest and calls
+`make_collator(plan, pad_id, attn_implementation)`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import bisect
 import random
 
-IGNORE_INDEX = -100  # the same value as data.IGNORE_INDEX (kept here so batching imports nothing heavy)
+IGNORE_INDEX = -100  # label value the loss skips (prompt tokens, padding); splits and loss import it from here
 MEGABATCH = 50  # the HF LengthGroupedSampler sorts within chunks of 50 batches
 
 

@@ -10,7 +10,6 @@ same thing, and whatever it sets is saved with every checkpoint (`tokenizer.save
   03 and anyone loading the checkpoint render exactly what training saw.
 - stops: generation stops on the union of EOS, the template's end-of-turn token (<|eot_id|>,
   <|im_end|>, <end_of_turn>, <|end|>) and the model's generation_config.eos_token_id list.
-(A flat module: `nbutils/data` is taken by data.py until the subpackage layout of issue #18.)
 """
 
 from __future__ import annotations

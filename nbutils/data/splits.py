@@ -30,8 +30,8 @@ from pathlib import Path
 from nbutils import defaults
 from nbutils.chain import MARKERS
 from nbutils.data import chatformat, readers, records
+from nbutils.data.batching import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # label value the loss skips (prompt tokens under completion-only training)
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
 
 

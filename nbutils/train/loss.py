@@ -26,7 +26,8 @@ import importlib.util
 
 import torch
 
-IGNORE_INDEX = -100
+from nbutils.data.batching import IGNORE_INDEX
+
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk: the only large buffer of the loss step
 
 

@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-from nbutils.data import batching, records
-from nbutils.data import splits as data
+from nbutils.data import batching, records, splits
 
 
 def test_real_token_share_counts_the_padding_of_each_batch():
@@ -40,7 +39,6 @@ def test_batching_plan_packs_only_long_tailed_data():
     assert plan["strategy"] == "packed" and plan["chosen_share"] >= 0.95
     even = [rng.randint(40, 60) for _ in range(3000)]
     assert batching.plan(even, 16, 256)["strategy"] == "length_grouped"
-    assert batching.IGNORE_INDEX == data.IGNORE_INDEX
 
 
 def test_block_causal_mask_shape():
@@ -62,7 +60,7 @@ def _examples(tok, n=5):
 
     rows = []
     for r in embedded.task_records(n):
-        enc = data.encode_batch({"messages": [records.to_messages(r)]}, tok, tok.chat_template, False)
+        enc = splits.encode_batch({"messages": [records.to_messages(r)]}, tok, tok.chat_template, False)
         rows.append({"input_ids": enc["input_ids"][0], "labels": enc["labels"][0]})
     return rows
 
@@ -91,7 +89,7 @@ def test_packed_batch_equals_separate_examples(tok, tiny_model, attn):
                     alone = tiny_model(input_ids=ids, labels=labels)
                     n = ids.shape[1]
                     assert torch.allclose(alone.logits[0], out.logits[b, start:start + n], atol=1e-4)
-                    k = int((labels[0, 1:] != data.IGNORE_INDEX).sum())
+                    k = int((labels[0, 1:] != splits.IGNORE_INDEX).sum())
                     nll, count = nll + alone.loss.item() * k, count + k
                     start += n
     finally:

@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
-from nbutils.data import chatformat
-from nbutils.data import splits as data
+from nbutils.data import chatformat, splits
 from nbutils.eval import evaluation
 from nbutils.train import checkpoints, modeling
 from tests.twins.families import FAMILIES
@@ -28,14 +27,14 @@ def _prepared(twin, name, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVS))
     tok = modeling.load_tokenizer(twin(name))
-    m = data.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
-    return tok, m, list(data.load_split(tmp_path / "out", "train")) + list(data.load_split(tmp_path / "out", "eval"))
+    m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    return tok, m, list(splits.load_split(tmp_path / "out", "train")) + list(splits.load_split(tmp_path / "out", "eval"))
 
 
 def _label_runs(row):
     runs, cur = [], []
     for t, lab in zip(row["input_ids"], row["labels"]):
-        if lab != data.IGNORE_INDEX:
+        if lab != splits.IGNORE_INDEX:
             cur.append(t)
         elif cur:
             runs.append(cur)
@@ -119,7 +118,7 @@ def test_gemma2_loads_eager_in_4bit_and_auto_follows_the_class(twin):
 @pytest.mark.parametrize("name", ["pythia-base", "llama-3-base"])
 def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_path):
     tok, _, rows = _prepared(twin, name, tmp_path)
-    assert data.load_manifest(tmp_path / "out")["template"] == "fallback"
+    assert splits.load_manifest(tmp_path / "out")["template"] == "fallback"
     model = modeling.attach_lora(modeling.load_base(twin(name), "fp32", load_in_4bit=False), r=4,
                                  gradient_checkpointing=False)
     ckpt = checkpoints.save_final(model, tok, tmp_path / "ckpt", {})

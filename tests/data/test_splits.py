@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.data import chatformat, readers, records
-from nbutils.data import splits as data
+from nbutils.data import chatformat, readers, records, splits
 from nbutils.train.modeling import load_tokenizer
 
 GALLERY = Path(__file__).parents[1] / "data_gallery"
@@ -33,7 +32,7 @@ def _quarantine(out):
 
 
 def _rows(out):
-    return list(data.load_split(out, "train")) + list(data.load_split(out, "eval"))
+    return list(splits.load_split(out, "train")) + list(splits.load_split(out, "eval"))
 
 
 def _write(path: Path, *recs) -> str:
@@ -46,8 +45,8 @@ def _write(path: Path, *recs) -> str:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_path, name):
     try:
-        m = data.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
-    except data.DataError as e:  # a broken JSON document: its one record is bad, nothing is usable
+        m = splits.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
+    except splits.DataError as e:  # a broken JSON document: its one record is bad, nothing is usable
         assert "nothing usable" in str(e) and name == "malformed_document.json"
         m = None
     got = [(Path(q["source"]).name, q["line"], q["reason"]) for q in _quarantine(tmp_path)]
@@ -65,7 +64,7 @@ def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_
 
 def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
     files = [str(GALLERY / n) for n in sorted(EXPECTED) if n != "malformed_document.json"]
-    m = data.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False)
+    m = splits.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False)
     _invariants(m)
     assert len(_quarantine(tmp_path)) == m["counts"]["quarantined"] + m["counts"]["too_long"]
     assert m["counts"]["duplicates"] > 2  # the good record repeated across files is kept once
@@ -73,22 +72,22 @@ def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
 
 
 def test_duplicates_exact_and_normalized_blank_line_not_a_record(tok, tmp_path):
-    m = data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, tok, verbose=False)
+    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, tok, verbose=False)
     assert m["counts"] == {"records": 4, "kept": 2, "quarantined": 0, "duplicates": 2, "too_long": 0}
 
 
 def test_strict_stops_at_first_bad_record_naming_file_and_line(tok, tmp_path):
-    with pytest.raises(data.DataError, match=r"missing_field.jsonl line 2: missing-field: output"):
-        data.prepare([str(GALLERY / "missing_field.jsonl")], tmp_path, tok, strict=True, verbose=False)
-    with pytest.raises(data.DataError, match=r"bad_rows.csv line 5: invalid-utf8"):
-        data.prepare([str(GALLERY / "bad_rows.csv")], tmp_path, tok, strict=True, verbose=False)
-    with pytest.raises(data.DataError, match=r"too_long.jsonl line 2: too-long"):
-        data.prepare([str(GALLERY / "too_long.jsonl")], tmp_path, tok, max_seq_len=64, strict=True, verbose=False)
+    with pytest.raises(splits.DataError, match=r"missing_field.jsonl line 2: missing-field: output"):
+        splits.prepare([str(GALLERY / "missing_field.jsonl")], tmp_path, tok, strict=True, verbose=False)
+    with pytest.raises(splits.DataError, match=r"bad_rows.csv line 5: invalid-utf8"):
+        splits.prepare([str(GALLERY / "bad_rows.csv")], tmp_path, tok, strict=True, verbose=False)
+    with pytest.raises(splits.DataError, match=r"too_long.jsonl line 2: too-long"):
+        splits.prepare([str(GALLERY / "too_long.jsonl")], tmp_path, tok, max_seq_len=64, strict=True, verbose=False)
 
 
 def test_truncate_keeps_long_records(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", {"instruction": "x", "output": "word " * 200}, GOOD)
-    m = data.prepare([path], tmp_path / "out", tok, max_seq_len=64, truncate=True, verbose=False)
+    m = splits.prepare([path], tmp_path / "out", tok, max_seq_len=64, truncate=True, verbose=False)
     assert m["counts"]["kept"] == 2 and m["counts"]["truncated"] == 1 and m["counts"]["too_long"] == 0
     assert m["token_lengths"]["max"] == 64 and max(r["length"] for r in _rows(tmp_path / "out")) == 64
     _invariants(m)
@@ -96,8 +95,8 @@ def test_truncate_keeps_long_records(tok, tmp_path):
 
 def test_nothing_usable_still_writes_quarantine(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", {"nope": 1}, {"instruction": "q", "output": ""})
-    with pytest.raises(data.DataError, match="nothing usable: 2 records"):
-        data.prepare([path], tmp_path / "o", tok, verbose=False)
+    with pytest.raises(splits.DataError, match="nothing usable: 2 records"):
+        splits.prepare([path], tmp_path / "o", tok, verbose=False)
     assert len(_quarantine(tmp_path / "o")) == 2
 
 
@@ -108,51 +107,51 @@ def test_completion_only_labels_every_assistant_turn_ends_with_eos(tok, tmp_path
                          {"role": "assistant", "content": "one"}, {"role": "user", "content": "b ?"},
                          {"role": "assistant", "content": "two"}, {"role": "user", "content": "dangling"}]}
     path = _write(tmp_path / "in.jsonl", conv, GOOD)
-    data.prepare([path], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    splits.prepare([path], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
     rows = _rows(tmp_path / "out")
     for row in rows:
         assert row["input_ids"][-1] == tok.eos_token_id and row["labels"][-1] == tok.eos_token_id
         assert tok.pad_token_id not in row["input_ids"]
     row = next(r for r in rows if len(r["messages"]) > 2)
     assert [m["content"] for m in row["messages"]][-1] == "two"  # a trailing user turn teaches nothing
-    targets = tok.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab != data.IGNORE_INDEX])
+    targets = tok.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab != splits.IGNORE_INDEX])
     assert "one" in targets and "two" in targets and "a ?" not in targets and "be brief" not in targets
     assert "<|user|>" not in targets and "<|assistant|>" not in targets
     assert targets.count(tok.eos_token) == 2  # every assistant turn ends with EOS, and it is learnt
-    masked = data.render_masked(row, tok)
+    masked = splits.render_masked(row, tok)
     assert masked.startswith("[<|bos|><|system|> be brief") and " one\n<|end|>[" in masked
 
 
 def test_train_on_prompt_labels_everything(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", GOOD, {**GOOD, "instruction": "q"})
-    m = data.prepare([path], tmp_path / "o", tok, train_on_prompt=True, verbose=False)
+    m = splits.prepare([path], tmp_path / "o", tok, train_on_prompt=True, verbose=False)
     assert m["train_on_prompt"] is True
-    row = data.load_split(tmp_path / "o", "train")[0]
+    row = splits.load_split(tmp_path / "o", "train")[0]
     assert row["labels"] == row["input_ids"]
 
 
 def test_pad_equal_eos_is_refused_with_the_fix(tok, tmp_path):
     bad = copy.deepcopy(tok)
     bad.pad_token = bad.eos_token
-    with pytest.raises(data.DataError, match="pad token == EOS token.*load_tokenizer"):
-        data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, bad, verbose=False)
+    with pytest.raises(splits.DataError, match="pad token == EOS token.*load_tokenizer"):
+        splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, bad, verbose=False)
 
 
 def test_fallback_template_for_base_models(tok, tmp_path):
     plain = copy.deepcopy(tok)
     plain.chat_template = None
-    m = data.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, plain, verbose=False)
+    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, plain, verbose=False)
     assert m["template"] == "fallback"
-    row = data.load_split(tmp_path, "train")[0]
+    row = splits.load_split(tmp_path, "train")[0]
     text = tok.decode(row["input_ids"])
     assert "### User:" in text and "### Assistant:" in text and row["labels"][-1] == tok.eos_token_id
-    assert "### User:" in data.render_masked(row, tok).split("]")[0]  # the prompt is masked
+    assert "### User:" in splits.render_masked(row, tok).split("]")[0]  # the prompt is masked
 
 
 @pytest.mark.parametrize("template", ["tokenizer", "fallback"])
 def test_fast_renderer_matches_apply_chat_template(tok, template):
     tpl = tok.chat_template if template == "tokenizer" else chatformat.FALLBACK_TEMPLATE
-    render = data.renderer(tok, tpl)
+    render = splits.renderer(tok, tpl)
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     for gen, part in ((False, msgs), (True, msgs[:2])):
         assert render(part, gen) == tok.apply_chat_template(part, chat_template=tpl, tokenize=False,
@@ -161,7 +160,7 @@ def test_fast_renderer_matches_apply_chat_template(tok, template):
 
 def test_direct_backend_tokenization_matches_the_tokenizer_call(tok):
     texts = ["<|bos|><|user|> what is oslo ?\n<|assistant|> city\n<|end|>", "short", "a  b\n\n c"]
-    ids, offsets = data._tokenize(tok, texts)
+    ids, offsets = splits._tokenize(tok, texts)
     assert ids == tok(texts, add_special_tokens=False)["input_ids"]  # no padding, no truncation
     assert [len(o) for o in offsets] == [len(i) for i in ids]
 
@@ -176,10 +175,10 @@ def test_template_that_rewrites_history_falls_back_to_finding_the_answer(tok):
 
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "one"},
             {"role": "user", "content": "b"}, {"role": "assistant", "content": "two"}]
-    text, spans = chatformat.target_spans(data.renderer(tok, template("m['content']")), msgs, tok.eos_token)
+    text, spans = chatformat.target_spans(splits.renderer(tok, template("m['content']")), msgs, tok.eos_token)
     assert [text[s:e] for s, e in spans] == ["one", " two\n" + tok.eos_token]
     with pytest.raises(ValueError, match="template-error"):  # the answer is gone: quarantined, not mislabelled
-        chatformat.target_spans(data.renderer(tok, template("'...'")), msgs, tok.eos_token)
+        chatformat.target_spans(splits.renderer(tok, template("'...'")), msgs, tok.eos_token)
 
 
 # --- readers and sniffing ------------------------------------------------------------------------
@@ -218,7 +217,7 @@ def test_every_format_is_read_and_sniffed(tok, tmp_path, capsys):
         assert readers.sniff(path) == fmt, name
         recs = [r for _, _, r in readers.read(path)]
         assert len(recs) == n and all(records.to_messages(r) for r in recs), name
-    m = data.prepare([str(tmp_path / n) for n in expected], tmp_path / "out", tok)
+    m = splits.prepare([str(tmp_path / n) for n in expected], tmp_path / "out", tok)
     assert m["counts"]["kept"] == sum(n for _, n in expected.values()) and m["counts"]["quarantined"] == 0
     log = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[data]")]
     assert len(log) == len(expected)
@@ -234,12 +233,12 @@ def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
     (tmp_path / "x.csv").write_text("Frage,Antwort,Note\nwie alt ?,drei,-\n")
     with pytest.raises(ValueError, match="unrecognised-record"):
         records.to_messages(next(r for _, _, r in readers.read(str(tmp_path / "x.csv"))))
-    cols = data.parse_columns("user=Frage, assistant=antwort")
-    m = data.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False)
+    cols = splits.parse_columns("user=Frage, assistant=antwort")
+    m = splits.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False)
     assert m["counts"]["kept"] == 1
     assert records.to_messages({"INSTRUCTION": "i", "Output": "o"})[1] == {"role": "assistant", "content": "o"}
     with pytest.raises(ValueError, match="user=COL"):
-        data.parse_columns("q=Frage")
+        splits.parse_columns("q=Frage")
 
 
 @pytest.mark.integration  # three child interpreters, each importing datasets and transformers
@@ -262,9 +261,9 @@ def test_cli_exit_codes(tmp_path):
 def test_manifest_is_complete_and_deterministic(tok, tmp_path):
     recs = [{**GOOD, "instruction": f"question number {i} ?"} for i in range(40)]
     path = _write(tmp_path / "in.jsonl", *recs)
-    m1 = data.prepare([path], tmp_path / "a", tok, seed=3, verbose=False)
-    m2 = data.prepare([path], tmp_path / "b", tok, seed=3, verbose=False)
-    m3 = data.prepare([path], tmp_path / "c", tok, seed=4, verbose=False)
+    m1 = splits.prepare([path], tmp_path / "a", tok, seed=3, verbose=False)
+    m2 = splits.prepare([path], tmp_path / "b", tok, seed=3, verbose=False)
+    m3 = splits.prepare([path], tmp_path / "c", tok, seed=4, verbose=False)
     assert m1 == m2 and m1["content_hash"] != m3["content_hash"]
     assert m1["splits"] == {"train": 36, "eval": 4} and m1["template"] == "tokenizer"
     assert set(m1["token_lengths"]) >= {"min", "median", "p95", "max"}
@@ -273,7 +272,7 @@ def test_manifest_is_complete_and_deterministic(tok, tmp_path):
     assert m1["batching"]["tail_ratio_p95_median"] < 2
     assert set(m1["batching"]["real_token_share"]) == {"random", "length_grouped", "packed"}
     assert (tmp_path / "a" / "lengths.png").stat().st_size > 1000
-    assert list(data.load_split(tmp_path / "a", "eval").features) == data.SPLIT_COLUMNS
+    assert list(splits.load_split(tmp_path / "a", "eval").features) == splits.SPLIT_COLUMNS
 
 
 def test_a_token_straddling_the_prompt_answer_boundary_is_kept_in_the_labels(tok):
@@ -282,9 +281,9 @@ def test_a_token_straddling_the_prompt_answer_boundary_is_kept_in_the_labels(tok
            "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
            "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}")
     msgs = [{"role": "user", "content": "what is oslo ?"}, {"role": "assistant", "content": "city"}]
-    out = data.encode_batch({"messages": [msgs]}, tok, tpl, train_on_prompt=False)
+    out = splits.encode_batch({"messages": [msgs]}, tok, tpl, train_on_prompt=False)
     ids, labels = out["input_ids"][0], out["labels"][0]
-    targets = tok.decode([t for t, lab in zip(ids, labels) if lab != data.IGNORE_INDEX])
+    targets = tok.decode([t for t, lab in zip(ids, labels) if lab != splits.IGNORE_INDEX])
     assert targets.strip().startswith("city") and out["straddled"] == [1]
 
 
@@ -295,7 +294,7 @@ def test_system_text_is_merged_where_the_template_refuses_it(tok, tmp_path):
     strict.chat_template = no_system
     conv = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a ?"},
                          {"role": "assistant", "content": "one"}]}
-    m = data.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False)
+    m = splits.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False)
     assert m["counts"]["quarantined"] == 0 and m["role_fixes"]["system_merged"] == 1
     row = next(r for r in _rows(tmp_path / "out") if r["messages"][0]["content"].startswith("be brief"))
     assert row["messages"][0] == {"role": "user", "content": "be brief\n\na ?"}

@@ -28,9 +28,9 @@ def test_streamed_and_plain_answers_agree(model_and_tokenizer, capsys, monkeypat
 
 
 def test_user_prompts_and_missing_template(model_and_tokenizer, prepared_data):
-    from nbutils.data import splits as data
+    from nbutils.data import splits
 
-    prompts = chat.user_prompts(data.load_split(prepared_data, "eval"), 2)
+    prompts = chat.user_prompts(splits.load_split(prepared_data, "eval"), 2)
     assert len(prompts) == 2 and all(isinstance(p, str) and p for p in prompts)
     model, tok = model_and_tokenizer
     template, tok.chat_template = tok.chat_template, None

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from nbutils import chain as stages
-from nbutils.harness import chainrun
-from nbutils.harness import runner as harness
+from nbutils.harness import chainrun, runner
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +44,7 @@ def chain(tmp_path_factory):
     notebooks = [ROOT / nb for nb in stages.notebook_paths()]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_TOKEN", TOKEN)  # as check does
-        return _rows(harness.run(notebooks, dest, {}, internet=False, time_budget=600)), dest
+        return _rows(runner.run(notebooks, dest, {}, internet=False, time_budget=600)), dest
 
 
 def test_chain_passes_every_check_without_allowances(chain):
@@ -129,13 +128,13 @@ def test_export_gate_stops_a_worse_model_and_force_overrides(chain, tmp_path, mo
               "adapter_dir": str(working / "02_train_qlora" / "working" / "train_qlora"),
               "eval_dir": str(tmp_path / "eval")}
     nb = [ROOT / "notebooks" / "04_export.ipynb"]
-    refused = harness.run(nb, tmp_path / "refused", params, internet=False, time_budget=600)[0]
+    refused = runner.run(nb, tmp_path / "refused", params, internet=False, time_budget=600)[0]
     assert [p.check for p in refused.failing] == ["cell-error"]
     assert "GateRefused" in refused.failing[0].what and "does not beat the base on exact_match" in refused.failing[0].what
     assert not (tmp_path / "refused" / "sandbox" / "04_export" / "working" / "export" / "merged").exists()
     # Forced, with a Hub repo named and a token set: the push step runs and skips (the internet is off), no leak.
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    forced = harness.run(nb, tmp_path / "forced", {**params, "force": True, "hub_repo": "someone/model"},
+    forced = runner.run(nb, tmp_path / "forced", {**params, "force": True, "hub_repo": "someone/model"},
                          internet=False, time_budget=600)[0]
     assert forced.status == "passed", [str(p) for p in forced.problems]
     executed = (tmp_path / "forced" / "04_export.ipynb").read_text()

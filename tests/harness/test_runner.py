@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from nbutils import chain, embedded
-from nbutils.harness import runner as harness
+from nbutils.harness import runner
 from tests.harness_gallery import make_gallery
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def _outputs_check(tmp_path, *streams):
 
     nb = make_gallery.notebook(["pass"])
     nb.cells[2].outputs = [nbformat.v4.new_output("stream", name=n, text=t) for n, t in streams]
-    return [p.check for p in harness.runtime_checks("nb", nb, nb, sandbox.create(tmp_path, "nb"), None)]
+    return [p.check for p in runner.runtime_checks("nb", nb, nb, sandbox.create(tmp_path, "nb"), None)]
 
 
 def test_benign_warnings_and_progress_bars_are_not_tracebacks(tmp_path):
@@ -70,7 +70,7 @@ def runtime(tmp_path_factory):
             mounts = [(upstream, "upstream")] if name == "read_only_input" else []
             budget = 3 if name == "time_budget" else None
             out = tmp_path_factory.mktemp(name)
-            results[name], _ = harness.run_notebook(GALLERY / f"{name}.ipynb", out, {}, internet=False,
+            results[name], _ = runner.run_notebook(GALLERY / f"{name}.ipynb", out, {}, internet=False,
                                                     time_budget=budget, mounts=mounts)
     return results
 
@@ -121,7 +121,7 @@ def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypa
     watched = [(home, True), (tmp, True), (GALLERY, True), (ROOT / "runs", True), (ROOT / "notebooks", True),
                (ROOT, False)]
     before = set().union(*(_tree(p, r) for p, r in watched))
-    results = harness.run([GALLERY / "clean_minimal.ipynb", GALLERY / "clean_files.ipynb"], out, {}, False, None)
+    results = runner.run([GALLERY / "clean_minimal.ipynb", GALLERY / "clean_files.ipynb"], out, {}, False, None)
     after = set().union(*(_tree(p, r) for p, r in watched))
     assert [r.status for r in results] == ["passed", "passed"], [str(p) for r in results for p in r.problems]
     assert not [p for r in results for p in r.problems]
@@ -132,7 +132,7 @@ def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypa
 
 @kernel
 def test_run_cli_passes_parameters(tmp_path, capsys):
-    rc = harness.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
+    rc = runner.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
     assert rc == 0
     executed = nbformat.read(tmp_path / "clean_minimal.ipynb", as_version=4)
     assert '{"steps": 7}' in executed.cells[-1].outputs[0].text
@@ -141,7 +141,7 @@ def test_run_cli_passes_parameters(tmp_path, capsys):
 
 
 def test_allowance_is_reported_not_failed(tmp_path, capsys):
-    rc = harness.main(["lint", str(GALLERY / "allowed_absolute_path.ipynb"), "--out", str(tmp_path)])
+    rc = runner.main(["lint", str(GALLERY / "allowed_absolute_path.ipynb"), "--out", str(tmp_path)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert rc == 0 and report["ok"]
     assert report["notebooks"][0]["allowances"][0].startswith("absolute-path allowed_absolute_path.ipynb cell 2")
@@ -150,7 +150,7 @@ def test_allowance_is_reported_not_failed(tmp_path, capsys):
 
 
 def test_exit_code_and_junit_on_failure(tmp_path, capsys):
-    rc = harness.main(["lint", str(GALLERY / "blocking_input.ipynb"), "--out", str(tmp_path)])
+    rc = runner.main(["lint", str(GALLERY / "blocking_input.ipynb"), "--out", str(tmp_path)])
     line = capsys.readouterr().out.splitlines()[0]
     assert rc == 1
     assert line.startswith("blocking-input blocking_input.ipynb cell 2: ") and " -- " in line
@@ -159,26 +159,26 @@ def test_exit_code_and_junit_on_failure(tmp_path, capsys):
 
 @kernel
 def test_missing_artifact(tmp_path):
-    [result] = harness.run([GALLERY / f"{make_gallery.MISSING_ARTIFACT}.ipynb"], tmp_path, {}, False, None)
+    [result] = runner.run([GALLERY / f"{make_gallery.MISSING_ARTIFACT}.ipynb"], tmp_path, {}, False, None)
     assert _failing(result) == {EXPECTED[make_gallery.MISSING_ARTIFACT]}
 
 
 def test_our_notebooks_pass_lint_without_allowances():
-    results = harness.lint([ROOT / nb for nb in chain.notebook_paths()])
+    results = runner.lint([ROOT / nb for nb in chain.notebook_paths()])
     assert all(not r.problems for r in results), [str(p) for r in results for p in r.problems]
 
 
 @kernel
 def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
     nb = str(GALLERY / "committed_outputs.ipynb")  # runs fine; only the static check finds something
-    assert harness.main(["run", nb, "--out", str(tmp_path / "a")]) == 1
+    assert runner.main(["run", nb, "--out", str(tmp_path / "a")]) == 1
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert [p["check"] for p in report["notebooks"][0]["problems"]] == ["committed-outputs"]
-    assert harness.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0
+    assert runner.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0
 
 
 def test_kernel_metadata_is_keyed_by_notebook_stem():
-    meta = harness.kernel_metadata()
+    meta = runner.kernel_metadata()
     assert list(meta) == sorted(nb.notebook for nb in chain.STAGES)
     assert all(meta[nb.notebook]["id"].endswith("/" + nb.slug) for nb in chain.STAGES)
 
@@ -187,7 +187,7 @@ def test_with_static_puts_static_problems_first_and_keeps_notebooks_that_did_not
     from nbutils.harness.results import Result
 
     blocking, clean = GALLERY / "blocking_input.ipynb", GALLERY / "clean_minimal.ipynb"
-    ran = harness.with_static([blocking, clean], lambda: [Result("blocking_input.ipynb [twin numpy1]", "passed")])
+    ran = runner.with_static([blocking, clean], lambda: [Result("blocking_input.ipynb [twin numpy1]", "passed")])
     assert [(r.notebook, r.status) for r in ran] == [("blocking_input.ipynb [twin numpy1]", "failed"),
                                                      ("clean_minimal.ipynb", "not run")]
     assert [p.check for p in ran[0].problems] == ["blocking-input"] and ran[1].problems == []
@@ -197,10 +197,10 @@ def test_cell_indexes_skip_the_cells_papermill_inserts():
     tagged = lambda *tags: {"metadata": {"tags": list(tags)}, "outputs": []}  # noqa: E731
     cells = [tagged("parameters"), tagged("injected-parameters"), tagged(), tagged()]
     cells[3]["outputs"] = [{"output_type": "error"}]
-    assert harness._error_index(cells) == 3 and harness._original_index(cells, 3) == 2
-    assert harness._original_index(cells, 1) is None and harness._original_index(cells, 9) is None
+    assert runner._error_index(cells) == 3 and runner._original_index(cells, 3) == 2
+    assert runner._original_index(cells, 1) is None and runner._original_index(cells, 9) is None
 
 
 def test_cli_parameter_values_are_python_literals_else_text():
-    assert harness._literal("7") == 7 and harness._literal("[1, 'a']") == [1, "a"] and harness._literal("True") is True
-    assert harness._literal("embedded") == "embedded" and harness._literal("1e-3") == 0.001
+    assert runner._literal("7") == 7 and runner._literal("[1, 'a']") == [1, "a"] and runner._literal("True") is True
+    assert runner._literal("embedded") == "embedded" and runner._literal("1e-3") == 0.001

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.harness import runner as harness
-from nbutils.harness import twin
+from nbutils.harness import runner, twin
 from tests.harness_gallery import make_gallery
 
 GALLERY = Path(make_gallery.__file__).parent
@@ -120,7 +119,7 @@ def numpy1_twin():
 @pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(make_gallery.TWIN))
 def test_twin_gallery_case_is_caught(numpy1_twin, name, tmp_path):
-    [result] = harness.with_static([GALLERY / f"{name}.ipynb"], lambda: harness.run(
+    [result] = runner.with_static([GALLERY / f"{name}.ipynb"], lambda: runner.run(
         [GALLERY / f"{name}.ipynb"], tmp_path, {}, False, None, twin=numpy1_twin))
     found = {(p.check, p.cell) for p in result.failing}
     assert found == make_gallery.TWIN[name][1], [str(p) for p in result.problems]

@@ -70,11 +70,11 @@ def _in_notebook(prepared_data, out: Path, **params):
     """02 run by the harness (a Kaggle background run) with num_processes=2: the notebook forks its own processes."""
     import nbformat
 
-    from nbutils.harness import runner as harness
+    from nbutils.harness import runner
 
     params = {"data_dir": str(prepared_data), "num_processes": 2, "per_device_batch_size": 8, "probe_prompts": 0,
               "eval_steps": 20, "save_steps": 20, **params}
-    [result] = harness.run([ROOT / "notebooks" / "02_train_qlora.ipynb"], out, params, internet=False, time_budget=600)
+    [result] = runner.run([ROOT / "notebooks" / "02_train_qlora.ipynb"], out, params, internet=False, time_budget=600)
     assert result.status == "passed", [str(p) for p in result.problems]
     executed = nbformat.read(out / "02_train_qlora.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))

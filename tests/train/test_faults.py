@@ -55,7 +55,7 @@ def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log:
             _kill_mid_write(int(kill_at.split(":")[1]))
     from transformers import TrainerCallback
 
-    from nbutils.data import splits as nbdata
+    from nbutils.data import splits
     from nbutils.train import modeling, training
 
     class StepPoint(TrainerCallback):
@@ -68,7 +68,7 @@ def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log:
     base = modeling.load_base("embedded", "fp32", True)
     faultpoints.point("load")
     model = modeling.attach_lora(base, r=8, seed=cfg.seed)
-    train_ds, eval_ds = nbdata.load_split(Path(data), "train"), nbdata.load_split(Path(data), "eval")
+    train_ds, eval_ds = splits.load_split(Path(data), "train"), splits.load_split(Path(data), "eval")
     rc = training.run_config(cfg, {}, {"content_hash": "faults"}, base_model="embedded", load_in_4bit=True)
     result = training.train(model, tok, train_ds, eval_ds, cfg, Path(out), run_config=rc, callbacks=[StepPoint()])
     ckpt = training.save_checkpoint(model, tok, Path(out), rc, result)
@@ -225,13 +225,13 @@ def test_resume_with_evaluation_on_without_4bit_is_bit_identical(prepared_data, 
     so the drift comes from the 4-bit path. (A time-budget stop, in process: no kill needed to show it.)"""
     import itertools
 
-    from nbutils.data import splits as nbdata
+    from nbutils.data import splits
     from nbutils.train import modeling, training
 
     def train(out, budget_min=690.0, **kw):
         tok = modeling.load_tokenizer("embedded")
         model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=8, seed=0)
-        split = lambda name: nbdata.load_split(prepared_data, name)  # noqa: E731
+        split = lambda name: splits.load_split(prepared_data, name)  # noqa: E731
         result = training.train(model, tok, split("train"), split("eval"), _cfg(eval_strategy="steps", eval_steps=SAVE,
                                                                                time_budget_min=budget_min),
                                 out, run_config={}, **kw)

@@ -6,7 +6,7 @@ import math
 import pytest
 from transformers import TrainerCallback
 
-from nbutils.data import splits as data
+from nbutils.data import splits
 from nbutils.train import checkpoints, curves, modeling, training
 from nbutils.train import manifest as mf
 from nbutils.train.trainconfig import TrainConfig
@@ -15,7 +15,7 @@ from nbutils.train.trainconfig import TrainConfig
 def _train(prepared, out, cfg, **kw):
     tok = modeling.load_tokenizer("embedded")
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8, seed=cfg.seed)
-    train_ds, eval_ds = data.load_split(prepared, "train"), data.load_split(prepared, "eval")
+    train_ds, eval_ds = splits.load_split(prepared, "train"), splits.load_split(prepared, "eval")
     kw.setdefault("run_config", {"test": True})
     kw.setdefault("progress", "log")
     result = training.train(model, tok, train_ds, eval_ds, cfg, out, **kw)
