@@ -191,11 +191,6 @@ def checkpoint_dirs(folder: Path) -> list[Path]:
     return sorted(found, key=_step)
 
 
-def trainer_checkpoints(folder: Path) -> list[Path]:
-    """Trainer checkpoints (checkpoint-N) holding the COMPLETE marker, in step order (not yet verified)."""
-    return [p for p in checkpoint_dirs(folder) if is_complete(p)]
-
-
 def newest_verified(folder: Path, resumable: bool = True) -> tuple[Path | None, list[tuple[Path, list[str]]]]:
     """The newest checkpoint-N that verifies, and the newer ones skipped with their reasons."""
     skipped = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -114,10 +113,6 @@ class MarkComplete(TrainerCallback):
             return
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         (path / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str))
-        if os.environ.get("NBUTILS_TEST_KILL_IN_SAVE") == str(state.global_step):
-            # Test hook: die half-way through a save (a file cut short, no marker), as a SIGKILL would.
-            (path / "adapter_model.safetensors").write_bytes(b"partial")
-            os.kill(os.getpid(), signal.SIGKILL)
         faultpoints.point("save")
         checkpoints.mark_complete(path, state.global_step, self.settings)
         self.verified.add(str(path))  # just hashed into its manifest

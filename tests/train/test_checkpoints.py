@@ -1,18 +1,14 @@
 """Checkpoints are complete or invisible: atomic saves, verification by name, resume after a crash."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from nbutils.platform.environment import detect_platform
 from nbutils.train import checkpoints, modeling
+from tests.train.conftest import trainer_checkpoints
 
-ROOT = Path(__file__).resolve().parents[2]
 STATE = {"global_step": 3, "log_history": []}
 
 
@@ -134,7 +130,7 @@ def test_only_complete_trainer_checkpoints_count(tmp_path, fake_checkpoint):
     for step, complete in ((5, True), (10, True), (15, False)):
         fake_checkpoint(tmp_path / "trainer" / f"checkpoint-{step}", step, complete)
     (tmp_path / "trainer" / "checkpoint-last").mkdir()
-    found = checkpoints.trainer_checkpoints(tmp_path / "trainer")
+    found = trainer_checkpoints(tmp_path / "trainer")
     assert [p.name for p in found] == ["checkpoint-5", "checkpoint-10"]
     assert checkpoints.find_resumable(tmp_path, detect_platform({"NBUTILS_INPUT_ROOT": str(tmp_path / "none")})) \
         == tmp_path / "trainer" / "checkpoint-10"
@@ -146,30 +142,3 @@ def test_resume_finds_an_attached_earlier_kaggle_output(tmp_path, fake_checkpoin
     platform = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(tmp_path / "input"),
                                 "NBUTILS_WORKING_ROOT": str(tmp_path / "working")})
     assert checkpoints.find_resumable(tmp_path / "working" / "train_qlora", platform) == earlier
-
-
-KILL_SCRIPT = """
-import sys
-from pathlib import Path
-sys.path.insert(0, {tests!r})
-from test_training import _train, _cfg
-_train(Path({data!r}), Path({out!r}), _cfg(max_steps=30))
-"""
-
-
-@pytest.mark.integration  # fault injection: a child process killed mid-save
-def test_sigkill_mid_save_keeps_previous_checkpoint_and_resume_works(prepared_data, tmp_path):
-    from test_training import _cfg, _train  # tests/train/ is on sys.path (pytest's default import mode)
-
-    script = KILL_SCRIPT.format(tests=str(ROOT / "tests" / "train"), data=str(prepared_data), out=str(tmp_path / "run"))
-    # The hook (training.MarkComplete) writes a truncated adapter file, then SIGKILLs its own process.
-    env = {**os.environ, "NBUTILS_TEST_KILL_IN_SAVE": "20", "NBUTILS_INPUT_ROOT": str(tmp_path / "none")}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == -9, proc.stderr[-2000:]
-    trainer_dir = tmp_path / "run" / "trainer"
-    assert (trainer_dir / "checkpoint-20").exists() and not checkpoints.is_complete(trainer_dir / "checkpoint-20")
-    assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)] == ["checkpoint-10"]
-    _, _, resumed = _train(prepared_data, tmp_path / "run", _cfg(max_steps=30))
-    assert resumed.resumed_from_step == 10 and resumed.global_step == 30
-    assert [p.name for p in checkpoints.trainer_checkpoints(trainer_dir)][-1] == "checkpoint-30"
-    assert checkpoints.missing_files(trainer_dir / "checkpoint-30", resumable=True) == []

@@ -1,9 +1,10 @@
-"""The memory plan follows the loss that trains: one chunk of logits, not the whole sequence's."""
+"""The memory plan: what drives it, the mode it decides on a T4, and the loss that trains (one chunk of logits,
+not the whole sequence's)."""
 
 import pytest
 
 from nbutils.train import loss, memory
-from tests.train.test_trainconfig import LLAMA_8B
+from tests.train.conftest import LLAMA_8B
 
 
 def test_chunked_loss_at_least_doubles_the_largest_batch_of_llama_8b_on_a_t4():
@@ -35,3 +36,37 @@ def test_longest_sequence_is_the_edge_of_the_budget(kind):
     assert memory.estimate(shape, longest, 2, 16, kind)["total"] <= budget
     assert memory.estimate(shape, longest + 64, 2, 16, kind)["total"] > budget
     assert p["fits"] == (longest >= 2048)
+
+
+def test_memory_plan_on_a_t4_decides_the_mode():
+    from nbutils.train.launch import decide
+
+    p = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2, loss="chunked")
+    assert 5 < p["estimate_gb"] < 15 and p["fits"] and p["largest_batch_that_fits"] >= 2
+    assert decide(gpu_count=2, plan=p, env={}).mode == "ddp"
+    # With the full logits (6 GB at 2 x 2048) batch 2 no longer fits one T4: split over two does.
+    plain = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert not plain["fits"] and plain["split_fits"] and decide(gpu_count=2, plan=plain, env={}).mode == "split"
+    huge = memory.plan(LLAMA_8B, seq_len=2048, batch=64, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert not huge["split_fits"] and "cannot hold it" in decide(gpu_count=2, plan=huge, env={}).why
+    big = memory.plan(LLAMA_8B, seq_len=2048, batch=16, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
+    assert not big["fits"] and big["largest_batch_that_fits"] < 16
+    table = memory.table({**big, "measured_peak_gb": 7.5})
+    assert "estimated peak" in table and "DOES NOT FIT" in table and "measured peak" in table
+
+
+def test_memory_plan_grows_with_what_drives_it():
+    base = memory.estimate(memory.Shape.from_config(LLAMA_8B), seq_len=1024, batch=2, lora_r=16)
+    longer = memory.estimate(memory.Shape.from_config(LLAMA_8B), seq_len=2048, batch=2, lora_r=16)
+    assert longer["logits"] == 2 * base["logits"] and longer["activations"] == 2 * base["activations"]
+    assert longer["base_weights"] == base["base_weights"]
+    # 4-bit weights: about half a byte per linear parameter, far below 16-bit.
+    assert 3.5 < base["base_weights"] / 2**30 < 6
+
+
+def test_memory_plan_reads_the_config_without_weights(embedded_dir, no_model_loading):
+    from nbutils.train.modeling import load_config
+
+    p = memory.plan(load_config("embedded"), seq_len=64, batch=16, lora_r=16, gpu_memory_gb=15.0)
+    assert p["fits"] and p["largest_batch_that_fits"] == 256
+    assert no_model_loading == []

@@ -10,6 +10,7 @@ from nbutils.data import splits
 from nbutils.train import checkpoints, curves, modeling, training
 from nbutils.train import manifest as mf
 from nbutils.train.trainconfig import TrainConfig
+from tests.train.conftest import trainer_checkpoints
 
 
 def _train(prepared, out, cfg, **kw):
@@ -38,7 +39,7 @@ def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_p
     _, _, stopped = _train(prepared_data, tmp_path / "cut", _cfg(time_budget_min=0.4), clock=lambda: next(ticks),
                            session_start=0)
     assert stopped.stopped_reason == "time_budget" and 10 < stopped.global_step < 40
-    last = checkpoints.trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
+    last = trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
     assert last.name == f"checkpoint-{stopped.global_step}"  # saved at the stop, not only at save_steps
     assert checkpoints.missing_files(last, resumable=True) == []
 
@@ -76,7 +77,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poiso
     model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=30, logging_steps=logging_steps),
                                 callbacks=[Poison(poison_step)])
     assert result.stopped_reason == "nan" and result.global_step < 30, result.stop_detail
-    good = checkpoints.trainer_checkpoints(tmp_path / "trainer")
+    good = trainer_checkpoints(tmp_path / "trainer")
     assert (good[-1].name if good else None) == last_good
     ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
     summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
@@ -92,14 +93,16 @@ def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poiso
 
 def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
     verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
+    seen = []
 
     def probe(model):
-        assert hasattr(model, "generate")  # the model being trained, to generate from
+        seen.append(model)
         return next(verdicts)
 
-    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
+    model, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
     assert result.stopped_reason == "degenerate" and result.global_step == 20
-    assert checkpoints.trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
+    assert len(seen) == 4 and all(m is model for m in seen)  # the model being trained, at each evaluation
+    assert trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
     assert next(verdicts) is True  # the final evaluation did not call the probe again
 
 
