@@ -41,7 +41,7 @@ def modules(package: Path) -> list[str]:
 def package_map() -> list[tuple[str, str, list[tuple[list[str], str]]]]:
     """(name, summary, entries) for the chain-wide modules, then each subpackage in reading order."""
     top = _docstring(ROOT / "__init__.py")
-    rows = [("nbutils", "chain-wide modules", entries(top.split("Chain-wide modules:")[-1]))]
+    rows = [("nbutils", "Chain-wide modules, used by more than one stage.", entries(top.split("Chain-wide modules:")[-1]))]
     for name in SUBPACKAGES:
         doc = _docstring(ROOT / name / "__init__.py")
         rows.append((f"nbutils.{name}", doc.splitlines()[0] if doc else "", entries(doc)))

@@ -45,6 +45,9 @@ def test_python_m_nbutils_prints_every_module_without_importing_torch():
         assert f"{name}: " in out.stdout
         for names, text in items:
             assert f"{', '.join(names)} " in out.stdout and text in out.stdout
+    # Every line a full sentence: a docstring's first line cut mid-sentence shows here.
+    cut = [line for line in out.stdout.splitlines() if line.strip() and not line.endswith(".")]
+    assert not cut, f"lines of the map that do not end with a full stop (each summary is one sentence): {cut}"
     probe = "import nbutils.__main__ as m, sys; m.render(); print(sorted(k for k in sys.modules if k.startswith('torch')))"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "[]"
 

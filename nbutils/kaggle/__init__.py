@@ -1,5 +1,6 @@
-"""Publishing to Kaggle and Colab (no notebook imports this); the command line is
-`python -m nbutils.kaggle metadata|bundle|push|dataset|wheelhouse-check|table|sync`.
+"""Publishing to Kaggle and Colab (no notebook imports this).
+
+Command line: `python -m nbutils.kaggle metadata|bundle|push|dataset|wheelhouse-check|table|sync`.
 
 - `kernels`: kernel metadata for each notebook, push-ready bundles, the push in chain order.
 - `dataset`: the nbutils dataset: the nbutils wheel plus an offline wheelhouse.
