@@ -256,6 +256,3 @@ from nbutils.platform.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''
 
-
-if __name__ == "__main__":
-    ensure_packages()
