@@ -26,11 +26,10 @@ from nbutils import chain
 from nbutils.harness import chainrun, sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
 from nbutils.harness.results import Result, report
-from nbutils.platform.packages import NEEDED
+from nbutils.platform.packages import CHAIN_PACKAGES
 from nbutils.platform.secrets import SECRET_SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")  # a pip conflict about these (or what they need) matters to the chain
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
                               r"Segmentation fault|core dumped|Killed\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

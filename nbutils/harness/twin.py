@@ -26,6 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.platform.install_verify import canonical
+from nbutils.platform.packages import is_torch_stack, torch_pin
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "kaggle-image"
 KERNEL_PREFIX = "kaggle-"
@@ -58,17 +61,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("NBUTILS_TWIN_CACHE") or Path.home() / ".cache" / "nbutils-twins")
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def torch_pin(root: Path = ROOT) -> str:
-    for line in (root / "requirements.txt").read_text().splitlines():
-        if line.startswith("torch=="):
-            return line.split("==")[1].split()[0]
-    raise ValueError("requirements.txt pins no torch")
-
-
 def requirements(snapshot: Path) -> list[str]:
     """The pinned lines of a snapshot (comments and blanks dropped); a clear error for anything else."""
     out = []
@@ -78,8 +70,9 @@ def requirements(snapshot: Path) -> list[str]:
             continue
         if not re.match(r"^[A-Za-z0-9_.-]+==[A-Za-z0-9_.+!-]+$", line):
             raise ValueError(f"{snapshot}:{n}: {line!r} is not `name==version`: a snapshot pins exact versions")
-        if _canonical(line.split("==")[0]) in ("torch", "torchvision", "torchaudio"):
-            raise ValueError(f"{snapshot}:{n}: torch is never pinned in a snapshot (the twin uses this machine's torch)")
+        if is_torch_stack(line.split("==")[0]):
+            raise ValueError(f"{snapshot}:{n}: {line.split('==')[0]} is torch's stack, never pinned in a snapshot "
+                             "(the twin uses this machine's torch)")
         out.append(line)
     return out
 
@@ -209,11 +202,11 @@ def rerun_install(box_root: Path) -> str:
 
 def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
     """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: only the KEEP packages, pinned."""
-    keep, found = {_canonical(k) for k in KEEP}, {}
+    keep, found = {canonical(k) for k in KEEP}, {}
     for line in freeze.read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", line.strip())
-        if m and _canonical(m.group(1)) in keep:
-            found[_canonical(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
+        if m and canonical(m.group(1)) in keep:
+            found[canonical(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
     if "numpy" not in found:
         raise ValueError(f"{freeze}: no numpy==... line; is it the output of `pip freeze` on Kaggle?")
     today = datetime.date.today().isoformat()

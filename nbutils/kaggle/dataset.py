@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 from nbutils.platform import settings
 from nbutils.platform.install import WHEELHOUSE_MANIFEST
-from nbutils.platform.packages import NUMPY1_PINS, PINS, is_torch_stack
+from nbutils.platform.packages import NUMPY1_PINS, PINS, is_torch_stack, torch_pin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,14 +31,6 @@ KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")  # the Kaggle image's Py
 # (pip does not expand manylinux_2_X to older tags by itself, so they are listed).
 PLATFORMS = tuple(f"{tag}_x86_64" for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_24", "manylinux_2_27",
                                                "manylinux_2_28", "manylinux_2_31", "manylinux_2_34", "manylinux_2_35"))
-
-
-def assumed_torch(root: Path = ROOT) -> str:
-    """The torch version the closure is resolved against (requirements.txt's pin; the image's own torch)."""
-    for line in (root / "requirements.txt").read_text().splitlines():
-        if line.startswith("torch=="):
-            return line.split("==")[1].split()[0]
-    raise ValueError("requirements.txt pins no torch")
 
 
 def _target(python_version: str) -> list[str]:
@@ -68,7 +60,7 @@ def resolve_closure(specs: list[str], python_version: str = KAGGLE_PYTHON, torch
     A dry-run resolve for the target Python/platform reads metadata only (no wheel downloads); torch
     is pinned in it so nothing pulls another torch, then torch and its CUDA packages are dropped.
     """
-    torch = torch or assumed_torch()
+    torch = torch or torch_pin()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-qq",
@@ -108,7 +100,7 @@ def _wheelhouse_current(dest: Path, specs: list[str], python_version: str) -> bo
     except (OSError, ValueError):
         return False
     return (manifest.get("requested") == specs and manifest.get("python_version") == python_version
-            and "numpy1_closure" in manifest and manifest.get("torch_assumed") == assumed_torch()
+            and "numpy1_closure" in manifest and manifest.get("torch_assumed") == torch_pin()
             and {(canonicalize_name(n), v) for n, v in manifest["closure"].items()} <= _wheels_in(dest))
 
 
@@ -154,7 +146,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     if stray:
         raise RuntimeError(f"torch/CUDA wheels in the wheelhouse: {stray}")
     (dest / WHEELHOUSE_MANIFEST).write_text(_dump({
-        "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": assumed_torch(),
+        "python_version": python_version, "platforms": list(PLATFORMS), "torch_assumed": torch_pin(),
         "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
         "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
     }))

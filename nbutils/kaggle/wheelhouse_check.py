@@ -67,7 +67,7 @@ def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset", work
                      twins: bool = True) -> list[dict]:
     """The torch-only venv, then each twin's pristine copy; one result per environment (it raises on the first failure)."""
     from nbutils.harness import twin as twin_mod
-    from nbutils.kaggle.dataset import assumed_torch
+    from nbutils.platform.packages import torch_pin
 
     if work.exists():
         shutil.rmtree(work)
@@ -76,7 +76,7 @@ def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset", work
     venv = work / "torch-only" / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # Like Kaggle's image: torch is there before the notebook starts (here from the machine's pip config).
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={assumed_torch()}"], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"torch=={torch_pin()}"], check=True)
     results.append(check_env("torch-only", str(venv / "bin" / "python"), work / "torch-only", dataset_dir, strict=True))
     shutil.rmtree(venv)  # 1-2 GB; kept only when a step failed, for a look inside
     for t in twin_mod.twins() if twins else []:

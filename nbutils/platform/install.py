@@ -24,8 +24,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from nbutils.platform import settings
-from nbutils.platform.packages import NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
+from nbutils.platform.packages import CHAIN_PACKAGES, NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
 
 WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
@@ -186,21 +188,22 @@ def run_install(plan: InstallPlan) -> None:
         return
     for note in plan.notes:
         print(f"[install] {note}")
-    assert not any(is_torch_stack(p.split("==")[0].split(" @ ")[0]) for p in plan.packages), "never install torch here"
+    requirements = [Requirement(p) for p in plan.packages]  # "peft==0.21.2", "nbutils", "nbutils @ git+..."
+    assert not any(is_torch_stack(r.name) for r in requirements), "never install torch here"
     before = install_verify.distribution_versions()
     returncode, output = _run_pip(plan)
     if returncode != 0:
         raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}; "
                            "its messages are above." + _wheelhouse_hint(plan))
     importlib.invalidate_caches()  # packages new to this process become importable in this kernel
-    pinned = {p.split("==")[0]: p.split("==")[1] for p in plan.packages if "==" in p}
+    pinned = {r.name: s.version for r in requirements for s in r.specifier if s.operator == "=="}
     after = installed_versions(pinned)
     wrong = [f"{n}=={v} (found {after[n]})" for n, v in pinned.items()
              if after[n] is None or version(after[n]) != version(v)]
     if wrong:
         raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
                            ". Restart the session and run this cell first, before any other import.")
-    verdict = install_verify.verify(before, list(pinned), output, [*NEEDED, "nbutils", "torch"])
+    verdict = install_verify.verify(before, list(pinned), output, CHAIN_PACKAGES)
     for conflict in verdict.conflicts:
         print(f"[install] conflict: {conflict}", flush=True)
     errors = verdict.errors()

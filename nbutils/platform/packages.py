@@ -2,16 +2,19 @@
 preinstall, what is never installed, and the one version parser.
 
 install (what to install), preflight (what is recent enough to run), the harness' static checks (what an
-unpinned install would move) and the Kaggle wheelhouse (what to download) all read it from here;
+unpinned install would move), the Kaggle wheelhouse (what to download) and the twins (which torch) read it here;
 requirements.txt must agree with the pins (tests/platform/test_packages.py checks it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+
+REPO = Path(__file__).resolve().parents[2]  # the source checkout: requirements.txt is read by the tools, not the notebooks
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ NEEDED = {
     "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
+# What the chain imports: a pip conflict about one of these (or what they need) matters to the chain.
+CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")
+# The versions preflight shows in its table (protobuf: the background-run killer when upgraded after import).
+PREFLIGHT_VERSIONS = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "datasets", "protobuf")
 # numpy is held at the image's version: the image's own compiled packages (matplotlib, scipy, scikit-learn,
 # opencv, numba ...) are built against it, and moving it would mean moving all of them. On a numpy-1 image
 # these pins replace ours: the newest releases that still run on numpy 1 (pyarrow 26 stops at import with
@@ -59,6 +66,15 @@ PREINSTALLED = {"kaggle": frozenset(_BOTH), "colab": frozenset((*_BOTH, "peft"))
 # The image's own CUDA stack: never installed or upgraded by the notebooks (the platform's torch matches its
 # driver), never put in the wheelhouse. A trailing '-' is a name prefix (nvidia-cublas-cu12 ...).
 TORCH_STACK = ("torch", "torchvision", "torchaudio", "triton", "nvidia-", "cuda-")
+
+
+def torch_pin(root: Path = REPO) -> str:
+    """The torch version requirements.txt pins: this machine's torch, standing in for the image's own (which
+    the notebooks never install). The Kaggle wheelhouse is resolved against it and the twins run it."""
+    for line in (root / "requirements.txt").read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==")[1].split()[0]
+    raise ValueError(f"{root / 'requirements.txt'} pins no torch")
 
 
 def is_torch_stack(name: str) -> bool:

@@ -16,9 +16,7 @@ from pathlib import Path
 
 from nbutils.platform import output
 from nbutils.platform.environment import Platform, detect_platform
-from nbutils.platform.packages import NEEDED, acceptable
-
-PACKAGES = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "datasets", "protobuf")
+from nbutils.platform.packages import NEEDED, PREFLIGHT_VERSIONS, acceptable
 
 
 class PreflightError(RuntimeError):
@@ -135,7 +133,7 @@ def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict 
 def versions() -> dict[str, str]:
     """Installed versions of the packages the notebooks rely on ('missing' when absent)."""
     out = {}
-    for pkg in PACKAGES:
+    for pkg in PREFLIGHT_VERSIONS:
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:

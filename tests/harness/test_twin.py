@@ -23,7 +23,8 @@ def test_shipped_snapshots_pin_exactly_and_cover_numpy_1_and_2():
 
 
 @pytest.mark.parametrize("line, error", [("numpy>=1.26", "is not `name==version`"),
-                                         ("torch==2.4.0", "torch is never pinned")])
+                                         ("torch==2.4.0", "torch is torch's stack, never pinned"),
+                                         ("nvidia-cudnn-cu12==9.1.0.70", "nvidia-cudnn-cu12 is torch's stack, never pinned")])
 def test_a_bad_snapshot_line_is_named_with_file_and_line(tmp_path, line, error):
     snap = tmp_path / "img.txt"
     snap.write_text(f"# header\npandas==2.2.3\n{line}\n")

@@ -240,6 +240,21 @@ def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_ver
         install.run_install(plan_install("kaggle", False, tmp_path, {**CURRENT, "peft": None}))
 
 
+def test_run_install_reads_pins_from_the_specs_and_never_installs_torch(monkeypatch, no_verify):
+    from nbutils.platform import install_verify
+
+    seen = []
+    monkeypatch.setattr(install_verify, "verify", lambda before, pinned, *a: seen.append(pinned) or install_verify.Verdict())
+    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
+    plan = plan_install("colab", True, None, {**CURRENT, "peft": None, "nbutils": None})
+    assert plan.packages[0].startswith("nbutils @ git+")  # a URL spec: installed, but no version to check
+    install.run_install(plan)
+    assert seen == [["peft"]]
+    with pytest.raises(AssertionError, match="never install torch"):
+        install.run_install(install.InstallPlan("colab", "index", packages=["peft==0.21.2", "Torch==2.6.0"]))
+
+
 def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
     from nbutils.platform import install_verify
 

@@ -1,6 +1,7 @@
 """The package table is the one source of pins, minimums, preinstalled packages and the torch stack:
 requirements.txt agrees with it, install and preflight apply the same rule, and one parser reads versions."""
 
+import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,17 @@ def test_every_pin_meets_its_own_minimum():
     for name, need in NEEDED.items():
         assert version(need.pin) >= version(need.minimum), name
         assert acceptable(name, need.pin), name
+
+
+def test_torch_pin_is_the_torch_this_venv_runs():
+    # the wheelhouse is resolved against it and the twins run it (requirements.txt's pin, a CPU build here)
+    assert packages.torch_pin() == importlib.metadata.version("torch").split("+")[0]
+
+
+def test_torch_pin_without_a_pin_is_an_error(tmp_path):
+    (tmp_path / "requirements.txt").write_text("transformers==5.23.0\n")
+    with pytest.raises(ValueError, match="requirements.txt pins no torch"):
+        packages.torch_pin(tmp_path)
 
 
 def test_torch_and_cuda_are_never_needed_nor_in_the_wheelhouse():
