@@ -70,7 +70,7 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
 
 VERIFY_SOURCE = Path(__file__).resolve().parents[1] / "platform" / "install_verify.py"
 STARTUP = r'''
-import importlib, importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
+import importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
 _LOG = os.environ.get("NBUTILS_EVENTS")
 _CHAIN = [n for n in os.environ.get("NBUTILS_CHAIN_PACKAGES", "").split(",") if n]
 def _event(**kw):
@@ -78,16 +78,13 @@ def _event(**kw):
         f.write(json.dumps(kw) + "\n")
 _ip = get_ipython()
 def _load_verify():
-    # The install step's own stdlib-only module, loaded by path under a private name: one copy of its rules
-    # (names, requirement closure), and nbutils itself stays unimportable from the checkout.
+    # The install step's own stdlib-only module, loaded by path under a private name: one copy of its rules (names,
+    # what pip changed, stale modules, the import probe, requirement closure); nbutils stays unimportable from the checkout.
     spec = importlib.util.spec_from_file_location("_nbutils_install_verify", @VERIFY@)
     mod = sys.modules["_nbutils_install_verify"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 _verify = _load_verify()
-_canon, _closure = _verify.canonical, _verify.requirement_closure
-def _dists():
-    return {_canon(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 _before = {}
 def _probed():
     # The install step's own fresh-interpreter import check (nbutils.platform.install_verify.PROBED), if it ran here.
@@ -98,23 +95,17 @@ def _pre(info):
     _ip.user_ns["_exit_code"] = 0
     _probed().clear()  # only this cell's findings stand in for the hook's own check
     _before.clear()
-    _before.update(_dists())
+    _before.update(_verify.distribution_versions())
 def _after_pip(count):
     # pip check runs beside the stale and import checks below (it only reads metadata): one core each.
     chk = subprocess.Popen([sys.executable, "-m", "pip", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    after = _dists()
-    moved = {n: (_before.get(n), after.get(n)) for n in _before.keys() | after.keys() if _before.get(n) != after.get(n)}
+    after = _verify.distribution_versions()
+    moved = _verify.changed(_before, after)
     pkgs = importlib.metadata.packages_distributions()  # once: it reads every distribution's file list
-    tops = {}
-    for module, dists in pkgs.items():
-        for d in dists:
-            tops.setdefault(_canon(d), []).append(module)
+    tops = _verify.modules_of(pkgs)
     loaded = {m.split(".")[0] for m in list(sys.modules)}
-    stale = {}
-    for dist, (old, new) in sorted(moved.items()):
-        for module in tops.get(dist, []):
-            if old and module in loaded:  # loaded before this cell, replaced on disk during it
-                stale[module] = (old, new or "removed")
+    # Loaded before this cell, replaced on disk during it.
+    stale = {m: (moved[d][0], moved[d][1] or "removed") for m, d in _verify.stale_modules(moved, tops).items()}
     for module in loaded - set(stale):  # also a module whose own __version__ disagrees with what is installed now
         with warnings.catch_warnings():  # some packages deprecate reading __version__
             warnings.simplefilter("ignore")
@@ -128,8 +119,7 @@ def _after_pip(count):
                 stale[module] = (ver, installed)
     for module, (old, new) in sorted(stale.items()):
         _event(type="stale-module", execution_count=count, module=module, loaded=old, installed=new)
-    probe = {m: d for d, (_, new) in moved.items() if new for m in tops.get(d, [])
-             if not m.startswith("_") and _canon(m) in (d, d.replace("python-", ""))}
+    probe = {m: d for d, (_, new) in moved.items() if new and (m := _verify.primary_module(d, tops))}
     # The install step (nbutils.platform.install_verify) already imported these in a fresh interpreter during this
     # cell: its findings stand for the modules whose installed version has not moved since; the rest are probed here.
     dist_of = dict(probe)
@@ -137,21 +127,18 @@ def _after_pip(count):
     bad = {m: r["error"] for m, r in done.items() if not r["ok"]}
     probe = {m: d for m, d in probe.items() if m not in done}
     if probe:
-        code = ("import importlib, json, sys\nbad = {}\nfor m in json.loads(sys.argv[1]):\n    try:\n"
-                "        importlib.import_module(m)\n    except BaseException as e:\n"
-                "        bad[m] = (type(e).__name__ + ': ' + (str(e).splitlines() or [''])[0])[:300]\nprint(json.dumps(bad))")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the kernel's own path
-        res = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(probe))], capture_output=True, text=True,
+        res = subprocess.run([sys.executable, "-c", _verify.PROBE, json.dumps(probe)], capture_output=True, text=True,
                              env=env)
         lines = res.stdout.strip().splitlines()
-        bad.update(json.loads(lines[-1]) if lines else {})
+        bad.update({m: r["error"] for m, r in (json.loads(lines[-1]) if lines else {}).items() if not r["ok"]})
     for module, error in sorted(bad.items()):
         _event(type="broken-import", execution_count=count, module=module, package=dist_of[module], error=error)
     out = chk.communicate()[0]
     if chk.returncode:
-        used = _closure(_CHAIN + [d for m in loaded for d in pkgs.get(m, [])])
+        used = _verify.requirement_closure(_CHAIN + [d for m in loaded for d in pkgs.get(m, [])])
         for line in out.strip().splitlines():
-            who = _canon(line.split(" ", 1)[0])
+            who = _verify.canonical(line.split(" ", 1)[0])
             _event(type="package-conflict", execution_count=count, detail=line.strip(), matters=who in used)
 def _post(result):
     count = result.execution_count

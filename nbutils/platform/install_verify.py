@@ -47,10 +47,11 @@ def changed(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple[st
     return {n: (before.get(n), after.get(n)) for n in sorted(before.keys() | after.keys()) if before.get(n) != after.get(n)}
 
 
-def modules_of() -> dict[str, list[str]]:
-    """Canonical distribution -> its top-level import names."""
+def modules_of(packages: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """Canonical distribution -> its top-level import names. `packages`: importlib.metadata.packages_distributions()
+    when the caller already has it (it reads every distribution's file list)."""
     out: dict[str, list[str]] = {}
-    for module, dists in importlib.metadata.packages_distributions().items():
+    for module, dists in (importlib.metadata.packages_distributions() if packages is None else packages).items():
         for d in dists:
             out.setdefault(canonical(d), []).append(module)
     return out

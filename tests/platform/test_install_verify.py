@@ -65,6 +65,13 @@ def test_errors_say_which_package_and_what_to_do():
     assert "pyarrow (19.0.1 -> 25.0.1) were loaded before this cell" in text and "restart the session" in text
 
 
+def test_modules_of_groups_import_names_by_canonical_distribution():
+    given = {"yaml": ["PyYAML"], "_yaml": ["PyYAML"], "bs4": ["beautifulsoup4"], "google": ["protobuf", "Google_Auth"]}
+    assert iv.modules_of(given) == {"pyyaml": ["yaml", "_yaml"], "beautifulsoup4": ["bs4"], "protobuf": ["google"],
+                                    "google-auth": ["google"]}
+    assert "pip" in iv.modules_of()["pip"]  # without an argument: this interpreter's installed distributions
+
+
 def test_primary_module_of_a_distribution():
     tops = {"scikit-learn": ["sklearn"], "pyarrow": ["pyarrow", "_pyarrow_hidden"], "odd": ["a", "b"]}
     assert iv.primary_module("pyarrow", tops) == "pyarrow"
