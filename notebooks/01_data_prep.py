@@ -34,9 +34,9 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
-    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
-    pip.check_returncode()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
@@ -109,9 +109,11 @@ from IPython.display import display
 counts = pd.Series({**manifest["counts"], **{f"split {k}": v for k, v in manifest["splits"].items()}}, name="records")
 reasons = pd.Series(manifest["quarantine_reasons"], name="records kept out", dtype=int)
 quarantined = pd.read_json(out / "quarantine.jsonl", lines=True) if manifest["quarantine_reasons"] else None
-display(counts.to_frame(), reasons.to_frame() if len(reasons) else "no record kept out")
-if quarantined is not None:
-    display(quarantined.head(10))  # the first ten, with file, line and reason
+display(counts.to_frame())
+if quarantined is None:
+    print("no record kept out")
+else:
+    display(reasons.to_frame(), quarantined.head(10))  # the first ten, with file, line and reason
 
 # %% [markdown]
 # ## What the model will see

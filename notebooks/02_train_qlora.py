@@ -31,9 +31,9 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
-    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
-    pip.check_returncode()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
@@ -93,17 +93,25 @@ train_ds, eval_ds = splits.load_split(data_dir, "train"), splits.load_split(data
 print(f"{len(train_ds)} train / {len(eval_ds)} eval examples from {data_dir}; checkpoints go to {out}")
 
 # %% [markdown]
-# ## Memory plan: will it fit?
-# Read from the model's config alone, before any weight loads: whether this batch size fits the GPU,
-# and the largest batch and longest sequence that do. The loss never builds the full logits (batch x
-# seq x vocab: 6 GB for Llama-3 at 2 x 2048); it is computed in chunks from the last hidden states
-# (`chunked_loss`), and the plan counts one chunk.
+# ## The loss, without the full logits
+# Next-token cross-entropy never builds the full logits here (batch x seq x vocab: 6 GB for Llama-3 at
+# 2 x 2048): it is computed in chunks from the last hidden states (`chunked_loss`), or by liger's fused
+# kernels on a GPU where they are installed. Chosen from the model's config alone, with no CUDA call
+# (see "More than one GPU"); each training process confirms the choice on its own device.
 
 # %%
 from nbutils.train import loss, memory, modeling
 
 model_config = modeling.load_config(base_model)
-loss_kind = loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)  # no CUDA call here
+loss_kind = loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)
+print(f"loss: {loss_kind} (chunked_loss={chunked_loss!r})")
+
+# %% [markdown]
+# ## Memory plan: will it fit?
+# Read from the model's config alone, before any weight loads: whether this batch size fits the GPU,
+# and the largest batch and longest sequence that do. With a chunked loss the plan counts one chunk.
+
+# %%
 memory_plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
                           env.gpu_memory_gb, env.gpu_count, loss=loss_kind)
 print(memory.table(memory_plan))
@@ -116,34 +124,51 @@ print(memory.table(memory_plan))
 # %%
 from nbutils.train import launch
 
-processes = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan)
-print(f"mode: {processes.mode}, {processes.why}")
+launch_plan = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=memory_plan)
+print(f"mode: {launch_plan.mode}, {launch_plan.why}")
 
 # %% [markdown]
-# ## Training configuration, checked before loading anything
-# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a T4 ...
-# each is a clear message now instead of a crash at hour three. The choices, each with its reason:
-# - optimizer: AdamW (`adamw_torch`), on the LoRA weights only: they are a few MB, so its two states cost
-#   nothing, and unlike the paged 8-bit optimizers its state resumes exactly from a checkpoint;
-# - learning rate: `learning_rate="auto"` picks by model size (2e-4 for real models, higher for toys);
-# - loss: next-token cross-entropy on the answer tokens only (01's completion-only labels), averaged over
-#   target tokens across gradient accumulation, so a batch of short answers weighs what it should.
+# ## Learning rate
+# `learning_rate="auto"` picks by model size: 2e-4 for real models, higher for toys like the embedded one.
 
 # %%
 from nbutils import defaults
-from nbutils.train import trainconfig
 
 lr, lr_why = defaults.learning_rate(learning_rate, model_config)
+print(f"learning rate {lr:g} ({lr_why})")
+
+# %% [markdown]
+# ## Training configuration
+# The choices, each with its reason:
+# - optimizer: AdamW (`adamw_torch`), on the LoRA weights only: they are a few MB, so its two states cost
+#   nothing, and unlike the paged 8-bit optimizers its state resumes exactly from a checkpoint;
+# - loss: next-token cross-entropy on the answer tokens only (01's completion-only labels), averaged over
+#   target tokens across gradient accumulation, so a batch of short answers weighs what it should;
+# - `smoke=True` trains 10 steps, evaluating and saving every 5: the whole chain in a minute.
+#
+# The LoRA settings are not here: the `LoraConfig` in "The QLoRA recipe" below is their one source.
+
+# %%
+from nbutils.train import trainconfig
+
 cfg = trainconfig.TrainConfig(
     max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, optim="adamw_torch",
-    lora_r=lora_r, lora_dropout=lora_dropout, use_rslora=use_rslora,
-    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, world_size=processes.world_size,
+    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, world_size=launch_plan.world_size,
     eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps, save_total_limit=save_total_limit,
     precision=env.precision, max_seq_len=manifest["max_seq_len"], chunked_loss=chunked_loss,
     time_budget_min=time_budget_min, resume=resume, seed=seed)
+print(f"effective batch {cfg.effective_batch} (per-device {cfg.per_device_batch_size} x grad_accum {cfg.grad_accum} x "
+      f"{cfg.world_size} process(es)); {f'{cfg.max_steps} steps' if cfg.max_steps > 0 else f'{cfg.num_epochs:g} epoch(s)'}")
+
+# %% [markdown]
+# ## Checked before loading anything
+# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a T4 ...
+# each is a clear message now instead of a crash at hour three.
+
+# %%
 trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env.gpu_capability,
                      model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
-print(f"effective batch {cfg.effective_batch}; learning rate {lr:g} ({lr_why})")
+print("configuration checked: no problem found")
 
 # %% [markdown]
 # ## Disk
@@ -210,7 +235,7 @@ def load_model():
     bnb_config, lora_config = qlora_configs()
     tokenizer = modeling.load_tokenizer(base_model)
     model = modeling.load_base(base_model, env.precision, bnb_config or False, env.attention,
-                               device_map="split" if processes.mode == "split" else None)
+                               device_map="split" if launch_plan.mode == "split" else None)
     model = modeling.attach_lora(model, config=lora_config, seed=seed)
     print(modeling.trainable_line(model))
     return model, tokenizer
@@ -257,10 +282,10 @@ def save_and_verify(model, tokenizer, result, run_config):
     from nbutils.train import training
 
     ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
-    training.write_summary(out, result, cfg, ckpt, memory_plan)
     assert ckpt is not None, f"no usable checkpoint: {result.stop_detail}"
     check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env.precision)
     assert check["ok"], f"checkpoint {ckpt} failed verification: {check['problems']}"
+    training.write_summary(out, result, cfg, ckpt, memory_plan)  # the stage's marker, last: 03 starts from a verified run
     print(f"[checkpoint] {ckpt}: verified (every file against its manifest; reloaded, it generates {check['generated']!r})")
 
 
@@ -281,7 +306,7 @@ def train_on_this_process():
     return model, tokenizer
 
 
-trained = launch.run_in_processes(train_on_this_process, processes.processes)
+trained = launch.run_in_processes(train_on_this_process, launch_plan.processes)
 if trained is not None:
     model, tokenizer = trained
 summary = json.loads((out / "training_summary.json").read_text())  # written by the first process

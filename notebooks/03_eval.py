@@ -31,9 +31,9 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
-    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
-    pip.check_returncode()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
@@ -90,8 +90,8 @@ out = environment.stage_dir("eval", output_dir)
 eval_ds = splits.load_split(data_dir, "eval")
 tokenizer = modeling.load_tokenizer(base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
-max_new_tokens, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)
-print(f"{len(prompts)} prompts from {data_dir}; max_new_tokens {max_new_tokens} ({why})")
+new_token_limit, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)  # the parameter may say "auto"
+print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new tokens each ({why})")
 
 # %% [markdown]
 # ## Base model first
@@ -103,7 +103,7 @@ print(f"{len(prompts)} prompts from {data_dir}; max_new_tokens {max_new_tokens} 
 # %%
 model = modeling.load_base(base_model, env.precision, load_in_4bit, env.attention)
 model.eval()
-base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
+base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, new_token_limit,
                                   guard="off" if guard == "off" else "flag")
 print(report.model_line("base", base))
 
@@ -121,10 +121,10 @@ from nbutils.train import checkpoints
 # The summary must parse and the checkpoint must match its manifest (sizes, SHA-256, step); a damaged
 # final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so.
 ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
-model = PeftModel.from_pretrained(model, ckpt)
-model.eval()
+tuned_model = PeftModel.from_pretrained(model, ckpt)  # the base model above, with the adapter on top
+tuned_model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
-tuned, tuned_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens,
+tuned, tuned_out = evaluation.score(tuned_model, tokenizer, eval_ds, prompts, refs, new_token_limit,
                                     guard="off" if guard == "off" else "flag", breaker=breaker)
 print(report.model_line("tuned", tuned))
 
@@ -148,20 +148,32 @@ plots.plot_metric_comparison(scores, out / "metrics.png")
 display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metrics.png")))
 
 # %% [markdown]
-# ## Report
-# `eval_report.json` holds both models' figures; the table shows every sample (degenerate rows
-# in red, correct ones in green) and the chart counts degenerate generations by reason.
+# ## Report files
+# `samples.html` lists every sample (degenerate rows in red, correct ones in green), `reasons.png` counts
+# degenerate generations by reason, and `eval_report.json` holds both models' figures. The report is
+# written last: 04 (and `find_upstream`) take its presence to mean the folder is complete.
 
 # %%
-from IPython.display import HTML, Image, display
-
+COLUMNS = ["model", "prompt", "reference", "output", "verdict"]
 rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
-result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores, "samples": rows}
-evaluation.write_report(out, result)
-(out / "samples.html").write_text(report.samples_table_html(rows, ["model", "prompt", "reference", "output", "verdict"]))
+(out / "samples.html").write_text(report.samples_table_html(rows, COLUMNS))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
-display(HTML(report.samples_table_html(rows[:12], ["model", "prompt", "reference", "output", "verdict"])),
-        Image(str(out / "reasons.png")))
+result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores, "samples": rows}
+print(f"wrote {evaluation.write_report(out, result)} ({len(rows)} sample rows), samples.html and reasons.png")
+
+# %% [markdown]
+# ## The samples, and why some degenerated
+# The first twelve rows of `samples.html`, and the reasons chart.
+
+# %%
+from IPython.display import HTML
+
+display(HTML(report.samples_table_html(rows[:12], COLUMNS)), Image(str(out / "reasons.png")))
+
+# %% [markdown]
+# ## Base against tuned, side by side
+
+# %%
 pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}
               for m in ("base", "tuned")}).round(4)
 
@@ -169,7 +181,7 @@ pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degener
 # ## Chat with your model
 # A few prompts under the chat template saved with the checkpoint, answered by the tuned model.
 # Interactively the answer streams token by token; in a batch run it prints whole. Put your own
-# questions in `chat_prompts`, or call `chat.chat(model, chat_tokenizer, ["..."])` in a new cell.
+# questions in `chat_prompts`, or call `chat.chat(tuned_model, chat_tokenizer, ["..."])` in a new cell.
 
 # %%
 from transformers import AutoTokenizer
@@ -177,4 +189,4 @@ from transformers import AutoTokenizer
 from nbutils.eval import chat
 
 chat_tokenizer = AutoTokenizer.from_pretrained(ckpt)  # the checkpoint's tokenizer carries its chat template
-answers = chat.chat(model, chat_tokenizer, list(chat_prompts) or chat.user_prompts(eval_ds, 3), max_new_tokens)
+answers = chat.chat(tuned_model, chat_tokenizer, list(chat_prompts) or chat.user_prompts(eval_ds, 3), new_token_limit)

@@ -32,9 +32,9 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
-    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
-    pip.check_returncode()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
@@ -107,21 +107,28 @@ if export_merged and memory_plan["device"] is None:
 
 # %% [markdown]
 # ## What every export carries
-# The model card's facts (data, training run, 03's figures), where each export is pushed, and the few
-# eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
+# The model card's facts (data, training run, 03's figures) and where each export is pushed.
+
+# %%
+from nbutils.export import card, hub
+
+repos = hub.targets(hub_repo, hub_what)
+facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
+print(f"model card facts from 01, 02 and 03; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
+
+# %% [markdown]
+# ## The check prompts
+# A few eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
 
 # %%
 from transformers import AutoTokenizer
 
 from nbutils.data import splits
 from nbutils.eval import evaluation
-from nbutils.export import card, hub
 
-repos = hub.targets(hub_repo, hub_what)
-facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model)
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
 prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
-print(f"{len(prompts)} check prompts; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
+print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]
 # ## Merged fp16 model

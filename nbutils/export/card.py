@@ -29,7 +29,8 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
     ckpt = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
     run_config = _read(ckpt / "run_config.json")
     params = run_config.get("parameters", {}) or summary.get("config", {})
-    # The LoraConfig the model trained with (02's cell, which a learner may edit) outranks the lora_* parameters.
+    # LoRA rank, alpha, dropout, rsLoRA: from the LoraConfig the model trained with (02's cell, which a learner may
+    # edit), the one record of them; checkpoints from before it was carried had lora_* among the parameters.
     lora = run_config.get("lora") or {}
     params = {**params, **{name: lora[key] for name, key in LORA_KEYS.items() if key in lora}}
     metrics = {}

@@ -64,7 +64,7 @@ def plan_text(plan: dict) -> str:
                          for n, f in plan["free_sessions"].items())
     text = (f"fp16 base: {plan['params'] / 1e6:.1f}M parameters, {plan['weights_gb']:.2f} GiB of weights, about "
             f"{plan['needed_gb']:.2f} GiB to merge. Free here: {plan['ram_free_gb']} GiB RAM, GPU "
-            f"{plan['gpu_free_gb'] if plan['gpu_free_gb'] is not None else 'none'} GiB -> merging {where}. "
+            f"{'none' if plan['gpu_free_gb'] is None else str(plan['gpu_free_gb']) + ' GiB'} -> merging {where}. "
             f"Free sessions: {sessions}.")
     if plan["device"] is None:
         text += " Export the adapter only (export_merged=False), or merge on a machine with more memory."

@@ -52,8 +52,9 @@ class InstallPlan:
         """The pip command line (without the interpreter) this plan runs."""
         extra = ["-c", constraints_file] if constraints_file else []
         # --no-compile: a session imports a few hundred of the thousands of modules it installs; compiling
-        # them all up front took most of the install's time.
-        return ["-m", "pip", "install", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages,
+        # them all up front took most of the install's time. -q: pip's ~130 "Processing"/"Requirement already
+        # satisfied" lines filled the notebook; warnings, errors and the dependency-conflict block still print.
+        return ["-m", "pip", "install", "-q", "--progress-bar", "off", "--no-compile", *self.pip_args, *extra, *self.packages,
                 *self.keep]
 
 
@@ -159,23 +160,28 @@ def _wheelhouse_hint(plan: InstallPlan) -> str:
 
 
 def _run_pip(plan: InstallPlan) -> tuple[int, str]:
-    """Run pip for the plan, its output shown line by line (and returned for the conflict check)."""
+    """Run pip for the plan, quietly; its output is returned for the conflict check and for the error on failure."""
     with tempfile.TemporaryDirectory() as tmp:
         constraints = None
         if plan.constraints:
             constraints = os.path.join(tmp, "constraints.txt")
             Path(constraints).write_text("".join(f"{n}{spec}\n" for n, spec in plan.constraints.items()))
         cmd = [sys.executable, *plan.command(constraints)]
-        print("[install] pip " + " ".join(cmd[3:]) +
-              (f"  (holding {', '.join(f'{n}{v}' for n, v in plan.constraints.items())})" if constraints else ""),
-              flush=True)
-        # Piped and printed: a subprocess' own output does not reach the cell on every platform (Colab).
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = []
-        for line in proc.stdout:
-            print(line, end="", flush=True)
-            lines.append(line)
-        return proc.wait(), "".join(lines)
+        held = f", holding {', '.join(f'{n}{v}' for n, v in plan.constraints.items())}" if constraints else ""
+        print(f"[install] pip installs {len(plan.packages)} package(s) and their dependencies{held}: "
+              "this takes a minute or two", flush=True)
+        # Kaggle runs notebooks as root: pip's warning about that says nothing a notebook user can act on.
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
+        return proc.returncode, proc.stdout or ""
+
+
+def _pip_messages(output: str) -> list[str]:
+    """pip's quiet output less its dependency-conflict block, which run_install reprints judged (install_verify)."""
+    from nbutils.platform.install_verify import CONFLICT
+
+    return [line for line in output.splitlines() if line.strip() and not CONFLICT.match(line.strip())
+            and "dependency resolver does not currently take into account" not in line]
 
 
 def run_install(plan: InstallPlan) -> None:
@@ -193,8 +199,11 @@ def run_install(plan: InstallPlan) -> None:
     before = install_verify.distribution_versions()
     returncode, output = _run_pip(plan)
     if returncode != 0:
-        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}; "
-                           "its messages are above." + _wheelhouse_hint(plan))
+        tail = "\n".join(output.strip().splitlines()[-30:]) or "(no output)"
+        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}." + _wheelhouse_hint(plan)
+                           + f"\npip's last lines:\n{tail}")
+    for line in _pip_messages(output):  # warnings pip printed even when quiet
+        print(f"[install] pip: {line.strip()}", flush=True)
     importlib.invalidate_caches()  # packages new to this process become importable in this kernel
     pinned = {r.name: s.version for r in requirements for s in r.specifier if s.operator == "=="}
     after = installed_versions(pinned)
@@ -251,9 +260,9 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
     args = ["--no-index", wheels[-1]] if wheels else ["{nbutils_git_spec()}"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *args], capture_output=True, text=True)
-    print(pip.stdout + pip.stderr)  # printed: a subprocess' own output does not reach every notebook UI
-    pip.check_returncode()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({{args[-1]}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
 from nbutils.platform.install import ensure_packages
 
 ensure_packages()  # installs only what is missing or too old, pinned; never torch

@@ -38,7 +38,7 @@ class Launch:
     why: str
 
 
-def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, plan: dict | None = None,
+def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, memory_plan: dict | None = None,
            env: dict | None = None) -> Launch:
     """How this run trains: DDP over the GPUs when one GPU holds the model, split when only all together do."""
     env = os.environ if env is None else env
@@ -58,11 +58,11 @@ def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, 
     if num_processes > 1:
         where = "GPUs" if gpu_count else "CPU processes (gloo)"
         return Launch("ddp", num_processes, num_processes, f"{num_processes} {where} through the notebook launcher")
-    fits = plan is None or plan.get("fits", True)
+    fits = memory_plan is None or memory_plan.get("fits", True)
     if gpu_count > 1 and (fits or multi_gpu == "ddp"):
         return Launch("ddp", gpu_count, gpu_count, f"one process per GPU ({gpu_count}) through the notebook launcher: "
                                                    "the memory plan says one GPU holds the model")
-    if gpu_count > 1 and not (plan or {}).get("split_fits", True):
+    if gpu_count > 1 and not (memory_plan or {}).get("split_fits", True):
         return Launch("split", 1, 1, f"the memory plan says even {gpu_count} GPUs together cannot hold it: lower the "
                                      "batch size or sequence length, or use a smaller model")
     if gpu_count > 1:

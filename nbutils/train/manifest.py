@@ -141,10 +141,15 @@ def step(folder: Path) -> int | None:
     return data.get("global_step") if data else None
 
 
+# TrainConfig fields that only recorded the LoRA settings, dropped when the LoraConfig ("lora.*") became their one
+# record: a checkpoint saved before then still carries them, and must not be refused for it.
+RETIRED = frozenset({"lora_r", "lora_dropout", "use_rslora"})
+
+
 def differences(old: dict, new: dict) -> list[str]:
     """Settings that differ between a checkpoint and this run, one line each ('missing' when only one has it)."""
     out = []
-    for key in sorted(set(old) | set(new)):
+    for key in sorted((set(old) | set(new)) - RETIRED):
         a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
         if a != b:
             out.append(f"{key}: checkpoint has {a!r}, this run {b!r}")

@@ -15,9 +15,6 @@ class TrainConfig:
     learning_rate: float = 3e-3
     per_device_batch_size: int = 16
     grad_accum: int = 1
-    lora_r: int = 16
-    lora_dropout: float = 0.0
-    use_rslora: bool = False
     warmup_steps: int = 5
     eval_strategy: str = "steps"
     save_strategy: str = "steps"

@@ -386,8 +386,8 @@ def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig,
         "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
     }
     try:
-        (output_dir / MARKERS["train_qlora"]).write_text(json.dumps(summary, indent=2, default=str))
         (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))
+        (output_dir / MARKERS["train_qlora"]).write_text(json.dumps(summary, indent=2, default=str))  # the marker: last
     finally:
         runlock.release(output_dir)
     return summary

@@ -77,7 +77,8 @@ def _plan(device, weights_gb):
 
 def test_plan_text_says_what_to_do_when_it_does_not_fit():
     text = merge.plan_text(_plan(None, 13.0))
-    assert "merging NOWHERE here" in text and "export_merged=False" in text and "GPU none GiB" in text
+    assert "merging NOWHERE here" in text and "export_merged=False" in text and "GPU none ->" in text and "none GiB" not in text
     assert "kaggle: RAM, colab: does not fit" in text and "Kaggle keeps at most 20 GB" in text
     small = merge.plan_text(_plan("cpu", 1.0))
     assert "merging in CPU RAM" in small and "export_merged=False" not in small and "20 GB" not in small
+    assert "GPU 14.5 GiB -> merging on the GPU" in merge.plan_text({**_plan("cuda", 1.0), "gpu_free_gb": 14.5})

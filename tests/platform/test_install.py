@@ -139,9 +139,9 @@ def test_bootstrap_on_kaggle_installs_the_datasets_wheel_offline(monkeypatch, tm
     wheel = tmp_path / "qlora-nbutils" / "nbutils-0.1.0-py3-none-any.whl"
     wheel.write_text("")
     (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
-    assert calls[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"]
-    assert calls[5:] == ["--no-index", str(wheel)]
-    assert "Successfully installed" in capsys.readouterr().out  # pip's output is shown, not swallowed
+    assert calls[:6] == [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
+    assert calls[6:] == ["--no-index", str(wheel)]
+    assert "Successfully installed" not in capsys.readouterr().out  # quiet on success: pip's log is not the lesson
 
 
 def test_bootstrap_without_a_wheel_installs_from_the_repository(monkeypatch, tmp_path):
@@ -153,11 +153,11 @@ def test_bootstrap_does_nothing_when_nbutils_is_installed(monkeypatch, tmp_path)
     assert run_bootstrap(monkeypatch, True, tmp_path) == []
 
 
-def test_bootstrap_fails_loudly_when_pip_fails(monkeypatch, tmp_path):
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no"))
+def test_bootstrap_fails_loudly_with_pips_messages_when_pip_fails(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no space"))
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
     monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path))
-    with pytest.raises(subprocess.CalledProcessError):
+    with pytest.raises(RuntimeError, match=r"pip could not install nbutils \(nbutils @ git\+.*\):\nERROR: no space"):
         exec(SOURCE, {"__name__": "__main__"})
 
 
@@ -190,17 +190,21 @@ def test_the_plan_shows_as_one_summary_line():
     assert repr(plan) == plan.summary
 
 
-class FakePopen:
-    def __init__(self, returncode):
-        self.returncode, self.cmds = returncode, []
+CONFLICT_BLOCK = ("ERROR: pip's dependency resolver does not currently take into account all the packages that are "
+                  "installed. This behaviour is the source of the following dependency conflicts.\n"
+                  "sentence-transformers 4.1.0 requires transformers<5.0.0,>=4.41.0, but you have transformers 5.23.0 "
+                  "which is incompatible.\n")
+
+
+class FakePip:
+    """subprocess.run for pip: what a quiet (-q) pip prints, and its exit status."""
+
+    def __init__(self, returncode, output=""):
+        self.returncode, self.output, self.cmds = returncode, output, []
 
     def __call__(self, cmd, **kw):
         self.cmds.append(cmd)
-        self.stdout = iter(["Successfully installed peft-0.21.2\n"])
-        return self
-
-    def wait(self):
-        return self.returncode
+        return subprocess.CompletedProcess(cmd, self.returncode, self.output, None)
 
 
 @pytest.fixture()
@@ -214,27 +218,28 @@ def no_verify(monkeypatch):
 
 def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatch, capsys, no_verify):
     monkeypatch.delitem(sys.modules, "peft", raising=False)  # earlier tests in this process imported it
-    popen = FakePopen(0)
-    monkeypatch.setattr(subprocess, "Popen", popen)
+    popen = FakePip(0, "WARNING: a warning pip prints even when quiet\n")
+    monkeypatch.setattr(subprocess, "run", popen)
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
     plan = plan_install("kaggle", True, None, {**CURRENT, "peft": None, "torch": "2.6.0"})
     install.run_install(plan)
     (cmd,) = popen.cmds
-    assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-c" in cmd and f"peft=={PINS['peft']}" in cmd
+    assert cmd[:5] == [sys.executable, "-m", "pip", "install", "-q"] and "-c" in cmd and f"peft=={PINS['peft']}" in cmd
     out = capsys.readouterr().out
-    assert "holding torch==2.6.0" in out and "Successfully installed" in out and "verified" in repr(plan)
+    assert "holding torch==2.6.0" in out and "a minute or two" in out and "verified" in repr(plan)
+    assert "[install] pip: WARNING: a warning pip prints even when quiet" in out  # quiet pip's warnings still show
     assert out.strip().splitlines()[-1] == plan.summary  # the cell's last line says what happened
 
 
 def test_run_install_says_when_a_pin_did_not_take(monkeypatch, no_verify):
-    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(subprocess, "run", FakePip(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: "0.1" for n in names})
     with pytest.raises(RuntimeError, match=r"differ from the pins: peft==.* \(found 0.1\)"):
         install.run_install(plan_install("kaggle", True, None, {**CURRENT, "peft": None}))
 
 
 def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_verify):
-    monkeypatch.setattr(subprocess, "Popen", FakePopen(1))
+    monkeypatch.setattr(subprocess, "run", FakePip(1))
     (tmp_path / install.WHEELHOUSE_MANIFEST).write_text('{"python_version": "3.9"}')
     with pytest.raises(RuntimeError, match=r"built for 3\.9.*make kaggle-dataset"):
         install.run_install(plan_install("kaggle", False, tmp_path, {**CURRENT, "peft": None}))
@@ -245,7 +250,7 @@ def test_run_install_reads_pins_from_the_specs_and_never_installs_torch(monkeypa
 
     seen = []
     monkeypatch.setattr(install_verify, "verify", lambda before, pinned, *a: seen.append(pinned) or install_verify.Verdict())
-    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(subprocess, "run", FakePip(0, ""))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
     plan = plan_install("colab", True, None, {**CURRENT, "peft": None, "nbutils": None})
     assert plan.packages[0].startswith("nbutils @ git+")  # a URL spec: installed, but no version to check
@@ -255,10 +260,34 @@ def test_run_install_reads_pins_from_the_specs_and_never_installs_torch(monkeypa
         install.run_install(install.InstallPlan("colab", "index", packages=["peft==0.21.2", "Torch==2.6.0"]))
 
 
+def test_a_failed_pip_shows_its_last_lines_in_the_error(monkeypatch, no_verify):
+    output = "".join(f"Processing wheel {i}\n" for i in range(100)) + "ERROR: No matching distribution found for peft\n"
+    monkeypatch.setattr(subprocess, "run", FakePip(1, output))
+    with pytest.raises(RuntimeError, match=r"(?s)pip's last lines:\n.*Processing wheel 99\nERROR: No matching") as err:
+        install.run_install(plan_install("colab", True, None, {**CURRENT, "peft": None}))
+    assert "Processing wheel 69\n" not in str(err.value)  # the tail, not the whole log
+
+
+def test_the_conflict_block_reaches_the_verdict_and_prints_once_judged(monkeypatch, capsys):
+    from nbutils.platform import install_verify
+
+    seen = []
+    monkeypatch.setattr(subprocess, "run", FakePip(0, CONFLICT_BLOCK))
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
+    monkeypatch.setattr(install_verify, "distribution_versions", lambda: {})
+    monkeypatch.setattr(install_verify, "verify", lambda before, pinned, output, roots: (
+        seen.append(output), install_verify.Verdict(conflicts=install_verify.conflicts(output, ["peft"])))[1])
+    install.run_install(plan_install("colab", True, None, {**CURRENT, "peft": None}))
+    assert seen == [CONFLICT_BLOCK]  # verify parses pip's quiet output, conflict block included
+    out = capsys.readouterr().out
+    assert out.count("sentence-transformers 4.1.0 requires") == 1 and "[install] conflict: sentence-transformers" in out
+    assert "dependency resolver" not in out and len(out.splitlines()) <= 6, out
+
+
 def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
     from nbutils.platform import install_verify
 
-    monkeypatch.setattr(subprocess, "Popen", FakePopen(0))
+    monkeypatch.setattr(subprocess, "run", FakePip(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})
     versions = iter([{"peft": "0.17.0", "pyarrow": "19.0.1"}, {"peft": PINS["peft"], "pyarrow": "25.0.1"}])
     monkeypatch.setattr(install_verify, "distribution_versions", lambda: next(versions))
@@ -272,7 +301,7 @@ def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
 def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
     for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_DATA_PROXY_TOKEN", "COLAB_RELEASE_TAG"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(subprocess, "Popen", None)  # would fail if pip were run
+    monkeypatch.setattr(subprocess, "run", None)  # would fail if pip were run
     assert install.ensure_packages() is None  # the cell ends on the printed summary, not on a repr
     assert capsys.readouterr().out.splitlines() == ["[install] nothing to install: local run: `make setup` installed "
                                                     "the pinned environment"]

@@ -61,10 +61,10 @@ def test_decide_follows_gpu_count_memory_plan_and_launcher():
 
     assert decide(gpu_count=0, env={}).mode == "single"
     assert decide(gpu_count=1, env={}).processes == 1
-    two = decide(gpu_count=2, plan={"fits": True}, env={})  # Kaggle 2xT4, model fits one T4
+    two = decide(gpu_count=2, memory_plan={"fits": True}, env={})  # Kaggle 2xT4, model fits one T4
     assert (two.mode, two.processes, two.world_size) == ("ddp", 2, 2)
-    assert decide(gpu_count=2, plan={"fits": False}, env={}).mode == "split"  # only both T4s together hold it
-    assert decide("ddp", gpu_count=2, plan={"fits": False}, env={}).mode == "ddp"  # asked for: the user knows
+    assert decide(gpu_count=2, memory_plan={"fits": False}, env={}).mode == "split"  # only both T4s together hold it
+    assert decide("ddp", gpu_count=2, memory_plan={"fits": False}, env={}).mode == "ddp"  # asked for: the user knows
     assert decide("split", gpu_count=2, env={}).processes == 1
     assert decide(num_processes=1, gpu_count=2, env={}).mode == "single"
     cpu = decide(num_processes=2, gpu_count=0, env={})  # what the tests run: two CPU processes over gloo

@@ -86,3 +86,11 @@ def test_package_versions_and_smoke_do_not_refuse_a_resume():
     later = {"parameters": {"lora_r": 8, "smoke": True}, "versions": {"torch": "2.7.0", "peft": "0.21.2"}}
     assert mf.settings(run_config=base) == mf.settings(run_config=later) == {"lora_r": 8}
     assert mf.settings(run_config=base) != mf.settings(run_config={**base, "parameters": {"lora_r": 16}})
+
+
+def test_a_checkpoint_from_before_the_lora_fields_were_retired_still_resumes():
+    """Checkpoints saved while TrainConfig still carried lora_r/lora_dropout/use_rslora: lora.* compares them now."""
+    before = {"lora_r": 16, "lora_dropout": 0.0, "use_rslora": False, "lora.r": 16, "learning_rate": 0.003}
+    now = {"lora.r": 16, "learning_rate": 0.003}
+    assert mf.differences(before, now) == []
+    assert mf.differences(before, {**now, "lora.r": 8}) == ["lora.r: checkpoint has 16, this run 8"]

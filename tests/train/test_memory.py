@@ -43,12 +43,12 @@ def test_memory_plan_on_a_t4_decides_the_mode():
 
     p = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2, loss="chunked")
     assert 5 < p["estimate_gb"] < 15 and p["fits"] and p["largest_batch_that_fits"] >= 2
-    assert decide(gpu_count=2, plan=p, env={}).mode == "ddp"
+    assert decide(gpu_count=2, memory_plan=p, env={}).mode == "ddp"
     # With the full logits (6 GB at 2 x 2048) batch 2 no longer fits one T4: split over two does.
     plain = memory.plan(LLAMA_8B, seq_len=2048, batch=2, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
-    assert not plain["fits"] and plain["split_fits"] and decide(gpu_count=2, plan=plain, env={}).mode == "split"
+    assert not plain["fits"] and plain["split_fits"] and decide(gpu_count=2, memory_plan=plain, env={}).mode == "split"
     huge = memory.plan(LLAMA_8B, seq_len=2048, batch=64, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
-    assert not huge["split_fits"] and "cannot hold it" in decide(gpu_count=2, plan=huge, env={}).why
+    assert not huge["split_fits"] and "cannot hold it" in decide(gpu_count=2, memory_plan=huge, env={}).why
     big = memory.plan(LLAMA_8B, seq_len=2048, batch=16, lora_r=16, gpu_memory_gb=15.0, gpu_count=2)
     assert not big["fits"] and big["largest_batch_that_fits"] < 16
     table = memory.table({**big, "measured_peak_gb": 7.5})

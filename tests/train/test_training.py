@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback
@@ -200,13 +201,13 @@ def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
     cfg = _cfg(max_steps=10, eval_strategy="no", save_steps=5)
     run_config = training.run_config(cfg, {}, {"content_hash": "abc"}, base_model="embedded")
     _train(prepared_data, tmp_path, cfg, run_config=run_config)
-    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3, lora_r=4)
+    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3)
     changed = training.run_config(other, {}, {"content_hash": "xyz"}, base_model="embedded")
     with pytest.raises(checkpoints.ResumeMismatchError) as err:
         _train(prepared_data, tmp_path, other, run_config=changed)
     msg = str(err.value)
     for line in ("data_manifest_hash: checkpoint has 'abc', this run 'xyz'", "learning_rate: checkpoint has 0.003, this run 0.001",
-                 "lora_r: checkpoint has 16, this run 4", "new output_dir", "resume=False"):
+                 "new output_dir", "resume=False"):
         assert line in msg, msg
     assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
 
@@ -243,7 +244,9 @@ def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepar
 def test_run_config_carries_parameters_versions_and_data_hash():
     cfg = training.run_config(_cfg(), {"torch": "2.5"}, {"content_hash": "abc"},
                               base_model="embedded")
-    assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["lora_r"] == 16
+    assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["max_steps"] == 40
+    # LoRA settings are recorded once, from the LoraConfig the model trains with (run_config's "lora", manifest.with_lora)
+    assert not {"lora_r", "lora_dropout", "use_rslora"} & set(cfg["parameters"])
     assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
 
 
@@ -284,3 +287,14 @@ def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
     assert summary["world_size"] == 1 and summary["replica_checksums"] is None and not summary["checkpoint_complete"]
     on_disk = json.loads((tmp_path / "training_summary.json").read_text())
     assert on_disk["global_step"] == 6 and on_disk["eval_loss"] == 1.25 and "trainer" not in on_disk
+
+
+def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch):
+    """chain.py's rule: a folder is complete once its marker exists, so nothing may be written after it."""
+    from nbutils.chain import MARKERS
+
+    written, real = [], Path.write_text
+    monkeypatch.setattr(Path, "write_text", lambda self, *a, **kw: (written.append(self.name), real(self, *a, **kw))[1])
+    result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {}, trainer=None)
+    training.write_summary(tmp_path, result, _cfg(), None)
+    assert "log_history.json" in written and written[-1] == MARKERS["train_qlora"] == "training_summary.json", written
