@@ -187,11 +187,30 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
         if _enough(unit, words, (run + p) / p, span, exact, counting):
-            m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span)
+            m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
+            if (copies := _line_copies(rev, run + p, p)) is not None:
+                m.update(loop_line_copies=round(copies, 2))
             if not exact:
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
+
+
+def _line_copies(rev: list[str], size: int, p: int) -> float | None:
+    """Copies of a periodic region (rev[:size], reversed) counted from the first line start in it.
+
+    A catalog line that ends like the line before it and is then said again ("X changed, used to
+    notify" / "Y changed, used to notify" twice) is a region of 2.6 periods but 1.9 copies of a line.
+    None for units without a line break, and for regions that start at a line start (or the text's).
+    """
+    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n":
+        return None
+    lead = 0
+    while lead < p and rev[size - 1 - lead] != "\n":
+        lead += 1
+    while lead < size and rev[size - 1 - lead] == "\n":
+        lead += 1  # the line breaks end the line before: the first copy starts after them
+    return (size - lead) / p
 
 
 def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool) -> bool:
@@ -227,7 +246,8 @@ def _script(c: str) -> str:
 
 
 def _script_switches(text: str) -> float:
-    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter)."""
+    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter,
+    a symbol next to CJK a half: Korean and Chinese write ☆, ⓡ and ㅠ.ㅠ between words without spaces)."""
     score, prev = 0.0, None
     for c in text:
         s = "other" if c.isspace() or c.isdigit() or c.isascii() and not c.isalpha() else _script(c)
@@ -235,7 +255,8 @@ def _script_switches(text: str) -> float:
             prev = None
             continue
         if prev and s != prev:
-            score += 0.25 if {s, prev} == {"latin", "cjk"} else 1
+            pair = {s, prev}
+            score += 0.25 if pair == {"latin", "cjk"} else 0.5 if pair == {"symbol", "cjk"} else 1
         prev = s
     return score
 
