@@ -64,6 +64,7 @@ CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordina
 # Bidi marks (U+200E, U+200F) are ordinary in Hebrew and Arabic text next to Latin, and left alone.
 INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
 COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
+LONE_LETTER_RE = re.compile(f"(?<=[{CJK}])[A-Za-z\u00c0-\u024f](?=[{CJK}])")  # 数h鏽: no script writes so
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
@@ -261,6 +262,15 @@ def _script_switches(text: str) -> float:
     return score
 
 
+def _odd_letters(text: str) -> int:
+    """Letters no script writes so: one Latin letter alone between CJK characters, or a capital after a small
+    letter inside a word where either has a diacritic (ŏüŶ, űĭãŮ; camelCase in ASCII is code): random characters."""
+    odd = len(LONE_LETTER_RE.findall(text))
+    for a, b in zip(text, text[1:]):
+        odd += a.islower() and b.isupper() and not (a.isascii() and b.isascii()) and a < "\u0250" and b < "\u0250"
+    return odd
+
+
 def _unicode_junk(text: str, m: dict) -> bool:
     """Replacement characters, control and invisible characters, mojibake, private-use and stacked marks."""
     control = len(CONTROL_RE.findall(text))
@@ -271,10 +281,12 @@ def _unicode_junk(text: str, m: dict) -> bool:
         "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
         "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
         "stacked_marks": len(COMBINING_RUN_RE.findall(text)), "script_switches": _script_switches(text[-120:]),
+        "odd_letters": _odd_letters(text[-120:]),
     }
     m.update(counts)
     return (counts["replacement"] >= 2 or control >= 2 or counts["invisible"] >= 3 or counts["mojibake"] >= 2
-            or counts["private_use"] >= 3 or counts["stacked_marks"] >= 2 or counts["script_switches"] >= 8)
+            or counts["private_use"] >= 2 or counts["stacked_marks"] >= 2
+            or counts["script_switches"] + 2 * counts["odd_letters"] >= 8)
 
 
 def detect(text: str) -> Verdict:

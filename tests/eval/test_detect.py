@@ -252,3 +252,16 @@ def test_soup_with_natural_function_words_is_found_by_long_bare_runs_and_lone_ca
              "      meet the following conditions:\n\n      (a) You must give any other recipients of the Work or\n"
              "      Derivative Works a copy of this License; and\n")  # the Apache License: capitals are defined terms
     assert not any(detect(prose[:k]).degenerate for k in range(40, len(prose) + 1, 7))
+
+
+@pytest.mark.parametrize("junk", ["椼q<<#4慿vD|岧綕nj珹纒夡苾吇弁P炚免悦箉d槑K数h鏽藄({|7綿4GAn鴑R僢倣圅鞵",
+                                  "უზბ\n壃駌布ŏüŶ峉ĀŹ欗ŶÿűĭãŮĥ擘郜ąŋ篚ĕŗĩÞ楝ŐĴŠ谷ěŃŴ", "adjusted\ue9de patil\uea77 muy"])
+def test_random_characters_are_junk_where_script_switches_are_few(junk):
+    assert "unicode-junk" in detect(junk).reasons
+
+
+@pytest.mark.parametrize("text", ["白いTシャツを買いました。Pythonのバージョンは3.12です。iPhoneとMacBookで動きます。",
+                                  "Nhập mã PIN của iPhone để mở khóa. Łódź i ŁÓDŹ to to samo miasto, McDonald's też.",
+                                  "使用 pip install 安装 NumPy 和 PyTorch，然后运行 python -m pytest 检查。"])
+def test_latin_words_and_capitals_in_other_scripts_are_no_junk(text):
+    assert not any(detect(text[:k]).degenerate for k in range(10, len(text) + 1))
