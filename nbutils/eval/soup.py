@@ -63,12 +63,12 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
     """Counts over the last `window` words, for each window in turn, in one pass read only as far as asked: words,
     function words, fragments, broken pairs, punctuation. Plain locals in the loop: the guard runs it on every check."""
     n = span = chars = other = lines = bad = function = short = german = 0
-    bare, words, found = None, [], 0
+    bare, words, found, line = None, [], 0, None
     nxt = after = ""  # the next token and the one after it
     last = len(tokens) - 1
     for i in range(last, -1, -1):
         if n == windows[found]:
-            yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:])
+            yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:], line=line)
             found += 1
             if found == len(windows):
                 return
@@ -90,12 +90,14 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
             n += 1
         else:
             bare = n if bare is None else bare
+            if t == "\n" and not lines:
+                line = (n, short, other, span)  # the last line alone: soup that starts on a line of its own
             lines += t == "\n"
             other += t != "\n" and (not first.isalnum() or "\u3040" <= first <= "\ufaff" or nxt == ":")
             # punctuation, CJK and labels are structure
         nxt, after = ("", "") if i == last and cut else (t, nxt)  # a word cut short pairs with nothing
     for _ in range(found, len(windows)):  # the text ran out first: every window left sees all of it
-        yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:])
+        yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:], line=line)
 
 
 def soup(tokens: list[str], recent: str, m: dict) -> str | None:
@@ -121,6 +123,8 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False)
     """The verdict on one window's counts (see _kind), with the signs read off the raw text added."""
     n, span, chars, other, function, short, bad, words = (c[k] for k in ("n", "span", "chars", "other", "function",
                                                                           "short", "bad", "words"))
+    if _fragment_line(c):
+        return "subword-soup"
     if n < 16 and not (n >= 12 and short >= 0.75 * n):  # a short text, unless it is nearly all fragments
         return None
     bare = c["bare"]
@@ -144,6 +148,15 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False)
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
     return _kind(n, span, other, function, short, bad, bare, caps, snake, words)
+
+
+def _fragment_line(c: dict) -> bool:
+    """The last line alone: twelve words or more, half of them fragments, few symbols (no code), all ASCII
+    (Vietnamese and Devanagari syllables are short words, not fragments). Soup on a line of its own."""
+    if not c["line"]:
+        return False
+    n, short, other, span = c["line"]
+    return n >= 12 and 2 * short >= n and 4 * other < span and all(w.isascii() for w in c["words"][:n])
 
 
 def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, bare: int, caps: int, snake: int,

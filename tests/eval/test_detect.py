@@ -265,3 +265,11 @@ def test_random_characters_are_junk_where_script_switches_are_few(junk):
                                   "使用 pip install 安装 NumPy 和 PyTorch，然后运行 python -m pytest 检查。"])
 def test_latin_words_and_capitals_in_other_scripts_are_no_junk(text):
     assert not any(detect(text[:k]).degenerate for k in range(10, len(text) + 1))
+
+
+def test_fragments_on_a_line_of_their_own_are_subword_soup_short_real_words_are_not():
+    prose = "The notebook loads the model and writes the adapter next to it.\n"
+    assert "subword-soup" in detect(prose + "h al tors acti ro u i mi in canv rk l yl i t t").reasons
+    for line in ["It is up to you to do so if it is on by default and we do not go on", "Nhập mã PIN của bạn để mở "
+                 "khóa và để có thể đi tới đó", "x = f(a, b) if n > 0 else g(c, d) + h(e) * k(i, j) - m(o, p)"]:
+        assert not detect(prose + line).degenerate, line
