@@ -232,8 +232,9 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return reps >= 6 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
-    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third.
-    return span >= 32 and reps >= (2 if span >= 100 * reps else 2.5)
+    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
+    # (sentences within a line do not: two copies of 60 characters each are a loop).
+    return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 60) * reps else 2.5)
 
 
 def _script(c: str) -> str:

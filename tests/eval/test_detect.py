@@ -273,3 +273,11 @@ def test_fragments_on_a_line_of_their_own_are_subword_soup_short_real_words_are_
     for line in ["It is up to you to do so if it is on by default and we do not go on", "Nhập mã PIN của bạn để mở "
                  "khóa và để có thể đi tới đó", "x = f(a, b) if n > 0 else g(c, d) + h(e) * k(i, j) - m(o, p)"]:
         assert not detect(prose + line).degenerate, line
+
+
+def test_two_sentences_said_twice_within_a_line_are_a_loop_wherever_the_text_ends():
+    unit = "Codec details when looking up the registry. XML-RPC request handler class. "
+    head = "The server module documents its handlers. " + unit * 2
+    assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
+    listing = "Accessible name\n\nAccessible role\n\n" + "The table caption changed\n\n" * 2  # list lines: not yet
+    assert not detect(listing).degenerate
