@@ -65,6 +65,7 @@ CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordina
 INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
 COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
 LONE_LETTER_RE = re.compile(f"(?<=[{CJK}])[A-Za-z\u00c0-\u024f](?=[{CJK}])")  # 数h鏽: no script writes so
+PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catalogs put them next to any script
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
@@ -228,8 +229,8 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 5)
     if p <= 2:
         return reps >= 5 and span >= 16
-    if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ...
-        return reps >= 6 and span >= 40
+    if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ... (tables say a cell 6 times)
+        return reps >= 8 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
     # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
@@ -281,7 +282,8 @@ def _unicode_junk(text: str, m: dict) -> bool:
     counts = {
         "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
         "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
-        "stacked_marks": len(COMBINING_RUN_RE.findall(text)), "script_switches": _script_switches(text[-120:]),
+        "stacked_marks": len(COMBINING_RUN_RE.findall(text)),
+        "script_switches": _script_switches(PRINTF_RE.sub(" ", text[-120:]) if "%" in text else text[-120:]),
         "odd_letters": _odd_letters(text[-120:]),
     }
     m.update(counts)

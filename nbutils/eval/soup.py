@@ -38,7 +38,7 @@ _NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
 # A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney".
-MIDCAP_RE = re.compile(r"(?<=[a-z] )[A-Z][a-z]{2,}\b(?! [A-Z])")
+MIDCAP_RE = re.compile(r"\b[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")  # after a lowercase word: "Sam Ruby" is a name
 _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
                     "sw th tr ts tw vl wh wr zh".split())
 
@@ -164,7 +164,7 @@ def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, ba
     """Subword soup: mostly fragments or glued pseudo-words; word soup: few function words, broken pairs, lone capitals."""
     if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
-    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 1 or function < 0.25 * n)):
+    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 2 or function < 0.25 * n)):
         return "word-soup"
     if snake >= 0.2 * n and other < 0.15 * span and function < 0.25 * n:  # identifiers strung together, no code
         return "word-soup"

@@ -214,6 +214,15 @@ SOUP_HEALTHY = {
     "command help": "  get                       Get the value of a key\n  set                       Set the value of a key\n"
                     "  reset                     Reset the value of a key\n  list-keys                 List keys\n",
     "korean symbols": "흐흐흐 ㄱㄱㄱ☆ㅠ_ㅠ 어릨 ⓡⓖ훀 ⓔ뎨 亞영ⓔ능횹 ☆서울 ⓔ궈 ⓡ릘㉱긐 因仁 家훀 ㅠ.ㅠ ⓡ마 ⓔ다",
+    "names": "Sam Ruby helped with a lot of edge cases.\n\nJonathan Ellis was awarded the prestigious Beau Potage "
+             "D'Or for his\nwork in solving the nestable tags conundrum.\n\nAn incomplete list of people have "
+             "contributed patches to Beautiful\nSoup:\n\n Istvan Albert, Andrew Lin, Anthony Baxter, Oliver Beattie",
+    "long sentence": "The maintainers of *attrs* and thousands of other packages are working with Tidelift to deliver "
+                     "commercial support and maintenance for the open source packages you use to build your apps.",
+    "printf in thai": "%liวัน %liชม. %liนาที %liวิ\n\n%liชม. %liนาที %liวิ\n\n%liนาที %liวิ\n\n%liวิ\n\n%liวัน",
+    "table cells": '   "billion laughs", "**True**", "**True**", "**True**", "**True**", "**True**", "False (1)"\n'
+                   '   "quadratic blowup", "**True**", "**True**", "**True**", "**True**", "**True**", "**True**", '
+                   '"False"\n   "external entity", "False", "False", "True", "False"\n',
 }
 
 
@@ -281,3 +290,9 @@ def test_two_sentences_said_twice_within_a_line_are_a_loop_wherever_the_text_end
     assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
     listing = "Accessible name\n\nAccessible role\n\n" + "The table caption changed\n\n" * 2  # list lines: not yet
     assert not detect(listing).degenerate
+
+
+def test_a_table_cell_said_six_times_is_a_row_eight_times_a_loop():
+    row = 'Table:\n   "quadratic blowup", ' + '"**True**", ' * 6
+    assert not detect(row).degenerate and "loop" in detect(row + '"**True**", ' * 2).reasons
+    assert "loop" in detect("Table:\n" + "<td>yes</td> " * 9).reasons
