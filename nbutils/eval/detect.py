@@ -65,6 +65,7 @@ CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordina
 INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
 COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
 LONE_LETTER_RE = re.compile(f"(?<=[{CJK}])[A-Za-z\u00c0-\u024f](?=[{CJK}])")  # 数h鏽: no script writes so
+ACCENTED_WORD_RE = re.compile("[A-Za-z\u00c0-\u024f]*[\u00c0-\u024f][A-Za-z\u00c0-\u024f]*")
 PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catalogs put them next to any script
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
@@ -268,8 +269,8 @@ def _odd_letters(text: str) -> int:
     """Letters no script writes so: one Latin letter alone between CJK characters, or a capital after a small
     letter inside a word where either has a diacritic (ŏüŶ, űĭãŮ; camelCase in ASCII is code): random characters."""
     odd = len(LONE_LETTER_RE.findall(text))
-    for a, b in zip(text, text[1:]):
-        odd += a.islower() and b.isupper() and not (a.isascii() and b.isascii()) and a < "\u0250" and b < "\u0250"
+    for word in ACCENTED_WORD_RE.findall(text):  # only Latin words with a diacritic: the loop stays short
+        odd += sum(a.islower() and b.isupper() and not (a.isascii() and b.isascii()) for a, b in zip(word, word[1:]))
     return odd
 
 
