@@ -204,9 +204,11 @@ def _line_copies(rev: list[str], size: int, p: int) -> float | None:
 
     A catalog line that ends like the line before it and is then said again ("X changed, used to
     notify" / "Y changed, used to notify" twice) is a region of 2.6 periods but 1.9 copies of a line.
-    None for units without a line break, and for regions that start at a line start (or the text's).
+    None for units without a line break, for regions that start at a line start (or the text's), and for
+    regions whose copies start at a line start after the first (a loop of lines said after a word: the
+    text before the first copy ends mid-line, the loop itself starts its lines where every copy does).
     """
-    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n":
+    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n" or rev[size - p] == "\n":
         return None
     lead = 0
     while lead < p and rev[size - 1 - lead] != "\n":

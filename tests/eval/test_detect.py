@@ -296,3 +296,4 @@ def test_a_table_cell_said_six_times_is_a_row_eight_times_a_loop():
     row = 'Table:\n   "quadratic blowup", ' + '"**True**", ' * 6
     assert not detect(row).degenerate and "loop" in detect(row + '"**True**", ' * 2).reasons
     assert "loop" in detect("Table:\n" + "<td>yes</td> " * 9).reasons
+

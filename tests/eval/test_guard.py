@@ -197,3 +197,14 @@ def test_guard_stops_a_line_said_a_third_time_not_a_catalog_line_said_twice():
     assert any(detect(catalog[:k]).degenerate for k in range(20, len(catalog) + 1))  # post hoc, cut there: a loop
     looping = catalog[:catalog.index("Accessible name")] + line
     assert all(settled(detect(looping + line[:c])) for c in range(len(line)))
+
+
+def test_guard_stops_lines_looping_after_a_mid_line_start_as_soon_as_detect_does():
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import settled
+
+    unit = ("Load the base model in four-bit precision with the fp16 compute type.\n"
+            "Train the low-rank adapter on the prepared data for one epoch.\n")  # two copies of 130 characters
+    head = "Here is what the notebook does, step by step: " + unit * 2
+    verdicts = [detect(head + unit[:c]) for c in range(len(unit))]
+    assert all(v.degenerate for v in verdicts) and all(settled(v) for v in verdicts)
