@@ -64,6 +64,9 @@ CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordina
 # Bidi marks (U+200E, U+200F) are ordinary in Hebrew and Arabic text next to Latin, and left alone.
 INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
 COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
+LONE_LETTER_RE = re.compile(f"(?<=[{CJK}])[A-Za-z\u00c0-\u024f](?=[{CJK}])")  # 数h鏽: no script writes so
+ACCENTED_WORD_RE = re.compile("[A-Za-z\u00c0-\u024f]*[\u00c0-\u024f][A-Za-z\u00c0-\u024f]*")
+PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catalogs put them next to any script
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
@@ -187,11 +190,32 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
         if _enough(unit, words, (run + p) / p, span, exact, counting):
-            m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span)
+            m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
+            if (copies := _line_copies(rev, run + p, p)) is not None:
+                m.update(loop_line_copies=round(copies, 2))
             if not exact:
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
+
+
+def _line_copies(rev: list[str], size: int, p: int) -> float | None:
+    """Copies of a periodic region (rev[:size], reversed) counted from the first line start in it.
+
+    A catalog line that ends like the line before it and is then said again ("X changed, used to
+    notify" / "Y changed, used to notify" twice) is a region of 2.6 periods but 1.9 copies of a line.
+    None for units without a line break, for regions that start at a line start (or the text's), and for
+    regions whose copies start at a line start after the first (a loop of lines said after a word: the
+    text before the first copy ends mid-line, the loop itself starts its lines where every copy does).
+    """
+    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n" or rev[size - p] == "\n":
+        return None
+    lead = 0
+    while lead < p and rev[size - 1 - lead] != "\n":
+        lead += 1
+    while lead < size and rev[size - 1 - lead] == "\n":
+        lead += 1  # the line breaks end the line before: the first copy starts after them
+    return (size - lead) / p
 
 
 def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool) -> bool:
@@ -208,12 +232,13 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 5)
     if p <= 2:
         return reps >= 5 and span >= 16
-    if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ...
-        return reps >= 6 and span >= 40
+    if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ... (tables say a cell 6 times)
+        return reps >= 8 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
-    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third.
-    return span >= 32 and reps >= (2 if span >= 100 * reps else 2.5)
+    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
+    # (sentences within a line do not: two copies of 60 characters each are a loop).
+    return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 60) * reps else 2.5)
 
 
 def _script(c: str) -> str:
@@ -227,7 +252,8 @@ def _script(c: str) -> str:
 
 
 def _script_switches(text: str) -> float:
-    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter)."""
+    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter,
+    a symbol next to CJK a half: Korean and Chinese write ☆, ⓡ and ㅠ.ㅠ between words without spaces)."""
     score, prev = 0.0, None
     for c in text:
         s = "other" if c.isspace() or c.isdigit() or c.isascii() and not c.isalpha() else _script(c)
@@ -235,9 +261,19 @@ def _script_switches(text: str) -> float:
             prev = None
             continue
         if prev and s != prev:
-            score += 0.25 if {s, prev} == {"latin", "cjk"} else 1
+            pair = {s, prev}
+            score += 0.25 if pair == {"latin", "cjk"} else 0.5 if pair == {"symbol", "cjk"} else 1
         prev = s
     return score
+
+
+def _odd_letters(text: str) -> int:
+    """Letters no script writes so: one Latin letter alone between CJK characters, or a capital after a small
+    letter inside a word where either has a diacritic (ŏüŶ, űĭãŮ; camelCase in ASCII is code): random characters."""
+    odd = len(LONE_LETTER_RE.findall(text))
+    for word in ACCENTED_WORD_RE.findall(text):  # only Latin words with a diacritic: the loop stays short
+        odd += sum(a.islower() and b.isupper() and not (a.isascii() and b.isascii()) for a, b in zip(word, word[1:]))
+    return odd
 
 
 def _unicode_junk(text: str, m: dict) -> bool:
@@ -249,11 +285,14 @@ def _unicode_junk(text: str, m: dict) -> bool:
     counts = {
         "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
         "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
-        "stacked_marks": len(COMBINING_RUN_RE.findall(text)), "script_switches": _script_switches(text[-120:]),
+        "stacked_marks": len(COMBINING_RUN_RE.findall(text)),
+        "script_switches": _script_switches(PRINTF_RE.sub(" ", text[-120:]) if "%" in text else text[-120:]),
+        "odd_letters": _odd_letters(text[-120:]),
     }
     m.update(counts)
     return (counts["replacement"] >= 2 or control >= 2 or counts["invisible"] >= 3 or counts["mojibake"] >= 2
-            or counts["private_use"] >= 3 or counts["stacked_marks"] >= 2 or counts["script_switches"] >= 8)
+            or counts["private_use"] >= 2 or counts["stacked_marks"] >= 2
+            or counts["script_switches"] + 2 * counts["odd_letters"] >= 8)
 
 
 def detect(text: str) -> Verdict:

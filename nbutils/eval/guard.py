@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from nbutils.eval.detect import TAIL_CHARS, detect
+from nbutils.eval.detect import TAIL_CHARS, Verdict, detect
+
+GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
+GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
 
 
 @dataclass
@@ -29,6 +32,27 @@ class RowState:
     ids: list[int] = field(default_factory=list)
     text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
     decoded: int = 0  # tokens already decoded into text
+
+
+def settled(verdict: Verdict) -> bool:
+    """Is a verdict firm enough to stop a generation mid-stream (the guard's question, not detect's)?
+
+    A counted template ("Move window to workspace 4", 5, 6 ...) is what healthy menus and catalogs
+    list up to about nine times, so mid-stream a counting loop stops a row only once it has
+    GUARD_COUNT_REPEATS items (twice as many when its numbers do not step evenly, as in a listing
+    sorted as text: 1, 10, 11, 12, 2 ...), or GUARD_COUNT_CHARS characters of them. A loop of lines
+    whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
+    (gettext catalogs translate two messages alike, after a line that ends the same way), and the
+    third copy has begun. Post hoc,
+    `detect` reports both as soon as it sees them. Every other verdict stops at once.
+    """
+    m = verdict.metrics
+    if verdict.reasons == ["loop"] and "loop_line_copies" in m:  # a catalog says a line twice after one alike
+        return m["loop_line_copies"] > GUARD_LINE_COPIES
+    if verdict.reasons != ["counting-loop"]:
+        return verdict.degenerate
+    need = GUARD_COUNT_REPEATS * (1 if m.get("loop_counts") else 2)
+    return m.get("loop_repeats", 0) >= need or m.get("loop_chars", 0) >= GUARD_COUNT_CHARS
 
 
 def _id_loop(ids: list[int], max_period: int = 64) -> bool:
@@ -116,7 +140,7 @@ class DegenerationGuard(StoppingCriteria):
             add = full_text[cut:]
             row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
             verdict = detect(row.text)
-            if verdict.degenerate and not row.reasons:
+            if settled(verdict) and not row.reasons:  # counting loops: once they outnumber a healthy menu
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
                 row.stopped = changed = self.stop
         if changed:

@@ -1,8 +1,10 @@
-"""Word soup and subword soup: words without grammar, or fragments of words, judged on the last 24 words."""
+"""Word soup and subword soup: words without grammar, or fragments of words, judged on the last 24 words, then 40."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from string import ascii_letters as ASCII_LETTERS
 
 VOWELS = frozenset("aeiouy")
 FUNCTION_WORDS = frozenset("""
@@ -36,51 +38,133 @@ _NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
 # A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney".
-MIDCAP_RE = re.compile(r"(?<=[a-z] )[A-Z][a-z]{2,}\b(?! [A-Z])")
+MIDCAP_RE = re.compile(r"\b[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")  # after a lowercase word: "Sam Ruby" is a name
 _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
                     "sw th tr ts tw vl wh wr zh".split())
 
 
-def soup(tokens: list[str], recent: str, m: dict) -> str | None:
-    """Word soup (words without grammar) or subword soup (fragments), judged on the last 24 words."""
-    words: list[str] = []
-    n = span = chars = other = lines = bad = function = short = 0
-    bare, nxt = None, ""  # bare: words since the last punctuation or line break
-    for t in reversed(tokens):
-        if n == 24:
-            break
-        c = t.lstrip("_")[:1] or t[0]  # _private_name is a word
+WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
+# Distinctly German function words: where they are, capitals mark nouns, not soup.
+GERMAN = frozenset("der und nicht ist sind ein eine einen einem einer den dem des mit von im auf für auch sich wird "
+                   "werden oder aber wenn nach bei aus dass noch nur kann zum zur konnte kein keine".split())
+# A sentence never ends on an article, a conjunction or "to", and seldom on a preposition: "of by." "list in.";
+# nor does a clause on an article or "to" ("for an, match", "Speed to, command"). "a" is left out: (a, b).
+STRANDED_RE = re.compile(r"\b(?:{})\.(?=\s|$)|\b(?:{}),(?=\s)".format(
+    "|".join(sorted((_DET | _PREP | _CONJ | {"to"}) - {"a"})), "|".join(sorted((_DET | {"to"}) - {"a"}))))
+# "an" before a consonant, "a" before a vowel (lowercase words: "an SQL", "an hour", "a user" are fine).
+ARTICLE_RE = re.compile(r"\b(?:an [bcdfgjklmnpqrstvwz][a-z]|a [aei][a-z]{2})")  # "a is", "a in": a variable
+_CONTRACTED = frozenset("t s ll re ve d m".split())  # can't, it's, we'll: the piece after an apostrophe
+
+
+_KEYS = ("n", "span", "chars", "other", "lines", "bad", "function", "short", "german", "bare")
+
+
+def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[dict]:
+    """Counts over the last `window` words, for each window in turn, in one pass read only as far as asked: words,
+    function words, fragments, broken pairs, punctuation. Plain locals in the loop: the guard runs it on every check."""
+    n = span = chars = other = lines = bad = function = short = german = 0
+    bare, words, found, line = None, [], 0, None
+    nxt = after = ""  # the next token and the one after it
+    last = len(tokens) - 1
+    for i in range(last, -1, -1):
+        if n == windows[found]:
+            yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:], line=line)
+            found += 1
+            if found == len(windows):
+                return
+        t, prev = tokens[i], tokens[i - 1] if i else ""
+        if n >= 16 and t[0] > "\u024f" and t[0].isalpha():
+            break  # Latin-script words after text in another script (Greek, Thai...): they are judged alone
+        first = t.lstrip("_")[:1] or t[0]  # _private_name is a word
         span, chars = span + 1, chars + len(t) + 1
-        if c.isalpha() and not "\u3040" <= c <= "\ufaff":
+        if first.isalpha() and not "\u3040" <= first <= "\ufaff" and nxt != ":" and not (
+                prev == "'" and t in _CONTRACTED):  # a label (INFO:, Install:) or a contraction is no word
             if t in FUNCTION_WORDS:
                 function += 1
-                bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt in (",", ";") and t in _DET)
-            short += _fragment(t)
+                if after != "-":  # "an in-memory tree": the next word is part of a compound
+                    bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
+            short += _fragment(t) and nxt != "'" and not (  # isn't, won't; letters between digits of a hash (e77fd93)
+                t.strip("abcdef") == "" and (prev[:1].isdigit() or nxt[:1].isdigit() or "\ue000" in (prev, nxt)))
+            german += t in GERMAN
             words.append(t)
             n += 1
         else:
             bare = n if bare is None else bare
+            if t == "\n" and not lines:
+                line = (n, short, other, span)  # the last line alone: soup that starts on a line of its own
             lines += t == "\n"
-            other += t != "\n" and (not c.isalnum() or "\u3040" <= c <= "\ufaff")  # punctuation, numbers, CJK
-        nxt = t
+            other += t != "\n" and (not first.isalnum() or "\u3040" <= first <= "\ufaff" or nxt == ":")
+            # punctuation, CJK and labels are structure
+        nxt, after = ("", "") if i == last and cut else (t, nxt)  # a word cut short pairs with nothing
+    for _ in range(found, len(windows)):  # the text ran out first: every window left sees all of it
+        yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:], line=line)
+
+
+def soup(tokens: list[str], recent: str, m: dict) -> str | None:
+    """Word soup (words without grammar) or subword soup (fragments), judged on the last 24 words, then 40."""
+    # zip asks the scan for the 40-word counts only when the 24-word ones left it going on
+    for window, c in zip(WINDOWS, _scan(tokens, WINDOWS, recent[-1:].isalnum())):
+        if window > WINDOWS[0] and c["n"] <= WINDOWS[0]:
+            return None  # no more words than the first window judged
+        if kind := _judge(c, tokens, recent, m, wide=window > WINDOWS[0]):
+            return kind
+        if not _signs(m):
+            return None  # the 40 words are read only where the last 24 show a sign of soup: the guard's cost
+    return None
+
+
+def _signs(m: dict) -> bool:
+    """Any sign of soup in the counts _judge left: a broken pair, a lone capital, few function words, fragments."""
+    return bool(m.get("bad_pairs") or m.get("mid_caps") or m.get("snake") or m.get("function_share", 1) < 0.25
+                or m.get("short_share", 0) >= 0.25)
+
+
+def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False) -> str | None:
+    """The verdict on one window's counts (see _kind), with the signs read off the raw text added."""
+    n, span, chars, other, function, short, bad, words = (c[k] for k in ("n", "span", "chars", "other", "function",
+                                                                          "short", "bad", "words"))
+    if _fragment_line(c):
+        return "subword-soup"
     if n < 16 and not (n >= 12 and short >= 0.75 * n):  # a short text, unless it is nearly all fragments
         return None
+    bare = c["bare"]
     if bare is None:  # no punctuation in the window: how far back does the bare run go (up to 40 words)?
         bare = n
         for t in reversed(tokens[max(0, len(tokens) - span - 16):len(tokens) - span]):
             if not t[0].isalpha():
                 break
             bare += 1
-    bad += len(TITLE_FW_RE.findall(recent[-chars:]))  # "is and The once": a function word capitalized mid-sentence
-    caps = len(MIDCAP_RE.findall(recent[-chars:]))
+    caps = 0
+    if c["german"] < 2:  # German capitalizes every noun
+        text = recent[-chars:].rstrip(ASCII_LETTERS)  # the last word may be cut short: it says nothing yet
+        bad += len(TITLE_FW_RE.findall(text))  # "is and The once": a function word capitalized mid-sentence
+        bad += len(STRANDED_RE.findall(text)) + len(ARTICLE_RE.findall(text))
+        caps = len(set(MIDCAP_RE.findall(text)))  # a defined term (the Software) said again is one
     snake = sum("_" in w.strip("_") for w in words)
     m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),
              bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
-    if other >= 0.25 * span or lines >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
+    if other >= 0.25 * span or c["lines"] >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
+    if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
+        bare = 0
+    return _kind(n, span, other, function, short, bad, bare, caps, snake, words)
+
+
+def _fragment_line(c: dict) -> bool:
+    """The last line alone: twelve words or more, half of them fragments, few symbols (no code), all ASCII
+    (Vietnamese and Devanagari syllables are short words, not fragments). Soup on a line of its own."""
+    if not c["line"]:
+        return False
+    n, short, other, span = c["line"]
+    return n >= 12 and 2 * short >= n and 4 * other < span and all(w.isascii() for w in c["words"][:n])
+
+
+def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, bare: int, caps: int, snake: int,
+          words: list[str]) -> str | None:
+    """Subword soup: mostly fragments or glued pseudo-words; word soup: few function words, broken pairs, lone capitals."""
     if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
-    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 1 or function < 0.25 * n)):
+    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 2 or function < 0.25 * n)):
         return "word-soup"
     if snake >= 0.2 * n and other < 0.15 * span and function < 0.25 * n:  # identifiers strung together, no code
         return "word-soup"
@@ -88,6 +172,10 @@ def soup(tokens: list[str], recent: str, m: dict) -> str | None:
     if (bad >= 2 and (caps >= 1 or function < 0.25 * n)) or (caps >= 4 and function < 0.25 * n):
         return "word-soup"
     if bare >= 16 and (caps >= 3 or caps >= 1 and function < 0.3 * n):  # capitalized words alone, no punctuation
+        return "word-soup"
+    if bare >= 36 and function < 0.4 * n:  # 36 words without a comma or a stop, few of them function words
+        return "word-soup"
+    if caps >= 4 and bad >= 1 and function < 0.4 * n:  # four lone capitals and a broken pair, in ordinary density
         return "word-soup"
     return None
 

@@ -1,6 +1,7 @@
 """The degeneration stress set: how it is generated, the figures computed on it, and guard / detect agreement."""
 
 import glob
+import zlib
 
 import pytest
 
@@ -40,6 +41,15 @@ def test_tuning_and_reported_samples_differ():
     assert stress.TUNING_SEED != stress.REPORTED_SEED and not {s.text for s in a} & {s.text for s in b}
     docs = corpus.documents()
     assert any(corpus.is_reported(d) for d in docs) and not all(corpus.is_reported(d) for d in docs)
+
+
+def test_halves_do_not_depend_on_where_the_checkout_lives():
+    """A package file is in the same half whether the virtual environment is under /work/main or a worktree:
+    the half is a hash of the path inside site-packages."""
+    rels = [f"/pkg{i}/README.md" for i in range(16)]
+    halves = [corpus.is_reported(corpus.Doc("markdown", corpus.SITE + r, "x")) for r in rels]
+    assert halves == [zlib.crc32(f"site-packages{r}".encode()) % 2 == 1 for r in rels]
+    assert any(halves) and not all(halves)
 
 
 def test_healthy_text_covers_scripts_and_structure(small):

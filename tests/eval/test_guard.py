@@ -168,3 +168,43 @@ def test_observer_leaves_scores_unchanged_and_records_per_row(tiny_llama):
     assert torch.equal(_generate(tiny_llama, observer=observer, eos=None, new=16), plain)
     summary = observer.summary()
     assert len(summary) == 4 and all(s["mean_entropy"] >= 0 and s["mean_logprob"] <= 0 for s in summary)
+
+
+# ---- what the guard stops mid-stream: counted menus and a catalog line said twice are healthy until they go on -------
+
+def test_guard_waits_for_a_counted_template_to_outnumber_a_healthy_menu():
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import GUARD_COUNT_REPEATS, settled
+
+    menu = "".join(f"Move window to workspace {n}\n\n" for n in range(1, GUARD_COUNT_REPEATS))
+    early = [k for k in range(20, len(menu) + 1) if detect(menu[:k]).degenerate]
+    assert early and not any(settled(detect(menu[:k])) for k in early)  # post hoc a loop; mid-stream not yet
+    sorted_menu = "".join(f"Move window to workspace {n}\n\n" for n in sorted(range(1, 13), key=str))
+    assert not any(settled(detect(sorted_menu[:k])) for k in range(20, len(sorted_menu) + 1))
+    loop = menu + "".join(f"Move window to workspace {n}\n\n" for n in range(GUARD_COUNT_REPEATS, 30))
+    v = detect(loop)
+    assert "counting-loop" in v.reasons and settled(v)
+    assert settled(detect("hello " * 20))
+
+
+def test_guard_stops_a_line_said_a_third_time_not_a_catalog_line_said_twice():
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import settled
+
+    line = "The table caption changed, used to notify the reader\n\n"
+    catalog = "Accessible value\n\nThe parent changed, used to notify the reader\n\n" + line * 2 + "Accessible name\n\n"
+    assert not any(settled(detect(catalog[:k])) for k in range(20, len(catalog) + 1))
+    assert any(detect(catalog[:k]).degenerate for k in range(20, len(catalog) + 1))  # post hoc, cut there: a loop
+    looping = catalog[:catalog.index("Accessible name")] + line
+    assert all(settled(detect(looping + line[:c])) for c in range(len(line)))
+
+
+def test_guard_stops_lines_looping_after_a_mid_line_start_as_soon_as_detect_does():
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import settled
+
+    unit = ("Load the base model in four-bit precision with the fp16 compute type.\n"
+            "Train the low-rank adapter on the prepared data for one epoch.\n")  # two copies of 130 characters
+    head = "Here is what the notebook does, step by step: " + unit * 2
+    verdicts = [detect(head + unit[:c]) for c in range(len(unit))]
+    assert all(v.degenerate for v in verdicts) and all(settled(v) for v in verdicts)
