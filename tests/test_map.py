@@ -53,9 +53,6 @@ def test_python_m_nbutils_prints_every_module_without_importing_torch():
 
 
 # Tests mirror the modules: nbutils/<pkg>/<module>.py -> tests/<pkg>/test_<module>.py (top level: tests/test_<module>.py).
-# TEMPORARY allow-list, exactly these four: their tests are being split out of tests/eval/test_eval_stress.py in another
-# branch of issue #18; the lead removes this list when that branch is merged.
-NOT_YET_MIRRORED = {"eval/stress", "eval/soup", "eval/corpus", "eval/scorecard"}
 
 
 def _mirror(module: str):
@@ -67,7 +64,5 @@ def test_every_module_has_its_own_test_file():
     found = sorted(p.relative_to(ROOT).with_suffix("").as_posix() for p in ROOT.rglob("*.py")
                    if not p.name.startswith("__"))
     missing = [f"{m} -> {_mirror(m).relative_to(ROOT.parent)}" for m in found
-               if m not in NOT_YET_MIRRORED and not _mirror(m).exists()]
+               if not _mirror(m).exists()]
     assert not missing, "modules without their own test file (add it, or move their tests there):\n" + "\n".join(missing)
-    mirrored = sorted(m for m in NOT_YET_MIRRORED if _mirror(m).exists())
-    assert not mirrored, f"{mirrored} have their test files now: remove them from NOT_YET_MIRRORED"

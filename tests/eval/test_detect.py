@@ -1,5 +1,5 @@
 """Detection (`nbutils.eval.detect`): every degeneration class caught with its reason, healthy text of every kind
-left alone, wherever the text ends. The stress set's figures: tests/eval/test_eval_stress.py."""
+left alone, wherever the text ends. Word and subword soup: tests/eval/test_soup.py; the stress set: tests/eval/test_stress.py."""
 
 import os
 import sysconfig
@@ -194,75 +194,6 @@ def test_ascii_fast_tokenizer_gives_the_same_tokens():
     assert checked >= 30
 
 
-# ---- word soup that keeps function words at their natural rate, and healthy text that looks a little like it --------
-
-SPARSE_SOUP = ("Registers or Bleach scanning Speed to, command of always by Note github same is median to os there "
-               "translations user format level versions precision in. Workflows request to argument the long headers "
-               "self, search, int github pydantic functions that. Byte Tk runkle compressed httpx")
-SOUP_HEALTHY = {
-    "license terms": "Permission is hereby granted to any person obtaining a copy of the Software, to deal in the "
-                     "Software without restriction, subject to the following conditions: the above notice shall be "
-                     "included in all copies of the Software, by, or on behalf of, the Licensor.",
-    "german": "Speicher für TGA-Kontextstruktur konnte nicht bereitgestellt werden. Speicher zum Laden eines "
-              "PNM-Bildes konnte nicht bereitgestellt werden. Der zum Laden eines XPM-Bildes verwendete Speicher "
-              "konnte nicht zugewiesen werden. Neuer Pixbuf konnte nicht angelegt werden.",
-    "contractions": "When pip can't run, you can't use pip to fix pip, so it isn't installed and you won't get far: "
-                    "it's the way you fix it, we'll see, they're sure it is by re-running pip that you fix it.",
-    "log": "INFO:db:Virgin Islands Creole English\nINFO:worker.3:Bolivian Sign Language\nINFO:app:pg_control CRC "
-           "value is incorrect\nWARNING:app:Southern Mashan Hmong\nERROR:db:while building principal\n"
-           "INFO:app:Program called an obsolete, deleted function\nDEBUG:db:force mode for added files\n",
-    "command help": "  get                       Get the value of a key\n  set                       Set the value of a key\n"
-                    "  reset                     Reset the value of a key\n  list-keys                 List keys\n",
-    "korean symbols": "흐흐흐 ㄱㄱㄱ☆ㅠ_ㅠ 어릨 ⓡⓖ훀 ⓔ뎨 亞영ⓔ능횹 ☆서울 ⓔ궈 ⓡ릘㉱긐 因仁 家훀 ㅠ.ㅠ ⓡ마 ⓔ다",
-    "names": "Sam Ruby helped with a lot of edge cases.\n\nJonathan Ellis was awarded the prestigious Beau Potage "
-             "D'Or for his\nwork in solving the nestable tags conundrum.\n\nAn incomplete list of people have "
-             "contributed patches to Beautiful\nSoup:\n\n Istvan Albert, Andrew Lin, Anthony Baxter, Oliver Beattie",
-    "long sentence": "The maintainers of *attrs* and thousands of other packages are working with Tidelift to deliver "
-                     "commercial support and maintenance for the open source packages you use to build your apps.",
-    "printf in thai": "%liวัน %liชม. %liนาที %liวิ\n\n%liชม. %liนาที %liวิ\n\n%liนาที %liวิ\n\n%liวิ\n\n%liวัน",
-    "table cells": '   "billion laughs", "**True**", "**True**", "**True**", "**True**", "**True**", "False (1)"\n'
-                   '   "quadratic blowup", "**True**", "**True**", "**True**", "**True**", "**True**", "**True**", '
-                   '"False"\n   "external entity", "False", "False", "True", "False"\n',
-}
-
-
-def test_sparse_word_soup_is_found_from_clauses_that_end_on_function_words():
-    assert "word-soup" in detect(SPARSE_SOUP).reasons
-    assert "word-soup" in detect("The notebook loads the model.\n\n" + SPARSE_SOUP).reasons
-
-
-@pytest.mark.parametrize("kind", sorted(SOUP_HEALTHY))
-def test_natural_text_with_capitals_contractions_labels_and_symbols_is_clean(kind):
-    text = SOUP_HEALTHY[kind]
-    flagged = [k for k in range(20, len(text) + 1, 3) if detect(text[:k]).degenerate]
-    assert not flagged, (kind, flagged[0], detect(text[:flagged[0]]))
-
-
-def test_soup_after_another_script_is_judged_alone_and_a_hash_is_no_fragment():
-    greek = "μη έγκυρη παράμετρος για την επιλογή %s\n\nπάρα πολλές παράμετροι ει "
-    soup = "apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog silver tiger lamp"
-    assert not detect(greek).degenerate and "word-soup" in detect(greek + soup).reasons
-    url = ("An example can be found `here <https://github.com/bowtie-json-schema/bowtie/blob/"
-           "e77fd93598cb6e7dc1b8b1f53c00e5aa410c201a/implementations/python-jsonschema/Dockerfile#L1-L8>`_.")
-    assert not detect("Note that you will need a Rust toolchain installed, as it is a build-time dependency. " + url
-                      ).degenerate
-
-
-def test_soup_with_natural_function_words_is_found_by_long_bare_runs_and_lone_capitals():
-    bare = ("docs open for is synchronization the policy com of window on type it other file is class python "
-            "correlation successfully as of each purpose all setnchannels for version dictionary of index there "
-            "checkers and colorstring valid header the py detected pydantic getframerate badge can single exception")
-    caps = ("strong about snippet used is existing if Return. Models First binary environ names instances The effects "
-            "add we incrementally highlightcolor pydantic of fields raised ipynb com to description details Python "
-            "does weekday. The open the False Viicos color, install returns to count that com one Decimal ne")
-    assert "word-soup" in detect(bare).reasons and "word-soup" in detect(caps).reasons
-    prose = ("4. Redistribution. You may reproduce and distribute copies of the\n      Work or Derivative Works thereof "
-             "in any medium, with or without\n      modifications, and in Source or Object form, provided that You\n"
-             "      meet the following conditions:\n\n      (a) You must give any other recipients of the Work or\n"
-             "      Derivative Works a copy of this License; and\n")  # the Apache License: capitals are defined terms
-    assert not any(detect(prose[:k]).degenerate for k in range(40, len(prose) + 1, 7))
-
-
 @pytest.mark.parametrize("junk", ["椼q<<#4慿vD|岧綕nj珹纒夡苾吇弁P炚免悦箉d槑K数h鏽藄({|7綿4GAn鴑R僢倣圅鞵",
                                   "უზბ\n壃駌布ŏüŶ峉ĀŹ欗ŶÿűĭãŮĥ擘郜ąŋ篚ĕŗĩÞ楝ŐĴŠ谷ěŃŴ", "adjusted\ue9de patil\uea77 muy"])
 def test_random_characters_are_junk_where_script_switches_are_few(junk):
@@ -274,14 +205,6 @@ def test_random_characters_are_junk_where_script_switches_are_few(junk):
                                   "使用 pip install 安装 NumPy 和 PyTorch，然后运行 python -m pytest 检查。"])
 def test_latin_words_and_capitals_in_other_scripts_are_no_junk(text):
     assert not any(detect(text[:k]).degenerate for k in range(10, len(text) + 1))
-
-
-def test_fragments_on_a_line_of_their_own_are_subword_soup_short_real_words_are_not():
-    prose = "The notebook loads the model and writes the adapter next to it.\n"
-    assert "subword-soup" in detect(prose + "h al tors acti ro u i mi in canv rk l yl i t t").reasons
-    for line in ["It is up to you to do so if it is on by default and we do not go on", "Nhập mã PIN của bạn để mở "
-                 "khóa và để có thể đi tới đó", "x = f(a, b) if n > 0 else g(c, d) + h(e) * k(i, j) - m(o, p)"]:
-        assert not detect(prose + line).degenerate, line
 
 
 def test_two_sentences_said_twice_within_a_line_are_a_loop_wherever_the_text_ends():

@@ -11,18 +11,18 @@ from nbutils.eval.guard import DegenerationGuard, GenerationObserver
 @pytest.fixture(scope="module")
 def broken(prepared_data, tmp_path_factory):
     """An adapter trained with EOS masked out of the loss (what pad == EOS does), on the embedded default."""
-    from nbutils.data import splits as data
+    from nbutils.data import splits
     from nbutils.train import modeling, training
     from nbutils.train.trainconfig import TrainConfig
 
     tok = modeling.load_tokenizer("embedded")
-    train = data.load_split(prepared_data, "train").map(
+    train = splits.load_split(prepared_data, "train").map(
         lambda r: {"labels": [-100 if t == tok.eos_token_id else lab for t, lab in zip(r["input_ids"], r["labels"])]})
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
-    training.train(model, tok, train, data.load_split(prepared_data, "eval"),
+    training.train(model, tok, train, splits.load_split(prepared_data, "eval"),
                    TrainConfig(max_steps=60, eval_steps=20, save_steps=20, resume=False),
                    tmp_path_factory.mktemp("broken"), progress="off")
-    return model.eval(), tok, data.load_split(prepared_data, "eval")
+    return model.eval(), tok, splits.load_split(prepared_data, "eval")
 
 
 def test_broken_model_guard_saves_tokens_and_breaker_stops(broken):
