@@ -85,7 +85,7 @@ def _load_verify():
     spec.loader.exec_module(mod)
     return mod
 _verify = _load_verify()
-_before = {}
+_before = []
 def _probed():
     # The install step's own fresh-interpreter import check (nbutils.platform.install_verify.PROBED), if it ran here.
     return getattr(sys.modules.get("nbutils.platform.install_verify"), "PROBED", {})
@@ -94,13 +94,12 @@ def _pre(info):
     os.environ["NBUTILS_CELL"] = str(_ip.execution_count - 1)
     _ip.user_ns["_exit_code"] = 0
     _probed().clear()  # only this cell's findings stand in for the hook's own check
-    _before.clear()
-    _before.update(_verify.distribution_versions())
+    _before[:] = _verify.metadata_folders()  # a listing: reading every metadata file cost ~0.1 s per cell
 def _after_pip(count):
     # pip check runs beside the stale and import checks below (it only reads metadata): one core each.
     chk = subprocess.Popen([sys.executable, "-m", "pip", "check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    after = _verify.distribution_versions()
-    moved = _verify.changed(_before, after)
+    after = _verify.distribution_versions()  # metadata versions: what the install step's findings were taken at
+    moved = _verify.changed(_verify.versions_of_folders(_before), _verify.versions_of_folders(_verify.metadata_folders()))
     pkgs = importlib.metadata.packages_distributions()  # once: it reads every distribution's file list
     tops = _verify.modules_of(pkgs)
     loaded = {m.split(".")[0] for m in list(sys.modules)}

@@ -77,3 +77,20 @@ def test_primary_module_of_a_distribution():
     assert iv.primary_module("pyarrow", tops) == "pyarrow"
     assert iv.primary_module("scikit-learn", tops) == "sklearn"
     assert iv.primary_module("odd", tops) is None
+
+
+def test_versions_read_from_metadata_folder_names_match_the_metadata(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for folder, name in (("a", "huggingface_hub-0.31.1.dist-info"), ("a", "notes.txt"), ("b", "huggingface_hub-2.4.0.dist-info"),
+                         ("b", "Foo.Bar-1.0-py3.11.egg-info")):
+        (tmp_path / folder / name).mkdir()
+    names = iv.metadata_folders([str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "b")])
+    assert sorted(names) == ["Foo.Bar-1.0-py3.11.egg-info", "huggingface_hub-0.31.1.dist-info", "huggingface_hub-2.4.0.dist-info"]
+    assert iv.versions_of_folders(names) == {"huggingface-hub": "0.31.1", "foo-bar": "1.0"}  # the first on the path wins
+    # On this interpreter's own path the listing gives what the metadata says, for every distribution pip installed
+    # (a source tree's own `name.egg-info`, as an editable install leaves it, carries no version in its name).
+    listed = {n: v for n, v in iv.versions_of_folders(iv.metadata_folders()).items() if v}
+    assert {n: v for n, v in iv.distribution_versions().items() if n in listed} == \
+        {n: v for n, v in listed.items() if n in iv.distribution_versions()}
+    assert {"torch", "transformers", "peft", "pip"} <= listed.keys()
