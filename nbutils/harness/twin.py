@@ -32,7 +32,9 @@ from nbutils.platform.packages import is_torch_stack, torch_pin
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "kaggle-image"
 KERNEL_PREFIX = "kaggle-"
-# What a snapshot keeps from a freeze: the packages the chain imports or that pip moves under it.
+# What a snapshot keeps from a freeze: the packages the chain imports or that pip moves under it, plus (refresh adds
+# them) the requirement closure of the pins. A real image has nltk, rich, pydantic...: a twin without them would
+# install two dozen packages that Kaggle's pip never touches.
 KEEP = ("accelerate", "beautifulsoup4", "bitsandbytes", "datasets", "fsspec", "huggingface-hub", "ipykernel", "ipython",
         "ipywidgets", "jupyter-client", "matplotlib", "numpy", "pandas", "peft", "protobuf", "pyarrow", "safetensors",
         "scikit-learn", "scipy", "sentence-transformers", "tokenizers", "tqdm", "transformers")
@@ -201,8 +203,14 @@ def rerun_install(box_root: Path) -> str:
 
 
 def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
-    """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: only the KEEP packages, pinned."""
-    keep, found = {canonical(k) for k in KEEP}, {}
+    """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: the KEEP packages and everything the pins
+    require (read from this venv's metadata, where `make setup` installed them), pinned; never torch's stack."""
+    from nbutils.platform.install_verify import requirement_closure
+    from nbutils.platform.packages import NEEDED
+
+    keep = {canonical(k) for k in KEEP} | {n for n in requirement_closure(NEEDED) if not is_torch_stack(n)}
+    keep -= {"pip", "setuptools", "wheel"}  # the venv's own tools, not the image's
+    found = {}
     for line in freeze.read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", line.strip())
         if m and canonical(m.group(1)) in keep:
