@@ -141,13 +141,57 @@ def register(twin: Twin, prefix: Path = Path(sys.prefix)) -> str:
     return name
 
 
-def pristine_copy(twin: Twin, dest: Path) -> Path:
-    """A hard-linked copy of the twin's venv at dest (seconds, almost no disk); its python path."""
+def _spare(twin: Twin, near: Path) -> Path:
+    """Where the next pristine copy of this twin is made ahead of time (beside the notebooks' sandboxes)."""
+    return near / f".spare-{twin.name}-{twin.key}"
+
+
+# Spare copies being made: folder -> the `cp -al` making it. A copy is 1-2 s of link() calls per notebook; made while
+# the previous notebook runs, the next notebook starts without waiting for it.
+_MAKING: dict[Path, subprocess.Popen] = {}
+
+
+def prefetch(twin: Twin, near: Path) -> None:
+    """Start making the next pristine copy of the twin under `near`, in the background (pristine_copy takes it).
+
+    `<spare>.ready` is written only after cp succeeded, so a copy cut short (kill -9, full disk) is never handed out."""
+    spare = _spare(twin, near)
+    if spare in _MAKING or spare.exists():
+        return
+    near.mkdir(parents=True, exist_ok=True)
+    _MAKING[spare] = subprocess.Popen(["sh", "-c", 'cp -al "$0" "$1" && touch "$1.ready"', str(twin.folder / "venv"),
+                                       str(spare)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _take_spare(twin: Twin, dest: Path) -> bool:
+    """Move a finished spare copy of the twin to dest (same folder tree, so a rename); False when there is none."""
+    spare = _spare(twin, dest.parent.parent)
+    ready = spare.with_name(spare.name + ".ready")
+    proc = _MAKING.pop(spare, None)
+    if proc is not None:
+        proc.wait()
+    if not ready.exists():  # none, or cut short: set aside and deleted in the background
+        if spare.exists():
+            trash = spare.with_name(f"{spare.name}.{time.time_ns()}.old")
+            spare.rename(trash)
+            subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        return False
+    ready.unlink()
+    spare.rename(dest)
+    return True
+
+
+def pristine_copy(twin: Twin, dest: Path, spare: bool = False) -> Path:
+    """A hard-linked copy of the twin's venv at dest (seconds, almost no disk); its python path.
+
+    spare=True: take the copy `prefetch` made under dest's grandparent when there is one (the harness's sandboxes)."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-al", str(twin.folder / "venv"), str(dest)], check=True)
-    _fix_scripts(dest, twin.folder / "venv")
+    if not (spare and _take_spare(twin, dest)):
+        subprocess.run(["cp", "-al", str(twin.folder / "venv"), str(dest)], check=True)
+    _fix_scripts(dest, twin.folder / "venv")  # a spare was made elsewhere: its scripts still name the cached twin
     return dest / "bin" / "python"
 
 
@@ -179,7 +223,8 @@ def prepare(twin: Twin, box) -> tuple[str, str, dict]:
     dataset = dataset_dir()
     if not (dataset / "wheelhouse.json").exists():
         raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-dataset` first")
-    python = pristine_copy(twin, box.root / "env")
+    python = pristine_copy(twin, box.root / "env", spare=True)
+    prefetch(twin, box.root.parent)  # the next notebook's copy, made while this one runs
     kernel, folder = kernelspec(python, box.root / "jupyter")
     sandbox.mount_readonly(dataset, box, settings.DATASET_SLUG, link=True)
     return kernel, str(python), {"JUPYTER_PATH": str(folder)}

@@ -70,6 +70,29 @@ def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monke
     assert (venv / "bin" / "pip").read_text() == f"#!{venv}/bin/python\n"  # the script was replaced, not edited
 
 
+def test_the_next_notebooks_copy_is_made_ahead_and_a_copy_cut_short_is_never_handed_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
+    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
+    venv = t.folder / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    (venv / "lib" / "mod.py").write_text("old")
+    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+    boxes = tmp_path / "sandbox"
+    twin.prefetch(t, boxes)
+    dest = boxes / "02" / "env"
+    twin.pristine_copy(t, dest, spare=True)
+    assert not list(boxes.glob(".spare-*"))  # taken: renamed into place, not copied again
+    assert os.stat(dest / "lib" / "mod.py").st_ino == os.stat(venv / "lib" / "mod.py").st_ino
+    assert (dest / "bin" / "pip").read_text() == f"#!{dest}/bin/python\n"  # made elsewhere, its scripts fixed here
+    # A spare left without its .ready mark (a copy killed half-way) is set aside; the notebook gets a full copy.
+    half = boxes / ".spare-fake-k"
+    (half / "bin").mkdir(parents=True)
+    dest = boxes / "03" / "env"
+    twin.pristine_copy(t, dest, spare=True)
+    assert (dest / "lib" / "mod.py").read_text() == "old" and not half.exists()
+
+
 def test_bytecode_written_in_a_copy_never_reaches_the_cached_twin(tmp_path, monkeypatch):
     """Twins run with bytecode on (sandbox.environment): a .pyc written or rewritten in the copy stays in the copy."""
     import subprocess
