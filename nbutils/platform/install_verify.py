@@ -103,14 +103,22 @@ def probe_groups(wanted: dict[str, str]) -> list[dict[str, str]]:
     Both halves compile what pip just installed (it runs with --no-compile), so on a 2-core image the check
     takes about the longer half instead of the sum; each package is still imported in a fresh interpreter.
     """
-    heavy = {m: d for m, d in wanted.items() if "torch" in requirement_closure([d])}
+    memo: dict[str, list[str]] = {}  # one read of each package's metadata for all the closures below
+    heavy = {m: d for m, d in wanted.items() if "torch" in requirement_closure([d], memo)}
     return [g for g in (heavy, {m: d for m, d in wanted.items() if m not in heavy}) if g]
 
 
-def _run_probe(procs: list) -> dict[str, dict]:
+def _run_probe(procs: list, timeout: float = 600) -> dict[str, dict]:
     found = {}
     for proc, group in procs:
-        out, err = proc.communicate(timeout=600)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hung import: stop every interpreter of this check, not only this one
+            for other, _ in procs:
+                other.kill()
+                other.communicate()
+            raise RuntimeError(f"importing {', '.join(group)} in a fresh interpreter took over {timeout:.0f} s: "
+                               "run `import " + ", ".join(group) + "` in a new cell to see where it hangs") from None
         if proc.returncode != 0 or not out.strip():
             tail = (err.strip().splitlines() or ["no output"])[-1]
             found.update({m: {"ok": False, "error": f"the import check itself died: {tail}"} for m in group})
@@ -145,19 +153,27 @@ class Conflict:
         return f"{self.line.rstrip('.')} ({why})"
 
 
-def requirement_closure(roots) -> set[str]:
-    """Canonical names of roots and everything they require (installed metadata, extras left out)."""
+def _requires(name: str) -> list[str]:
+    """A distribution's direct requirements as installed now, extras left out."""
+    try:
+        reqs = importlib.metadata.requires(name) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    return [canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in reqs if "extra ==" not in r]
+
+
+def requirement_closure(roots, memo: dict[str, list[str]] | None = None) -> set[str]:
+    """Canonical names of roots and everything they require (installed metadata, extras left out).
+
+    `memo`: a dict shared by several closures taken at one moment (probe_groups takes one per package); never kept
+    across installs, which change what a package requires."""
+    memo = {} if memo is None else memo
     seen, todo = set(), [canonical(r) for r in roots]
     while todo:
         name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            reqs = importlib.metadata.requires(name) or []
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        todo += [canonical(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) for r in reqs if "extra ==" not in r]
+        if name not in seen:
+            seen.add(name)
+            todo += memo[name] if name in memo else memo.setdefault(name, _requires(name))
     return seen
 
 

@@ -38,6 +38,30 @@ def test_the_import_check_runs_torch_users_and_the_rest_in_two_interpreters_side
     assert res["dies"] == {"ok": False, "error": "the import check itself died: no output"} and res["pip"]["ok"]
 
 
+def test_a_hung_import_check_stops_every_interpreter_and_names_the_packages():
+    import subprocess
+
+    import pytest
+
+    procs = [(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True), group) for group in ({"slowpkg": "slowpkg"}, {"pip": "pip"})]
+    with pytest.raises(RuntimeError, match=r"importing slowpkg in a fresh interpreter took over 1 s"):
+        iv._run_probe(procs, timeout=1)
+    assert [proc.poll() is not None for proc, _ in procs] == [True, True]  # the second one too, not left running
+
+
+def test_closures_taken_together_read_each_packages_metadata_once(monkeypatch):
+    reads = []
+    real = iv._requires
+    monkeypatch.setattr(iv, "_requires", lambda name: reads.append(name) or real(name))
+    memo = {}
+    assert "torch" in iv.requirement_closure(["peft"], memo)
+    first = len(reads)
+    assert "torch" in iv.requirement_closure(["accelerate"], memo)
+    assert "torch" not in iv.requirement_closure(["pip"], memo)
+    assert len(reads) < first + 3 and len(reads) == len(set(reads))  # accelerate's torch & co were read for peft
+
+
 def test_a_module_that_no_longer_imports_is_named_with_its_error(tmp_path, monkeypatch):
     pkg = tmp_path / "brokenpkg"
     pkg.mkdir()
