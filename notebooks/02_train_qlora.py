@@ -30,12 +30,12 @@ import glob, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
-    args = ["--no-index", wheels[-1]] if wheels else ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.platform.install import ensure_packages
-
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]

@@ -251,7 +251,9 @@ def bootstrap_cell_source() -> str:
     """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub; then the rest.
 
     nbutils cannot install itself before it is importable, so these few lines do only that; locally
-    (make setup) nbutils is already installed and they skip straight to `ensure_packages()`.
+    (make setup) nbutils is already installed and they skip straight to `ensure_packages()`. They also name
+    `packaging`, the one package the install step imports beyond the stdlib: every Kaggle and Colab image has it
+    (pip leaves it alone), a bare image with only torch does not (`make kaggle-wheelhouse-check` starts from one).
     """
     return f'''# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
@@ -259,12 +261,12 @@ import glob, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
-    args = ["--no-index", wheels[-1]] if wheels else ["{nbutils_git_spec()}"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args], capture_output=True, text=True)
+    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
+    args = wheel or ["{nbutils_git_spec()}"]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({{args[-1]}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
 from nbutils.platform.install import ensure_packages
-
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''
 

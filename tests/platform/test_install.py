@@ -140,13 +140,14 @@ def test_bootstrap_on_kaggle_installs_the_datasets_wheel_offline(monkeypatch, tm
     wheel.write_text("")
     (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
     assert calls[:6] == [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
-    assert calls[6:] == ["--no-index", str(wheel)]
+    # packaging too (the install step imports it; a bare image lacks it), found beside the wheel, offline
+    assert calls[6:] == ["--no-index", "-f", str(wheel.parent), str(wheel), "packaging"]
     assert "Successfully installed" not in capsys.readouterr().out  # quiet on success: pip's log is not the lesson
 
 
 def test_bootstrap_without_a_wheel_installs_from_the_repository(monkeypatch, tmp_path):
     (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
-    assert calls[-1] == install.nbutils_git_spec() and "--no-index" not in calls
+    assert calls[-2:] == [install.nbutils_git_spec(), "packaging"] and "--no-index" not in calls
 
 
 def test_bootstrap_does_nothing_when_nbutils_is_installed(monkeypatch, tmp_path):
