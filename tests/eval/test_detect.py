@@ -220,3 +220,25 @@ def test_a_table_cell_said_six_times_is_a_row_eight_times_a_loop():
     assert not detect(row).degenerate and "loop" in detect(row + '"**True**", ' * 2).reasons
     assert "loop" in detect("Table:\n" + "<td>yes</td> " * 9).reasons
 
+
+
+def test_sentences_with_code_said_twice_are_a_loop_a_code_example_said_twice_is_not():
+    """A block of sentences said again word for word is a loop at two copies, even with `code`, <urls> and %s in
+    it (those make it look like code); a README that shows the same code example twice is healthy."""
+    unit = "Give cooperating semaphores the same explicit `name` and `directory`. If not, see <https://www.gnu.org/>.\n"
+    head = "Semaphores\n==========\n\n" + unit * 2
+    assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
+    example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
+    readme = "Testing\n-------\n\n" + example + "Or, on Windows::\n\n" + example
+    assert not any(detect(readme[:k]).degenerate for k in range(40, len(readme) + 1, 5))
+
+
+def test_a_hex_table_cut_before_the_digits_of_a_literal_is_still_a_loop():
+    """`0x` or `\\x` at the very end is a number cut short: one period back the same place holds a whole number."""
+    unit = "    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x00a0: 0x00ff,     #  NBSP\n"
+    body = "decoding_map = {\n" + unit * 3
+    assert all(detect(body + unit[:c]).degenerate for c in range(len(unit)))
+    escapes = "    '\\x7e'     #  0x7E -> TILDE\n    '\\x7f'     #  0x7F -> DELETE\n    '\\xa0'     #  0xA0 -> NBSP\n"
+    assert all(detect("table = (\n" + escapes * 3 + escapes[:c]).degenerate for c in range(len(escapes)))
+    healthy = "decoding_map = {\n    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x"
+    assert not detect(healthy).degenerate
