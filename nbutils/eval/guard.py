@@ -89,8 +89,9 @@ class DegenerationGuard(StoppingCriteria):
     """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
 
     Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
-    repeat (short periods exactly, long ones by their last 16 ids), and anyway every `detect_every` tokens, it decodes only the row's new tokens (plus two
-    of context), appends them to the row's text tail and runs `detect` on it. Rows that emitted EOS
+    repeat (short periods exactly, long ones by their last 16 ids), and anyway every `detect_every`
+    tokens, it decodes only the row's new tokens (plus two of context), appends them to the row's
+    text tail and runs `detect` on it. Rows that emitted EOS
     are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
     would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
     to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
