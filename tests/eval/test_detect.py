@@ -242,3 +242,11 @@ def test_a_hex_table_cut_before_the_digits_of_a_literal_is_still_a_loop():
     assert all(detect("table = (\n" + escapes * 3 + escapes[:c]).degenerate for c in range(len(escapes)))
     healthy = "decoding_map = {\n    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x"
     assert not detect(healthy).degenerate
+
+
+def test_a_sentence_of_40_characters_said_twice_is_a_loop_sentences_that_only_start_alike_are_not():
+    unit = "The adapter weights are saved beside the tokenizer. "  # 52 characters: was 2.5 copies, now 2
+    head = "Training is done. " + unit * 2
+    assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
+    alike = "The model is saved to the output folder. The model is saved to the cache folder. The model is saved."
+    assert not any(detect(alike[:k]).degenerate for k in range(20, len(alike) + 1))

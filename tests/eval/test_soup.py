@@ -102,7 +102,9 @@ def test_sparse_soup_with_commas_is_found_by_lone_capitals_or_a_broken_pair_pros
     csv = ('Describe the usual properties of Excel-generated TAB-delimited files.\n\nDescribe the usual properties '
            'of Unix-generated CSV files.\n\n"Sniffs" the format of a CSV file (i.e. delimiter, quotechar)\nReturns '
            'a Dialect object.\n\nReturns a dialect (or None) correspond')
-    for prose in (cnri, csv):  # function words at three in ten, four capitals: healthy
+    mixed = ("Couple MACED at California dog park for not wearing face masks while having lunch (VIDEO) - RT USA "
+             "News\trt.com.131279\tPaar in Hundepark in Kalifornien mit Pfefferspray besprüht, weil es b")  # German
+    for prose in (cnri, csv, mixed):  # function words at three in ten, four capitals: healthy
         assert not any(detect(prose[:k]).degenerate for k in range(40, len(prose) + 1)), prose
 
 
