@@ -256,7 +256,7 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
     # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
-    # (sentences within a line do not: two copies of 60 characters each are a loop).
+    # (sentences within a line do not: two copies of 40 characters each are a loop).
     return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 40) * reps else 2.5)
 
 
