@@ -334,7 +334,7 @@ def detect(text: str) -> Verdict:
         reasons.append("subword-soup")
     if _char_runs(tail, len(tail) - len(recent), len(text) > len(tail), m):
         reasons.append("char-repeat")
-    if cut_escape := PARTIAL_ESCAPE_RE.search(tail):  # 0x or \\x before its digits: one period back it is a number
+    if (cut_escape := PARTIAL_ESCAPE_RE.search(tail, len(tail) - 3)) and cut_escape.start():  # 0x, \\x cut short
         tail = tail[:cut_escape.start()]
     low = tail.lower()
     normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM

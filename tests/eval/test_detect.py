@@ -242,6 +242,7 @@ def test_a_hex_table_cut_before_the_digits_of_a_literal_is_still_a_loop():
     assert all(detect("table = (\n" + escapes * 3 + escapes[:c]).degenerate for c in range(len(escapes)))
     healthy = "decoding_map = {\n    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x"
     assert not detect(healthy).degenerate
+    assert not any(detect(t).degenerate for t in ("0x", "\\", "\\x", " 0x", "a\\u"))  # nothing left: no crash
 
 
 def test_a_sentence_of_40_characters_said_twice_is_a_loop_sentences_that_only_start_alike_are_not():
