@@ -70,10 +70,13 @@ PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catal
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
+PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
+# The end of a sentence as prose writes it (a stop after a non-space, then a space): code has `a.b`, not `b. C`.
+SENTENCE_END_RE = re.compile(r"\S[.!?\u0964\u061f][\"'\u201d\u2019\u00bb)\]*`]*(?:\s|$)|[\u3002\uff01\uff1f]")
 
 @dataclass
 class Verdict:
@@ -189,7 +192,8 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
                 counting |= len(vals) >= 3 and len(steps) == 1 and 0 not in steps
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
-        if _enough(unit, words, (run + p) / p, span, exact, counting):
+        if _enough(unit, words, (run + p) / p, span, exact, counting) or (
+                exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
             m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
             if (copies := _line_copies(rev, run + p, p)) is not None:
                 m.update(loop_line_copies=round(copies, 2))
@@ -197,6 +201,21 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
+
+
+def _sentence_cycle(tail: str, per_copy: float) -> bool:
+    """Sentences said again, verbatim, as a block of 100+ characters: a loop at two copies, whatever else the block
+    holds (`code`, <urls>, %s). Healthy text repeats a code example, seldom a run of sentences word for word.
+
+    per_copy: the token period's length estimate; the exact character period is found on the raw tail (the
+    nearest earlier occurrence of its last 24 characters) and must hold for two whole copies.
+    """
+    if per_copy < 90:
+        return False
+    q = len(tail) - 24 - tail.rfind(tail[-24:], 0, len(tail) - 25)
+    if not 100 <= q <= 2 * per_copy or q > len(tail) // 2 or tail[-2 * q:-q] != tail[-q:]:
+        return False
+    return bool(SENTENCE_END_RE.search(tail[-q - 3:]))
 
 
 def _line_copies(rev: list[str], size: int, p: int) -> float | None:
@@ -237,8 +256,8 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
     # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
-    # (sentences within a line do not: two copies of 60 characters each are a loop).
-    return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 60) * reps else 2.5)
+    # (sentences within a line do not: two copies of 40 characters each are a loop).
+    return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 40) * reps else 2.5)
 
 
 def _script(c: str) -> str:
@@ -315,6 +334,8 @@ def detect(text: str) -> Verdict:
         reasons.append("subword-soup")
     if _char_runs(tail, len(tail) - len(recent), len(text) > len(tail), m):
         reasons.append("char-repeat")
+    if (cut_escape := PARTIAL_ESCAPE_RE.search(tail, len(tail) - 3)) and cut_escape.start():  # 0x, \\x cut short
+        tail = tail[:cut_escape.start()]
     low = tail.lower()
     normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
     tokens = (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way

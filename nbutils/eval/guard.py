@@ -2,8 +2,9 @@
 
 Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
 only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
-seen); an exact repeat in the ids, or every `detect_every` tokens anyway, makes it decode just the
-new tokens onto the row's text tail and run `nbutils.eval.detect.detect` on that bounded tail. It
+seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), or
+every `detect_every` tokens anyway, makes it decode just the new tokens onto the row's text tail and
+run `nbutils.eval.detect.detect` on that bounded tail. It
 detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
 tokens they would get without it. `make bench` measures its cost inside generate.
 """
@@ -11,6 +12,7 @@ tokens they would get without it. `make bench` measures its cost inside generate
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +22,7 @@ from nbutils.eval.detect import TAIL_CHARS, Verdict, detect
 
 GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
+GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
 
 
 @dataclass
@@ -31,6 +34,7 @@ class RowState:
     eos: bool = False
     ids: list[int] = field(default_factory=list)
     text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
+    buf: bytearray = field(default_factory=bytearray)  # the ids as 4-byte integers, for _long_repeat's search
     decoded: int = 0  # tokens already decoded into text
 
 
@@ -71,12 +75,23 @@ def _id_loop(ids: list[int], max_period: int = 64) -> bool:
             return True
 
 
+def _long_repeat(buf: bytearray) -> bool:
+    """Do the last 2 * GRAM ids (4 bytes each in buf) repeat ids said up to FAR tokens back? The trigger for loops
+    whose period is too long for _id_loop (a block of sentences or lines: 100-300 tokens), so detect runs as soon
+    as the second copy is under way, not only every `detect_every` tokens. One C-level substring search per check
+    (a match that straddles ids is possible and only costs one more detect).
+    """
+    n = len(buf)
+    return n >= 16 * GRAM and buf.rfind(buf[-8 * GRAM:], max(0, n - 4 * (FAR + 2 * GRAM)), n - 4) >= 0
+
+
 class DegenerationGuard(StoppingCriteria):
     """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
 
     Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
-    repeat, and anyway every `detect_every` tokens, it decodes only the row's new tokens (plus two
-    of context), appends them to the row's text tail and runs `detect` on it. Rows that emitted EOS
+    repeat (short periods exactly, long ones by their last 16 ids), and anyway every `detect_every`
+    tokens, it decodes only the row's new tokens (plus two of context), appends them to the row's
+    text tail and runs `detect` on it. Rows that emitted EOS
     are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
     would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
     to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
@@ -117,10 +132,11 @@ class DegenerationGuard(StoppingCriteria):
             new = fresh[i][len(row.ids) - seen:]
             hit = None if self.eos.isdisjoint(new) else next(k for k, t in enumerate(new) if t in self.eos)
             row.ids += new if hit is None else new[:hit + 1]
+            row.buf += array("i", new).tobytes()  # after EOS the row is never searched again
             row.tokens = len(row.ids)
             if hit is not None:
                 row.eos = True  # finished: never checked again
-            elif full or _id_loop(row.ids):
+            elif full or _id_loop(row.ids) or _long_repeat(row.buf):
                 suspects.append(row)
         if not suspects:
             return

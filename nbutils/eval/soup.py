@@ -175,6 +175,11 @@ def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, ba
         return "word-soup"
     if bare >= 36 and function < 0.4 * n:  # 36 words without a comma or a stop, few of them function words
         return "word-soup"
+    if bare >= 40:  # 40 words and not one comma, stop or line break: no prose runs on so long
+        return "word-soup"
+    if function < 0.3 * n and (caps >= 4 or caps >= 2 and bad >= 1) and all(  # sparse soup: lone capitals, a
+            w.isascii() and w not in GERMAN for w in words):  # broken pair; not where German capitalizes its nouns
+        return "word-soup"
     if caps >= 4 and bad >= 1 and function < 0.4 * n:  # four lone capitals and a broken pair, in ordinary density
         return "word-soup"
     return None

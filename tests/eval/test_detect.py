@@ -220,3 +220,34 @@ def test_a_table_cell_said_six_times_is_a_row_eight_times_a_loop():
     assert not detect(row).degenerate and "loop" in detect(row + '"**True**", ' * 2).reasons
     assert "loop" in detect("Table:\n" + "<td>yes</td> " * 9).reasons
 
+
+
+def test_sentences_with_code_said_twice_are_a_loop_a_code_example_said_twice_is_not():
+    """A block of sentences said again word for word is a loop at two copies, even with `code`, <urls> and %s in
+    it (those make it look like code); a README that shows the same code example twice is healthy."""
+    unit = "Give cooperating semaphores the same explicit `name` and `directory`. If not, see <https://www.gnu.org/>.\n"
+    head = "Semaphores\n==========\n\n" + unit * 2
+    assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
+    example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
+    readme = "Testing\n-------\n\n" + example + "Or, on Windows::\n\n" + example
+    assert not any(detect(readme[:k]).degenerate for k in range(40, len(readme) + 1, 5))
+
+
+def test_a_hex_table_cut_before_the_digits_of_a_literal_is_still_a_loop():
+    """`0x` or `\\x` at the very end is a number cut short: one period back the same place holds a whole number."""
+    unit = "    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x00a0: 0x00ff,     #  NBSP\n"
+    body = "decoding_map = {\n" + unit * 3
+    assert all(detect(body + unit[:c]).degenerate for c in range(len(unit)))
+    escapes = "    '\\x7e'     #  0x7E -> TILDE\n    '\\x7f'     #  0x7F -> DELETE\n    '\\xa0'     #  0xA0 -> NBSP\n"
+    assert all(detect("table = (\n" + escapes * 3 + escapes[:c]).degenerate for c in range(len(escapes)))
+    healthy = "decoding_map = {\n    0x007e: 0x007e,     #  TILDE\n    0x007f: 0x007f,     #  DELETE\n    0x"
+    assert not detect(healthy).degenerate
+    assert not any(detect(t).degenerate for t in ("0x", "\\", "\\x", " 0x", "a\\u"))  # nothing left: no crash
+
+
+def test_a_sentence_of_40_characters_said_twice_is_a_loop_sentences_that_only_start_alike_are_not():
+    unit = "The adapter weights are saved beside the tokenizer. "  # 52 characters: was 2.5 copies, now 2
+    head = "Training is done. " + unit * 2
+    assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
+    alike = "The model is saved to the output folder. The model is saved to the cache folder. The model is saved."
+    assert not any(detect(alike[:k]).degenerate for k in range(20, len(alike) + 1))

@@ -208,3 +208,32 @@ def test_guard_stops_lines_looping_after_a_mid_line_start_as_soon_as_detect_does
     head = "Here is what the notebook does, step by step: " + unit * 2
     verdicts = [detect(head + unit[:c]) for c in range(len(unit))]
     assert all(v.degenerate for v in verdicts) and all(settled(v) for v in verdicts)
+
+
+def _observe(tok, text: str) -> tuple[list[int], dict]:
+    """Feed text token by token through the guard (observe mode, checks every 8 tokens, EOS after it), as generate."""
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    seq = torch.tensor([[tok.bos_token_id or 0] + ids + [tok.eos_token_id]])
+    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=tok.eos_token_id, stop=False)
+    for end in range(9, seq.shape[1] + 8, 8):
+        guard(seq[:, :min(end, seq.shape[1])], None)
+    return ids, guard.report()[0]
+
+
+def test_guard_stops_a_loop_longer_than_its_id_check_at_the_first_check_detect_would():
+    """A cycle of sentences of ~100 tokens is too long for the exact-repeat check on ids (64); the long-repeat
+    trigger makes the guard run detect at every check once the second copy is under way, not every 32 tokens.
+    A README that shows the same code example twice trips the trigger too, and detect leaves it alone."""
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import settled
+    from nbutils.train.modeling import load_tokenizer
+
+    tok = load_tokenizer("embedded")
+    unit = ("The adapter is saved next to the tokenizer so the next notebook finds both. "
+            "Resume reads the last checkpoint and the trainer state. Then the run goes on where it stopped. ")
+    ids, row = _observe(tok, "Here is what happens next, in short: " + unit * 4)
+    first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
+    assert first % 32 and row["stop_token"] == first - 1, (first, row)
+    example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
+    readme = "Testing\n-------\n\n" + example + "Or, on Windows, where the same command works::\n\n" + example
+    assert not _observe(tok, readme + "That is all.\n")[1]["reasons"]

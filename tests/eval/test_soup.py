@@ -85,3 +85,35 @@ def test_fragments_on_a_line_of_their_own_are_subword_soup_short_real_words_are_
     for line in ["It is up to you to do so if it is on by default and we do not go on", "Nhập mã PIN của bạn để mở "
                  "khóa và để có thể đi tới đó", "x = f(a, b) if n > 0 else g(c, d) + h(e) * k(i, j) - m(o, p)"]:
         assert not detect(prose + line).degenerate, line
+
+
+def test_sparse_soup_with_commas_is_found_by_lone_capitals_or_a_broken_pair_prose_with_names_is_not():
+    """Soup with a comma every few words and function words under three in ten: four capitals alone between lowercase
+    words, or two and a broken pair ("the and"), where prose keeps more function words around its names."""
+    caps = ("values the instance addr, medium Lib the redundant https, of chat drive Features, in the chunks "
+            "Charset, textbox as repositories Example, jsonschema by kwargs")
+    pair = ("values the instance addr medium Lib, redundant https chat have drive Features, collective chunks the "
+            "and textbox, dataset repositories with jsonschema, the bleach kwargs psdash clean, turtle")
+    assert "word-soup" in detect(caps).reasons and "word-soup" in detect(pair).reasons
+    cnri = ('having an office at 1895 Preston White Drive,\nReston, VA 20191 ("CNRI"), and the Individual or '
+            'Organization\n("Licensee") accessing and otherwise using Python 1.6.1 software in\nsource or binary form '
+            'and its associated documentation.\n\n2. Subject to the terms and conditions of this License Agreement, '
+            'CNRI\nhereby grants Licensee a nonexclusive, royalty-free, world-wide\nlicense to reproduce')
+    csv = ('Describe the usual properties of Excel-generated TAB-delimited files.\n\nDescribe the usual properties '
+           'of Unix-generated CSV files.\n\n"Sniffs" the format of a CSV file (i.e. delimiter, quotechar)\nReturns '
+           'a Dialect object.\n\nReturns a dialect (or None) correspond')
+    mixed = ("Couple MACED at California dog park for not wearing face masks while having lunch (VIDEO) - RT USA "
+             "News\trt.com.131279\tPaar in Hundepark in Kalifornien mit Pfefferspray besprüht, weil es b")  # German
+    for prose in (cnri, csv, mixed):  # function words at three in ten, four capitals: healthy
+        assert not any(detect(prose[:k]).degenerate for k in range(40, len(prose) + 1)), prose
+
+
+def test_forty_words_without_a_comma_or_a_stop_are_soup_a_long_sentence_with_one_comma_is_not():
+    run_on = ("the model is in a list for the window that was open and all data of the file is from this index so "
+              "the value can use each path with some help as it will set more text on the class when any item has "
+              "its name by the header")
+    assert "word-soup" in detect(run_on).reasons
+    sentence = ("the model is in a list for the window that was open and all data of the file is from this index, so "
+                "the value can use each path with some help as it will set more text on the class when any item has "
+                "its name")
+    assert not detect(sentence).degenerate
