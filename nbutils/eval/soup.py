@@ -53,6 +53,10 @@ STRANDED_RE = re.compile(r"\b(?:{})\.(?=\s|$)|\b(?:{}),(?=\s)".format(
     "|".join(sorted((_DET | _PREP | _CONJ | {"to"}) - {"a"})), "|".join(sorted((_DET | {"to"}) - {"a"}))))
 # "an" before a consonant, "a" before a vowel (lowercase words: "an SQL", "an hour", "a user" are fine).
 ARTICLE_RE = re.compile(r"\b(?:an [bcdfgjklmnpqrstvwz][a-z]|a [aei][a-z]{2})")  # "a is", "a in": a variable
+# A sentence of one or two words between two others ("soup. Powerful. Red making", "module. Str py. Type"):
+# prose has few, soup with stops sprinkled in has one every few sentences: one or more count as one broken pair
+# ("Try it. ... Read more. ... See below." in a short answer: one, not three).
+STUB_RE = re.compile(r"[a-z]\. [A-Z][a-z]+(?: [a-z]+)?\. [A-Z]")
 _CONTRACTED = frozenset("t s ll re ve d m".split())  # can't, it's, we'll: the piece after an apostrophe
 
 
@@ -138,7 +142,7 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False)
     if c["german"] < 2:  # German capitalizes every noun
         text = recent[-chars:].rstrip(ASCII_LETTERS)  # the last word may be cut short: it says nothing yet
         bad += len(TITLE_FW_RE.findall(text))  # "is and The once": a function word capitalized mid-sentence
-        bad += len(STRANDED_RE.findall(text)) + len(ARTICLE_RE.findall(text))
+        bad += len(STRANDED_RE.findall(text)) + len(ARTICLE_RE.findall(text)) + (STUB_RE.search(text) is not None)
         caps = len(set(MIDCAP_RE.findall(text)))  # a defined term (the Software) said again is one
     snake = sum("_" in w.strip("_") for w in words)
     m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),

@@ -117,3 +117,19 @@ def test_forty_words_without_a_comma_or_a_stop_are_soup_a_long_sentence_with_one
                 "the value can use each path with some help as it will set more text on the class when any item has "
                 "its name")
     assert not detect(sentence).degenerate
+
+
+def test_a_sentence_of_one_or_two_words_between_others_counts_as_a_broken_pair_short_answers_in_prose_do_not_flag():
+    """Soup with stops sprinkled in leaves sentences of a word or two ("module. Str py. Type"): each is a broken
+    pair, and with two more soup is found. Prose with a few short sentences keeps its function words: clean."""
+    assert S.STUB_RE.search("the interface quotechar keyword options module. Str py. Type additional")
+    soup = ("as parse same Python mps fields address to is ints pencolor closest all will bytes pydantic Error of the "
+            "with. Powerful. Red making the urllib normally the interface quotechar keyword options module. Str py. "
+            "Type additional when key discrete north glyph to exi")
+    assert "word-soup" in detect(soup).reasons
+    prose = ("The parser reads every file in the folder. Try it. It works on all the files we have, and it is fast "
+             "enough for a notebook. Read more. The docs are in the folder next to it. See below. We keep it short.")
+    changelog = ("Fixed a crash when the cache is empty. Thanks Bob. Added a flag to skip the check. See issue 12. "
+                 "Dropped Python 3.8. Works now. The wheel is smaller.")
+    for text in (prose, changelog):
+        assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1)), text
