@@ -55,7 +55,8 @@ def test_refresh_keeps_only_what_matters_from_a_real_freeze(tmp_path):
         twin.refresh(freeze, "img", tmp_path)
 
 
-def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monkeypatch):
+def _fake_twin(tmp_path, monkeypatch):
+    """A cached twin with one module and one script that names its interpreter by path."""
     monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
     t = twin.Twin("fake", tmp_path / "fake.txt", "k")
     venv = t.folder / "venv"
@@ -63,6 +64,11 @@ def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monke
     (venv / "lib").mkdir()
     (venv / "lib" / "mod.py").write_text("old")
     (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+    return t, venv
+
+
+def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monkeypatch):
+    t, venv = _fake_twin(tmp_path, monkeypatch)
     python = twin.pristine_copy(t, tmp_path / "copy")
     assert python == tmp_path / "copy" / "bin" / "python"
     assert os.stat(tmp_path / "copy" / "lib" / "mod.py").st_ino == os.stat(venv / "lib" / "mod.py").st_ino
@@ -71,13 +77,7 @@ def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monke
 
 
 def test_the_next_notebooks_copy_is_made_ahead_and_a_copy_cut_short_is_never_handed_out(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
-    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
-    venv = t.folder / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "lib").mkdir()
-    (venv / "lib" / "mod.py").write_text("old")
-    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+    t, venv = _fake_twin(tmp_path, monkeypatch)
     boxes = tmp_path / "sandbox"
     twin.prefetch(t, boxes)
     dest = boxes / "02" / "env"
