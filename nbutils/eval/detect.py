@@ -322,8 +322,8 @@ def detect(text: str) -> Verdict:
     tail = text[-TAIL_CHARS:]
     if "<" in tail or "[" in tail:
         tail = SPECIAL_RE.sub(" ", PARTIAL_SPECIAL_RE.sub("", tail))
-    if not tail.strip() and not SPECIAL_RE.sub("", text).strip():
-        return Verdict(True, ["special-tokens-only"], m)
+    if not tail.strip() and not SPECIAL_RE.sub("", PARTIAL_SPECIAL_RE.sub("", text)).strip():
+        return Verdict(True, ["special-tokens-only"], m)  # "<|im_": a marker cut short is a marker too
     recent = tail[-RECENT_CHARS:]
     reasons = []
     if text.rstrip().endswith((">", "]")) and _special_run(text[-RECENT_CHARS:]):

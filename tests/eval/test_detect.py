@@ -40,6 +40,8 @@ POSITIVES = [
     ("special-tokens-only", "<|eot|><pad><pad>"),
     ("special-tokens-only", "</s>"),
     ("special-tokens-only", "<|im_end|>\n<|endoftext|>"),
+    ("special-tokens-only", "<|im_"),  # a marker cut short by max_new_tokens: once a crash in detect
+    ("special-tokens-only", " [PA"),
     ("token-repeat", "The name\n\n" + "<|pad|>" * 12),  # pad tokens forever instead of EOS
 ]
 HEALTHY = {
