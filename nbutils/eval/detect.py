@@ -22,6 +22,10 @@ from nbutils.eval.soup import soup
 
 TAIL_CHARS = 1600  # loops with a period up to ~500 characters are visible; the cost stays flat
 RECENT_CHARS = 400  # unicode and subword checks look only here: junk is judged where it is
+# Post hoc, soup is judged again where the text ended a word or a few earlier (within the last 32 characters): it is
+# judged on its last 24 words, and a window moved by one word must not turn a soup healthy. The guard needs no such
+# look back: it judges every prefix it checks as the text grows.
+LOOKBACK_CHARS = 32
 
 _SPECIAL = (r"<\|[^|<>\s]{1,40}\|>|</?s>|<(?:pad|unk|eos|bos|mask|eot|sep|cls|end_of_turn|start_of_turn)>"
             r"|\[(?:PAD|SEP|CLS|UNK|MASK|EOS|BOS)\]|<extra_id_\d+>")
@@ -70,6 +74,7 @@ PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catal
 PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
+SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
@@ -314,8 +319,28 @@ def _unicode_junk(text: str, m: dict) -> bool:
             or counts["script_switches"] + 2 * counts["odd_letters"] >= 8)
 
 
-def detect(text: str) -> Verdict:
-    """Verdict on one text; only its last TAIL_CHARS characters are examined."""
+def _tokens(tail: str) -> list[str]:
+    low = tail.lower()
+    normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
+    return (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
+
+
+def _soup_before(tail: str, lookback: int, m: dict) -> str | None:
+    """Soup judged where the text ended at each space within its last `lookback` characters (latest first). The last
+    word there is taken as possibly cut short, as the guard takes it at a check."""
+    spaces = [s.start() for s in SPACE_RE.finditer(tail, max(0, len(tail) - lookback))]
+    for end in reversed(spaces):
+        if end and (kind := soup(_tokens(tail[:end]), tail[max(0, end - RECENT_CHARS):end], {})):
+            m.update(soup_chars_before_end=len(tail) - end)
+            return kind
+    return None
+
+
+def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
+    """Verdict on one text; only its last TAIL_CHARS characters are examined.
+
+    lookback: soup is also judged at the spaces within the last `lookback` characters (0: only at the end, as the
+    guard does on each check)."""
     m: dict[str, float] = {"chars": len(text)}
     if not text.strip():
         return Verdict(True, ["empty"], m)
@@ -336,9 +361,7 @@ def detect(text: str) -> Verdict:
         reasons.append("char-repeat")
     if (cut_escape := PARTIAL_ESCAPE_RE.search(tail, len(tail) - 3)) and cut_escape.start():  # 0x, \\x cut short
         tail = tail[:cut_escape.start()]
-    low = tail.lower()
-    normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
-    tokens = (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
+    tokens = _tokens(tail)
     last = tail[-1:]
     loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
     if not loop and (p := _char_period(recent)):
@@ -347,6 +370,8 @@ def detect(text: str) -> Verdict:
     if loop:
         reasons.append(loop)
     kind = None if loop else soup(tokens, recent, m)
+    if lookback and not reasons and not kind:
+        kind = _soup_before(tail, lookback, m)
     if kind and kind not in reasons:
         reasons.append(kind)
     return Verdict(bool(reasons), reasons, m)

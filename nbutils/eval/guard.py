@@ -155,7 +155,7 @@ class DegenerationGuard(StoppingCriteria):
             cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
             add = full_text[cut:]
             row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
-            verdict = detect(row.text)
+            verdict = detect(row.text, lookback=0)  # the guard judges every check as the text grows
             if settled(verdict) and not row.reasons:  # counting loops: once they outnumber a healthy menu
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
                 row.stopped = changed = self.stop

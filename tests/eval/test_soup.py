@@ -133,3 +133,23 @@ def test_a_sentence_of_one_or_two_words_between_others_counts_as_a_broken_pair_s
                  "Dropped Python 3.8. Works now. The wheel is smaller.")
     for text in (prose, changelog):
         assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1)), text
+
+
+# Word soup the stress set drew from the tuning half (seed 0): judged on its last 24 words, it was missed at 6 of the
+# 64 cuts of its last 64 characters, where the window held a few words that happen to read well ("Use io is and").
+SPRINKLED_SOUP = ("Who this marker the be Added starting integral ligature function Return string in positive noting name "
+                  "for refold one non message pydantic so Key initialize based faster Str glyph an path symlinks Lib "
+                  "runtime to. Context version, provided by loop most request to that pypa, of, intact the class to "
+                  "module with bf instance complex https is regression it python replacement can, img sure by "
+                  "implementation language links want ast can. Html for with to Release objects contents Async to like "
+                  "Records or normalization number the must Context. Use io is and com an usefulinc. Layer are all "
+                  "deprecation couldn Ds This median pypi way forcing named name protocols to size of old")
+
+
+def test_word_soup_is_found_wherever_its_last_64_characters_are_cut_post_hoc():
+    missed = [k for k in range(64) if not detect(SPRINKLED_SOUP[:len(SPRINKLED_SOUP) - k]).degenerate]
+    assert not missed, missed
+    ends = [detect(SPRINKLED_SOUP[:len(SPRINKLED_SOUP) - k], lookback=0) for k in range(64)]
+    assert not all(v.degenerate for v in ends)  # the end alone misses some cuts: the look back is what finds them
+    looked_back = detect(SPRINKLED_SOUP[:len(SPRINKLED_SOUP) - next(k for k, v in enumerate(ends) if not v.degenerate)])
+    assert looked_back.metrics["soup_chars_before_end"] > 0
