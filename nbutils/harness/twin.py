@@ -8,7 +8,7 @@ Each notebook then runs in a hard-linked copy (pip unlinks a file before writing
 copy never touches the cached twin).
 
     python -m nbutils.harness.twin build [NAME ...]            # build (or find) the twins; register them as kernels
-    python -m nbutils.harness.twin refresh FREEZE NAME         # a real `pip freeze` from Kaggle -> kaggle-image/NAME.txt
+    python -m nbutils.harness.twin refresh FREEZE NAME         # a real `pip freeze --all` from Kaggle -> kaggle-image/NAME.txt
     python -m nbutils.harness.twin list                        # name, cache folder, built or not
 """
 
@@ -248,13 +248,16 @@ def rerun_install(box_root: Path) -> str:
 
 
 def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
-    """kaggle-image/<name>.txt from a real `pip freeze` taken on Kaggle: the KEEP packages and everything the pins
-    require (read from this venv's metadata, where `make setup` installed them), pinned; never torch's stack."""
+    """kaggle-image/<name>.txt from a real `pip freeze --all` taken on Kaggle (--all lists pip): the KEEP packages, pip
+    and everything the pins require (read from this venv's metadata, where `make setup` installed them), pinned; never
+    torch's stack."""
     from nbutils.platform.install_verify import requirement_closure
     from nbutils.platform.packages import NEEDED
 
     keep = {canonical(k) for k in KEEP} | {n for n in requirement_closure(NEEDED) if not is_torch_stack(n)}
-    keep -= {"pip", "setuptools", "wheel"}  # the venv's own tools, not the image's
+    # The image's pip runs the install cell: kept (`pip freeze --all` lists it). setuptools stays the venv's, at what
+    # this machine's torch requires (torch 2.13 needs setuptools >= 77; a 2025 image had 75); wheel is unused at run time.
+    keep = (keep - {"setuptools", "wheel"}) | {"pip"}
     found = {}
     for line in freeze.read_text().splitlines():
         m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", line.strip())
@@ -264,7 +267,7 @@ def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
         raise ValueError(f"{freeze}: no numpy==... line; is it the output of `pip freeze` on Kaggle?")
     today = datetime.date.today().isoformat()
     header = (f"# Kaggle GPU image: the preinstalled packages that matter to the QLoRA chain.\n# date: {today}\n"
-              f"# source: `pip freeze` in a Kaggle session ({freeze.name}), filtered by `make kaggle-image-refresh`\n"
+              f"# source: `pip freeze --all` in a Kaggle session ({freeze.name}), filtered by `make kaggle-image-refresh`\n"
               f"# python: {sys.version_info.major}.{sys.version_info.minor} (the twin's; check the session's)\n")
     path = dest / f"{name}.txt"
     path.write_text(header + "".join(f"{found[k]}\n" for k in sorted(found)))

@@ -45,11 +45,14 @@ def test_the_cache_key_follows_the_snapshot(tmp_path, monkeypatch):
 def test_refresh_keeps_only_what_matters_from_a_real_freeze(tmp_path):
     freeze = tmp_path / "pip-freeze.txt"
     freeze.write_text("Boruta==0.4.3\nnumpy==2.4.6\npandas==2.3.3\ntorch==2.10.0+cu128\nhuggingface_hub==1.10.1\n"
-                      "pyarrow @ file:///tmp/pyarrow.whl\nnltk==3.9.1\nsetuptools==75.2.0\nnvidia-nccl-cu12==2.29.7\n")
+                      "pyarrow @ file:///tmp/pyarrow.whl\nnltk==3.9.1\nsetuptools==75.2.0\nnvidia-nccl-cu12==2.29.7\n"
+                      "pip==24.1.2\nwheel==0.46.3\n")
     path = twin.refresh(freeze, "img", tmp_path)
     # nltk: rouge-score (a pin) requires it, so the image's copy stays in the twin, as on Kaggle pip leaves it alone.
-    # Not Boruta (nothing of ours needs it), not the venv's setuptools, never torch's stack.
-    assert twin.requirements(path) == ["huggingface_hub==1.10.1", "nltk==3.9.1", "numpy==2.4.6", "pandas==2.3.3"]
+    # pip: the image's own runs the install cell. Not Boruta (nothing of ours needs it), not setuptools or wheel (the
+    # venv's), never torch's stack.
+    assert twin.requirements(path) == ["huggingface_hub==1.10.1", "nltk==3.9.1", "numpy==2.4.6", "pandas==2.3.3",
+                                       "pip==24.1.2"]
     freeze.write_text("Boruta==0.4.3\n")
     with pytest.raises(ValueError, match="no numpy"):
         twin.refresh(freeze, "img", tmp_path)
