@@ -90,9 +90,14 @@ def primary_module(dist: str, tops: dict[str, list[str]]) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
+# Loaded by a .pth file as every interpreter starts (setuptools' distutils shim), not by anything the notebook ran:
+# when pip moves setuptools, "restart and run the install cell first" would be advice nobody can follow.
+AT_STARTUP = frozenset({"_distutils_hack"})
+
+
 def stale_modules(moved: dict[str, tuple], tops: dict[str, list[str]]) -> dict[str, str]:
     """Loaded top-level module -> distribution, for every module pip replaced under the running kernel."""
-    loaded = {name.split(".")[0] for name in list(sys.modules)}
+    loaded = {name.split(".")[0] for name in list(sys.modules)} - AT_STARTUP
     return {m: d for d, (old, _) in moved.items() if old is not None for m in tops.get(d, []) if m in loaded}
 
 

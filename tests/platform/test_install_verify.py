@@ -81,6 +81,16 @@ def test_stale_modules_are_every_loaded_module_pip_replaced(monkeypatch):
     assert iv.stale_modules(moved, {"fakearrow": ["fakearrow"], "newpkg": ["newpkg"]}) == {"fakearrow": "fakearrow"}
 
 
+def test_a_module_every_interpreter_loads_at_startup_is_never_stale(monkeypatch):
+    # Found in a twin whose setuptools pip moved: setuptools' .pth loads _distutils_hack before any cell runs, so the
+    # install cell said "restart the session and run this cell first", which cannot help.
+    monkeypatch.setitem(sys.modules, "_distutils_hack", object())
+    monkeypatch.setitem(sys.modules, "fakearrow", object())
+    moved = {"setuptools": ("75.2.0", "84.2.1"), "fakearrow": ("19.0.1", "25.0.1")}
+    tops = {"setuptools": ["_distutils_hack", "pkg_resources", "setuptools"], "fakearrow": ["fakearrow"]}
+    assert iv.stale_modules(moved, tops) == {"fakearrow": "fakearrow"}
+
+
 def test_errors_say_which_package_and_what_to_do():
     verdict = iv.Verdict(moved={"pyarrow": ("19.0.1", "25.0.1")}, stale={"pyarrow": "pyarrow"},
                          broken={"datasets": "ImportError: pyarrow requires NumPy 2.0 or newer, found 1.26.4"})
