@@ -165,7 +165,7 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
 
 
 def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
-                 mounts: list[tuple[Path, str]], twin=None) -> tuple[Result, sandbox.Sandbox]:
+                 mounts: list[tuple[Path, str]], twin=None, ahead: bool = False) -> tuple[Result, sandbox.Sandbox]:
     """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`)."""
     import nbformat
     import papermill
@@ -176,7 +176,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     box = sandbox.create(out, path.stem)
     for src, slug in mounts:
         sandbox.mount_readonly(src, box, slug)
-    kernel, python, extra = _kernel(twin, box)  # before the input fingerprint: a twin's dataset is an input
+    kernel, python, extra = _kernel(twin, box, ahead)  # before the input fingerprint: a twin's dataset is an input
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
     result = Result(name, executed=str(executed_path))
@@ -226,14 +226,14 @@ def _embedded_cache() -> Path:
     return embedded.cache_dir().parent
 
 
-def _kernel(twin, box: sandbox.Sandbox) -> tuple[str, str | None, dict]:
+def _kernel(twin, box: sandbox.Sandbox, ahead: bool) -> tuple[str, str | None, dict]:
     """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
-    (`nbutils.harness.twin.Twin`) with the nbutils dataset attached."""
+    (`nbutils.harness.twin.Twin`) with the nbutils dataset attached; ahead: a notebook follows (its copy is made now)."""
     if twin is None:
         return "python3", None, {}
     from nbutils.harness import twin as twins
 
-    return twins.prepare(twin, box)
+    return twins.prepare(twin, box, ahead)
 
 
 def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
@@ -263,7 +263,7 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
                 nb_params.setdefault(stage.param, str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage.stage))
         net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
-                                   time_budget, mounts, twin)
+                                   time_budget, mounts, twin, ahead=path != notebooks[-1])
         stage = _stage(path.stem)
         if stage and not result.failing:
             if not (box.working / stage.stage / stage.marker).exists():
@@ -358,6 +358,7 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
         t0 = time.monotonic()
         execute = lambda: run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)  # noqa: E731,B023
         ran = stamp(execute, out / f"twin-{t.name}", params) if stamp else execute()
+        twins.drop_spare(t, out / f"twin-{t.name}" / "sandbox")  # made for a notebook that never ran (a failure)
         print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
         last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
         if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():

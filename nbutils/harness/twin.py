@@ -171,15 +171,30 @@ def _take_spare(twin: Twin, dest: Path) -> bool:
     if proc is not None:
         proc.wait()
     if not ready.exists():  # none, or cut short: set aside and deleted in the background
-        if spare.exists():
-            trash = spare.with_name(f"{spare.name}.{time.time_ns()}.old")
-            spare.rename(trash)
-            subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+        _trash(spare)
         return False
     ready.unlink()
     spare.rename(dest)
     return True
+
+
+def _trash(path: Path) -> None:
+    """Rename a copy aside at once and delete it in the background (tens of thousands of links)."""
+    if path.exists():
+        trash = path.with_name(f"{path.name}.{time.time_ns()}.old")
+        path.rename(trash)
+        subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+
+def drop_spare(twin: Twin, near: Path) -> None:
+    """Delete a spare copy nobody will take (the chain stopped early), once its cp has finished."""
+    spare = _spare(twin, near)
+    proc = _MAKING.pop(spare, None)
+    if proc is not None:
+        proc.wait()
+    spare.with_name(spare.name + ".ready").unlink(missing_ok=True)
+    _trash(spare)
 
 
 def pristine_copy(twin: Twin, dest: Path, spare: bool = False) -> Path:
@@ -210,8 +225,9 @@ def dataset_dir() -> Path:
     return Path(os.environ.get("NBUTILS_TWIN_DATASET") or ROOT / "build" / "kaggle-dataset")
 
 
-def prepare(twin: Twin, box) -> tuple[str, str, dict]:
+def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
     """For one notebook's sandbox: a pristine copy of the twin, its kernelspec, the nbutils dataset attached.
+    ahead: another notebook follows, so its copy is made while this one runs (never after the last one).
 
     Returns (kernel name, python, environment additions) for the harness.
     """
@@ -224,7 +240,8 @@ def prepare(twin: Twin, box) -> tuple[str, str, dict]:
     if not (dataset / "wheelhouse.json").exists():
         raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-dataset` first")
     python = pristine_copy(twin, box.root / "env", spare=True)
-    prefetch(twin, box.root.parent)  # the next notebook's copy, made while this one runs
+    if ahead:
+        prefetch(twin, box.root.parent)  # the next notebook's copy, made while this one runs
     kernel, folder = kernelspec(python, box.root / "jupyter")
     sandbox.mount_readonly(dataset, box, settings.DATASET_SLUG, link=True)
     return kernel, str(python), {"JUPYTER_PATH": str(folder)}

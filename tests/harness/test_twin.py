@@ -96,6 +96,17 @@ def test_the_next_notebooks_copy_is_made_ahead_and_a_copy_cut_short_is_never_han
     assert (dest / "lib" / "mod.py").read_text() == "old" and not half.exists()
 
 
+def test_a_spare_nobody_takes_is_dropped_once_its_copy_is_done(tmp_path, monkeypatch):
+    # The chain stopped early (a failure): the copy made ahead for the next notebook goes, links and .ready mark too.
+    t, venv = _fake_twin(tmp_path, monkeypatch)
+    boxes = tmp_path / "sandbox"
+    twin.prefetch(t, boxes)
+    twin.drop_spare(t, boxes)
+    assert not [p for p in boxes.iterdir() if not p.name.endswith(".old")]  # renamed aside at once
+    assert (venv / "lib" / "mod.py").read_text() == "old"  # the cached twin is untouched
+    twin.drop_spare(t, boxes)  # none left: nothing to do
+
+
 def test_bytecode_written_in_a_copy_never_reaches_the_cached_twin(tmp_path, monkeypatch):
     """Twins run with bytecode on (sandbox.environment): a .pyc written or rewritten in the copy stays in the copy."""
     import subprocess
