@@ -63,7 +63,7 @@ def test_check_runs_every_environment_with_the_canary_token_and_stamps_each(tmp_
     monkeypatch.setenv("HF_TOKEN", "hf_the_users_own_token_never_reaches_a_kernel")
     monkeypatch.setattr(runner, "run", run)
     monkeypatch.setattr(runner, "lint", lambda notebooks: [])
-    monkeypatch.setattr("nbutils.harness.twin.twins", lambda names: [SimpleNamespace(name="img")])
+    monkeypatch.setattr("nbutils.harness.twin.twins", lambda names: [SimpleNamespace(name="img", key="k")])
     results = chainrun.check([Path("01_data_prep.ipynb")], tmp_path, {}, 60, ["all"])
     assert seen == [(tmp_path.name, chainrun.CANARY, False), ("twin-img", chainrun.CANARY, False)]
     assert [r.notebook for r in results] == ["01_data_prep.ipynb", "01_data_prep.ipynb [twin img]"]
