@@ -170,16 +170,23 @@ class Sandbox:
         return [json.loads(ln) for ln in self.events.read_text().splitlines() if ln.strip()]
 
 
+def discard(path: Path) -> None:
+    """Rename a folder aside at once (a hidden `.NAME.<ns>.old` beside it) and delete it in the background: a twin's
+    copy is tens of thousands of links, seconds of unlink() calls nobody needs to wait for."""
+    if path.exists():
+        trash = path.with_name(f".{path.name.lstrip('.')}.{time.time_ns()}.old")
+        path.rename(trash)
+        subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+
 def create(out: Path, name: str) -> Sandbox:
     """Fresh sandbox folders for one notebook (anything left from an earlier run is removed)."""
     root = out / "sandbox" / name
     if root.exists():
         make_writable(root)
         if (root / "env").exists():  # a twin's copy: tens of thousands of links, deleted in the background
-            trash = root.with_name(f".{name}.{time.time_ns()}.old")
-            root.rename(trash)
-            subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+            discard(root)
         else:
             shutil.rmtree(root)
     box = Sandbox(root, root / "input", root / "working", root / "temp", root / "events.jsonl")

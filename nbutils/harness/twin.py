@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.harness import sandbox
 from nbutils.platform.install_verify import canonical
 from nbutils.platform.packages import is_torch_stack, torch_pin
 
@@ -163,38 +164,31 @@ def prefetch(twin: Twin, near: Path) -> None:
                                        str(spare)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _take_spare(twin: Twin, dest: Path) -> bool:
-    """Move a finished spare copy of the twin to dest (same folder tree, so a rename); False when there is none."""
-    spare = _spare(twin, dest.parent.parent)
-    ready = spare.with_name(spare.name + ".ready")
+def _finished_spare(twin: Twin, near: Path) -> tuple[Path, Path]:
+    """(spare, its .ready mark) once the cp making the spare under `near`, if any, has ended."""
+    spare = _spare(twin, near)
     proc = _MAKING.pop(spare, None)
     if proc is not None:
         proc.wait()
+    return spare, spare.with_name(spare.name + ".ready")
+
+
+def _take_spare(twin: Twin, dest: Path) -> bool:
+    """Move a finished spare copy of the twin to dest (same folder tree, so a rename); False when there is none."""
+    spare, ready = _finished_spare(twin, dest.parent.parent)
     if not ready.exists():  # none, or cut short: set aside and deleted in the background
-        _trash(spare)
+        sandbox.discard(spare)
         return False
     ready.unlink()
     spare.rename(dest)
     return True
 
 
-def _trash(path: Path) -> None:
-    """Rename a copy aside at once and delete it in the background (tens of thousands of links)."""
-    if path.exists():
-        trash = path.with_name(f"{path.name}.{time.time_ns()}.old")
-        path.rename(trash)
-        subprocess.Popen(["rm", "-rf", str(trash)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
-
-
 def drop_spare(twin: Twin, near: Path) -> None:
     """Delete a spare copy nobody will take (the chain stopped early), once its cp has finished."""
-    spare = _spare(twin, near)
-    proc = _MAKING.pop(spare, None)
-    if proc is not None:
-        proc.wait()
-    spare.with_name(spare.name + ".ready").unlink(missing_ok=True)
-    _trash(spare)
+    spare, ready = _finished_spare(twin, near)
+    ready.unlink(missing_ok=True)
+    sandbox.discard(spare)
 
 
 def pristine_copy(twin: Twin, dest: Path, spare: bool = False) -> Path:
@@ -231,7 +225,6 @@ def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
 
     Returns (kernel name, python, environment additions) for the harness.
     """
-    from nbutils.harness import sandbox
     from nbutils.platform import settings
 
     if not twin.built:
