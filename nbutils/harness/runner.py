@@ -106,9 +106,8 @@ def _output_text(cell) -> str:
 
 def _secret_values() -> list[str]:
     """Values of environment variables named like secrets (Kaggle and Colab hand secrets over this way)."""
-    return [v for k, v in os.environ.items()
-            if re.search(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", k.upper()) and len(v) >= 8
-            and not v.startswith(("/", "."))]  # a path to a key file is not the key
+    return [v for k, v in os.environ.items() if re.search(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", k.upper())
+            and len(v) >= 8 and not v.startswith(("/", "."))]  # a path to a key file is not the key
 
 
 # Sandbox event type -> (what happened, the fix), for the checks the kernel-side hooks record.
@@ -171,6 +170,8 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    from nbutils import embedded  # here: the harness's command line must not build the model to print --help
+
     name = path.name
     original = nbformat.read(path, as_version=4)
     box = sandbox.create(out, path.stem)
@@ -183,7 +184,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     deadline = time.monotonic() + time_budget if time_budget else None
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.
-    base = {**os.environ, "NBUTILS_CACHE": os.environ.get("NBUTILS_CACHE") or str(_embedded_cache())}
+    base = {**os.environ, "NBUTILS_CACHE": os.environ.get("NBUTILS_CACHE") or str(embedded.cache_dir().parent)}
     env = {**sandbox.environment(box, internet, base, python, CHAIN_PACKAGES), **extra}
     failed = None  # index (in the executed copy) of the cell that stopped the run
     t0 = time.monotonic()
@@ -218,22 +219,21 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
                                        + (f" (+{len(written) - 1} more)" if len(written) > 1 else ""),
                                        "inputs are read-only on Kaggle: write under the working dir"))
     result.status = "failed" if result.failing else "passed"
+    if twin is not None and ahead and not result.failing:  # the next notebook gets its own copy; a failed one stays
+        _twins().release(box.root)
     return result, box
-
-
-def _embedded_cache() -> Path:
-    from nbutils import embedded  # here: the harness's command line must not build the model to print --help
-    return embedded.cache_dir().parent
 
 
 def _kernel(twin, box: sandbox.Sandbox, ahead: bool) -> tuple[str, str | None, dict]:
     """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
     (`nbutils.harness.twin.Twin`) with the nbutils dataset attached; ahead: a notebook follows (its copy is made now)."""
-    if twin is None:
-        return "python3", None, {}
-    from nbutils.harness import twin as twins
+    return ("python3", None, {}) if twin is None else _twins().prepare(twin, box, ahead)
 
-    return twins.prepare(twin, box, ahead)
+
+def _twins():
+    from nbutils.harness import twin  # here: the project-venv path never needs it
+
+    return twin
 
 
 def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
@@ -349,10 +349,9 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
 
     `stamp`: chainrun.stamped, to stamp each twin's run for the tests (check does).
     """
-    from nbutils.harness import twin as twins
-
     if not names:
         return []
+    twins = _twins()
     results = []
     for t in twins.twins(None if "all" in names else names):
         t0 = time.monotonic()
@@ -368,6 +367,7 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
                 ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
                                                 f"the same session installed something: {summary}", "see nbutils.platform.install"))
                 ran[-1].status = "failed"
+            twins.release(last)
         for r in ran:
             r.notebook = f"{r.notebook} [twin {t.name}]"
             for p in r.problems:

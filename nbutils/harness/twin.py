@@ -101,7 +101,11 @@ def build(twin: Twin, quiet: bool = True) -> dict:
     cache_root().mkdir(parents=True, exist_ok=True)
     with FileLock(str(twin.folder) + ".lock"):
         if twin.built:
-            return {**json.loads((twin.folder / "built.json").read_text()), "cached": True}
+            info = json.loads((twin.folder / "built.json").read_text())
+            if "shared_mb" not in info:  # built before files were shared with the project venv
+                info["shared_mb"] = _share(twin)
+                (twin.folder / "built.json").write_text(json.dumps(info, indent=2))
+            return {**info, "cached": True}
         start = time.monotonic()
         # Built in place (a venv's scripts name their folder); built.json, written last, marks it complete.
         shutil.rmtree(twin.folder, ignore_errors=True)
@@ -111,12 +115,47 @@ def build(twin: Twin, quiet: bool = True) -> dict:
         (twin.folder / "constraints.txt").write_text(f"torch=={torch_pin()}\n")
         subprocess.run([py, "-m", "pip", "install", *(["-q"] if quiet else []), f"torch=={torch_pin()}",
                         *requirements(twin.snapshot), "-c", str(twin.folder / "constraints.txt")], check=True)
+        shared = _share(twin)
         freeze = subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
         (twin.folder / "freeze.txt").write_text(freeze)
-        info = {"name": twin.name, "key": twin.key, "seconds": round(time.monotonic() - start, 1),
+        info = {"name": twin.name, "key": twin.key, "seconds": round(time.monotonic() - start, 1), "shared_mb": shared,
                 "packages": len(freeze.splitlines()), "built": datetime.datetime.now(datetime.timezone.utc).isoformat()}
         (twin.folder / "built.json").write_text(json.dumps(info, indent=2))
         return {**info, "cached": False}
+
+
+def _site_packages(prefix: Path) -> Path:
+    return prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def _share(twin: Twin) -> int:
+    """MiB of the twin's files now hard-linked to this (the project) venv's copies."""
+    return round(share_files(_site_packages(twin.folder / "venv"), _site_packages(Path(sys.prefix))) / 2**20)
+
+
+def share_files(site: Path, other: Path, least: int = 1 << 20) -> int:
+    """Hard-link files of `site` (1 MiB or more) that `other` holds byte for byte at the same place; bytes saved.
+
+    torch's shared libraries (about 0.5 GB) were on disk three times: the project venv and each twin install the same
+    wheel. Sources and bytecode are never shared: each install stamps its own times on them, which the bytecode checks."""
+    import filecmp
+
+    saved = 0
+    for path in site.rglob("*"):
+        if path.suffix in (".py", ".pyc") or path.is_symlink() or not path.is_file() or path.stat().st_size < least:
+            continue
+        twin_of = other / path.relative_to(site)
+        if not twin_of.is_file() or twin_of.stat().st_size != path.stat().st_size or path.samefile(twin_of) \
+                or not filecmp.cmp(path, twin_of, shallow=False):
+            continue
+        tmp = path.with_name(path.name + ".nbutils-link")
+        try:
+            os.link(twin_of, tmp)
+        except OSError:  # another filesystem (NBUTILS_TWIN_CACHE elsewhere): nothing can be shared
+            return saved
+        os.replace(tmp, path)  # a rename: the twin never holds a half-written file
+        saved += path.stat().st_size
+    return saved
 
 
 def _fix_scripts(venv: Path, old: Path) -> None:
@@ -201,7 +240,35 @@ def pristine_copy(twin: Twin, dest: Path, spare: bool = False) -> Path:
     if not (spare and _take_spare(twin, dest)):
         subprocess.run(["cp", "-al", str(twin.folder / "venv"), str(dest)], check=True)
     _fix_scripts(dest, twin.folder / "venv")  # a spare was made elsewhere: its scripts still name the cached twin
+    (twin.folder / "used").touch()  # prune() leaves a build alone while a chain uses it
     return dest / "bin" / "python"
+
+
+STALE_AFTER_S = 2 * 3600
+
+
+def prune(twin: Twin) -> list[Path]:
+    """Delete the other builds of this snapshot (an older snapshot, torch pin or Python) once unused for two hours.
+
+    Each is about 1.3 GB, and the cache key changes whenever a snapshot does: on a machine that keeps ~/.cache they
+    piled up. A build another process holds the lock of (being built) or used lately (a chain in another checkout)
+    stays."""
+    from filelock import FileLock, Timeout
+
+    gone = []
+    for old in cache_root().glob(f"{twin.name}-*"):
+        if old == twin.folder or not old.is_dir() or not re.fullmatch(rf"{re.escape(twin.name)}-[0-9a-f]{{12}}", old.name):
+            continue
+        marks = [m.stat().st_mtime for m in (old / "used", old / "built.json") if m.exists()]
+        if marks and time.time() - max(marks) < STALE_AFTER_S:
+            continue
+        try:
+            with FileLock(str(old) + ".lock", timeout=0):
+                sandbox.discard(old)
+        except Timeout:
+            continue
+        gone.append(old)
+    return gone
 
 
 def kernelspec(python: Path, folder: Path, name: str = "kaggle-twin") -> tuple[str, Path]:
@@ -238,6 +305,12 @@ def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
     kernel, folder = kernelspec(python, box.root / "jupyter")
     sandbox.mount_readonly(dataset, box, settings.DATASET_SLUG, link=True)
     return kernel, str(python), {"JUPYTER_PATH": str(folder)}
+
+
+def release(box_root: Path) -> None:
+    """Drop a finished notebook's copy of the twin (its outputs stay). What pip installed and the bytecode written
+    into a copy are its own files, 250-400 MB per notebook: kept, eight notebooks filled a CI machine's disk."""
+    sandbox.discard(box_root / "env")
 
 
 def rerun_install(box_root: Path) -> str:
@@ -290,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         for twin in twins(args[1:] or None):
             info = build(twin, quiet=True)
             kernel = register(twin)
+            for old in prune(twin):
+                print(f"[twin] {twin.name}: deleted the unused older build {old}", flush=True)
             how = "cached" if info["cached"] else f"built in {info['seconds']} s"
             print(f"[twin] {twin.name}: {how}, "
                   f"{info['packages']} packages, kernel {kernel}, {twin.folder}", flush=True)

@@ -145,6 +145,20 @@ def has_internet(host: str = "pypi.org") -> bool:
         return False
 
 
+def _failure_hint(plan: InstallPlan, output: str) -> str:
+    """What to do after pip failed: a full disk is said as such (it is not the dataset's fault), else the dataset hint."""
+    if "No space left on device" in output or "[Errno 28]" in output:
+        import shutil
+        import sysconfig
+
+        where = sysconfig.get_paths()["purelib"]
+        free = shutil.disk_usage(where).free / 2**30
+        return (f" The disk is full ({free:.1f} GB free where pip installs, {where}, and pip also unpacks under "
+                f"{tempfile.gettempdir()}): delete what you do not need (old checkpoints, ~/.cache) or restart the "
+                "session, then run this cell again.")
+    return _wheelhouse_hint(plan)
+
+
 def _wheelhouse_hint(plan: InstallPlan) -> str:
     if plan.source != "wheelhouse":
         return ""
@@ -200,7 +214,7 @@ def run_install(plan: InstallPlan) -> None:
     returncode, output = _run_pip(plan)
     if returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-30:]) or "(no output)"
-        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}." + _wheelhouse_hint(plan)
+        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}." + _failure_hint(plan, output)
                            + f"\npip's last lines:\n{tail}")
     for line in _pip_messages(output):  # warnings pip printed even when quiet
         print(f"[install] pip: {line.strip()}", flush=True)

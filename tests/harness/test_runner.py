@@ -131,6 +131,23 @@ def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypa
 
 
 @kernel
+def test_a_twin_copy_goes_once_its_notebook_passed_and_stays_when_it_failed(tmp_path, monkeypatch):
+    # A copy holds what the install cell put there (250-400 MB): eight kept copies filled CI's disk. The last
+    # notebook's copy stays for the install cell's rerun (run_twins drops it after); a failed one stays for a look.
+    def fake_twin_kernel(twin, box, ahead):
+        (box.root / "env" / "bin").mkdir(parents=True)
+        return "python3", None, {}
+
+    monkeypatch.setattr(runner, "_kernel", fake_twin_kernel)
+    minimal, files, error = (GALLERY / f"{n}.ipynb" for n in ("clean_minimal", "clean_files", "cell_error"))
+    runner.run([minimal, files], tmp_path / "a", {}, False, None, twin=object())
+    assert [(tmp_path / "a" / "sandbox" / n / "env").exists() for n in ("clean_minimal", "clean_files")] == [False, True]
+    assert (tmp_path / "a" / "sandbox" / "clean_minimal" / "working").exists()  # the outputs stay for the next one
+    ran = runner.run([error, files], tmp_path / "b", {}, False, None, twin=object())
+    assert len(ran) == 1 and ran[0].failing and (tmp_path / "b" / "sandbox" / "cell_error" / "env").exists()
+
+
+@kernel
 def test_run_cli_passes_parameters(tmp_path, capsys):
     rc = runner.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
     assert rc == 0

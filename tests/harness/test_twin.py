@@ -2,6 +2,7 @@
 (integration) the twin gallery: what the harness catches in the numpy-1 twin with the dataset attached."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,51 @@ def test_a_spare_nobody_takes_is_dropped_once_its_copy_is_done(tmp_path, monkeyp
     twin.drop_spare(t, boxes)  # none left: nothing to do
 
 
+def test_a_finished_notebooks_copy_is_released_and_its_outputs_stay(tmp_path, monkeypatch):
+    t, venv = _fake_twin(tmp_path, monkeypatch)
+    box = tmp_path / "sandbox" / "01"
+    twin.pristine_copy(t, box / "env")
+    (box / "working").mkdir()
+    twin.release(box)
+    assert not (box / "env").exists() and (box / "working").exists()
+    assert (venv / "lib" / "mod.py").read_text() == "old"  # the cached twin is untouched
+    twin.release(box)  # nothing left: nothing to do
+
+
+def test_older_builds_of_a_snapshot_go_once_unused_and_never_while_in_use(tmp_path, monkeypatch):
+    t, _ = _fake_twin(tmp_path, monkeypatch)
+    t = twin.Twin("fake", t.snapshot, "0123456789ab")
+    cache = tmp_path / "cache"
+    old, recent, other = cache / "fake-aaaaaaaaaaaa", cache / "fake-bbbbbbbbbbbb", cache / "fake-extra-cccccccccccc"
+    for folder in (t.folder, old, recent, other):
+        (folder / "venv").mkdir(parents=True)
+        (folder / "built.json").write_text("{}")
+    hours_ago = time.time() - 3 * 3600
+    for folder in (old, other):
+        os.utime(folder / "built.json", (hours_ago, hours_ago))
+    (recent / "used").touch()  # a chain in another checkout copied it just now
+    os.utime(recent / "built.json", (hours_ago, hours_ago))
+    assert twin.prune(t) == [old]
+    assert not old.exists() and recent.exists() and other.exists() and t.folder.exists()  # another snapshot's twin stays
+
+
+def test_big_identical_files_are_shared_with_the_project_venv_never_sources(tmp_path):
+    site, other = tmp_path / "twin", tmp_path / "project"
+    for root in (site, other):
+        (root / "torch" / "lib").mkdir(parents=True)
+        (root / "torch" / "lib" / "libtorch.so").write_bytes(b"x" * 4096)
+        (root / "torch" / "__init__.py").write_text("# same source, own times\n" * 200)
+        (root / "torch" / "lib" / "small.so").write_bytes(b"y" * 10)
+    (site / "torch" / "lib" / "other.so").write_bytes(b"a" * 4096)
+    (other / "torch" / "lib" / "other.so").write_bytes(b"b" * 4096)  # same size, other bytes
+    assert twin.share_files(site, other, least=1024) == 4096
+    same = lambda rel: (site / rel).samefile(other / rel)  # noqa: E731
+    assert same("torch/lib/libtorch.so") and (site / "torch" / "lib" / "libtorch.so").read_bytes() == b"x" * 4096
+    assert not same("torch/__init__.py") and not same("torch/lib/small.so") and not same("torch/lib/other.so")
+    assert twin.share_files(site, other, least=1024) == 0  # already shared: nothing more
+    assert not list(site.rglob("*.nbutils-link"))
+
+
 def test_bytecode_written_in_a_copy_never_reaches_the_cached_twin(tmp_path, monkeypatch):
     """Twins run with bytecode on (sandbox.environment): a .pyc written or rewritten in the copy stays in the copy."""
     import subprocess
@@ -163,6 +209,7 @@ def test_twin_gallery_case_is_caught(numpy1_twin, name, tmp_path):
         [GALLERY / f"{name}.ipynb"], tmp_path, {}, False, None, twin=numpy1_twin))
     found = {(p.check, p.cell) for p in result.failing}
     assert found == make_gallery.TWIN[name][1], [str(p) for p in result.problems]
+    twin.release(tmp_path / "sandbox" / name)  # 250-400 MB of installed packages, not needed once checked
     text = "\n".join(str(p) for p in result.failing)
     if name == "twin_broken_import":
         assert "pyarrow no longer imports" in text and "NumPy 2.0" in text

@@ -246,6 +246,16 @@ def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_ver
         install.run_install(plan_install("kaggle", False, tmp_path, {**CURRENT, "peft": None}))
 
 
+def test_a_full_disk_is_said_as_such_not_blamed_on_the_dataset(monkeypatch, tmp_path, no_verify):
+    # What CI's twin printed when its disk filled: pip's own ENOSPC line, the wheelhouse attached.
+    full = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
+    monkeypatch.setattr(subprocess, "run", FakePip(1, full))
+    (tmp_path / install.WHEELHOUSE_MANIFEST).write_text('{"python_version": "3.11"}')
+    with pytest.raises(RuntimeError, match=r"The disk is full \(\d+\.\d GB free where pip installs") as err:
+        install.run_install(plan_install("kaggle", False, tmp_path, {**CURRENT, "peft": None}))
+    assert "make kaggle-dataset" not in str(err.value) and "No space left on device" in str(err.value)
+
+
 def test_run_install_reads_pins_from_the_specs_and_never_installs_torch(monkeypatch, no_verify):
     from nbutils.platform import install_verify
 
