@@ -22,6 +22,7 @@ from nbutils.eval.detect import TAIL_CHARS, Verdict, detect
 
 GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
+GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
 GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
 
 
@@ -47,10 +48,14 @@ def settled(verdict: Verdict) -> bool:
     sorted as text: 1, 10, 11, 12, 2 ...), or GUARD_COUNT_CHARS characters of them. A loop of lines
     whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
     (gettext catalogs translate two messages alike, after a line that ends the same way), and the
-    third copy has begun. Post hoc,
-    `detect` reports both as soon as it sees them. Every other verdict stops at once.
+    third copy has begun. A row that has written only special markers and whitespace so far stops once they reach
+    GUARD_SPECIAL_CHARS characters: the embedded base model opens with `<|assistant|>` three times and then answers,
+    and a stop at the first check cut that answer (10 of 64 rows in guard_bench). Post hoc,
+    `detect` reports all three as soon as it sees them. Every other verdict stops at once.
     """
     m = verdict.metrics
+    if verdict.reasons == ["special-tokens-only"]:
+        return m.get("chars", 0) >= GUARD_SPECIAL_CHARS
     if verdict.reasons == ["loop"] and "loop_line_copies" in m:  # a catalog says a line twice after one alike
         return m["loop_line_copies"] > GUARD_LINE_COPIES
     if verdict.reasons != ["counting-loop"]:

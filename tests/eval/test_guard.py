@@ -187,6 +187,21 @@ def test_guard_waits_for_a_counted_template_to_outnumber_a_healthy_menu():
     assert settled(detect("hello " * 20))
 
 
+def test_guard_lets_role_headers_before_an_answer_run_on_and_stops_markers_that_go_on():
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import GUARD_SPECIAL_CHARS, settled
+    from nbutils.train.modeling import load_tokenizer
+
+    # What the embedded base model wrote on task prompts (guard_bench): the guard stopped 10 of 64 such rows at their
+    # first check, as special-tokens-only, and cut the answer that followed.
+    opening = "\n\n<|assistant|>\n\n<|assistant|>\n\n<|assistant|>\n\n\n"
+    assert detect(opening).reasons == ["special-tokens-only"] and not settled(detect(opening))
+    tok = load_tokenizer("embedded")
+    assert not _observe(tok, opening + " is a is a job .\n")[1]["reasons"]
+    assert settled(detect("<pad>" * (GUARD_SPECIAL_CHARS // 5)))
+    assert _observe(tok, "<|assistant|>\n\n" * 16)[1]["reasons"]  # markers that go on still stop
+
+
 def test_guard_stops_a_line_said_a_third_time_not_a_catalog_line_said_twice():
     from nbutils.eval.detect import detect
     from nbutils.eval.guard import settled
