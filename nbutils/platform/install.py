@@ -151,11 +151,11 @@ def _failure_hint(plan: InstallPlan, output: str) -> str:
         import shutil
         import sysconfig
 
-        where = sysconfig.get_paths()["purelib"]
-        free = shutil.disk_usage(where).free / 2**30
-        return (f" The disk is full ({free:.1f} GB free where pip installs, {where}, and pip also unpacks under "
-                f"{tempfile.gettempdir()}): delete what you do not need (old checkpoints, ~/.cache) or restart the "
-                "session, then run this cell again.")
+        # Either can be the full one: pip unpacks under the temp folder, then writes into site-packages.
+        free = ", ".join(f"{shutil.disk_usage(d).free / 2**30:.1f} GB free at {d}"
+                         for d in (sysconfig.get_paths()["purelib"], tempfile.gettempdir()))
+        return (f" The disk is full ({free}): delete what you do not need (old checkpoints, ~/.cache) or restart "
+                "the session, then run this cell again.")
     return _wheelhouse_hint(plan)
 
 
