@@ -4,7 +4,7 @@ KAGGLE_PYTHON ?= 3.11
 
 .PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
 
-kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/platform/settings.py)
+kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/runtime/settings.py)
 	$(PY) -m nbutils.kaggle metadata
 
 kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb without outputs, for `kaggle kernels push -p`

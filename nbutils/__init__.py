@@ -4,7 +4,7 @@ The notebooks import the first five subpackages; `harness` and `kaggle` are the 
 check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook imports them.
 `python -m nbutils` prints this map with every module's one-line summary.
 
-- `platform`: where the notebooks run and what they need there (paths, preflight, install, secrets).
+- `runtime`: where the notebooks run and what they need there (paths, preflight, install, secrets).
 - `data`: raw records in, chat-formatted and tokenized splits out, and how they are batched.
 - `train`: the 4-bit model with LoRA, the memory plan, the Trainer run and its checkpoints.
 - `eval`: generation under the degeneration guard, task metrics and the report.

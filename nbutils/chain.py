@@ -1,6 +1,6 @@
 """The chain: which notebooks run in which order, where each writes, what it leaves last, what it reads.
 
-The one source of these facts: the notebooks (through nbutils.platform.environment), the harness, the
+The one source of these facts: the notebooks (through nbutils.runtime.environment), the harness, the
 Kaggle metadata, the benches and the Makefile (`python -m nbutils.chain` prints the notebook paths) read
 them from here.
 

@@ -38,7 +38,7 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
-from nbutils.platform.install import ensure_packages
+from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
@@ -69,7 +69,7 @@ batch_size = 16  # the per-device batch size 02 will use; the batching plan is m
 # otherwise fail hours later.
 
 # %%
-from nbutils.platform.preflight import preflight
+from nbutils.runtime.preflight import preflight
 
 env = preflight(load_in_4bit=False)
 
@@ -88,7 +88,7 @@ env = preflight(load_in_4bit=False)
 # %%
 from nbutils import embedded
 from nbutils.data import splits
-from nbutils.platform import environment
+from nbutils.runtime import environment
 from nbutils.train import modeling
 
 tokenizer = modeling.load_tokenizer(base_model)

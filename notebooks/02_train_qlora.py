@@ -35,7 +35,7 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
-from nbutils.platform.install import ensure_packages
+from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
@@ -73,7 +73,7 @@ probe_prompts = 4  # at each evaluation, generate on this many eval prompts; sto
 # ## Preflight
 
 # %%
-from nbutils.platform.preflight import check_disk, preflight
+from nbutils.runtime.preflight import check_disk, preflight
 
 env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes,
                 base_model=base_model, attn_implementation=attn_implementation)
@@ -84,7 +84,7 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_
 
 # %%
 from nbutils.data import splits
-from nbutils.platform import environment
+from nbutils.runtime import environment
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 out = environment.stage_dir("train_qlora", output_dir)

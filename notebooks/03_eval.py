@@ -35,7 +35,7 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
-from nbutils.platform.install import ensure_packages
+from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
@@ -64,7 +64,7 @@ chat_prompts = []  # prompts for the chat at the end; empty: the first eval ques
 # ## Preflight
 
 # %%
-from nbutils.platform.preflight import preflight
+from nbutils.runtime.preflight import preflight
 
 env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_model,
                 attn_implementation=attn_implementation)
@@ -81,7 +81,7 @@ from nbutils import defaults
 from nbutils.data import splits
 from nbutils.eval import evaluation, report
 from nbutils.eval.degeneration import CircuitBreaker
-from nbutils.platform import environment
+from nbutils.runtime import environment
 from nbutils.train import modeling
 
 data_dir = environment.find_upstream("data_prep", data_dir)

@@ -36,7 +36,7 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
-from nbutils.platform.install import ensure_packages
+from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
 # %% [markdown]
@@ -66,7 +66,7 @@ llama_cpp_dir = ""  # a llama.cpp checkout; empty: $LLAMA_CPP_DIR, /kaggle/worki
 # ## Preflight
 
 # %%
-from nbutils.platform.preflight import preflight
+from nbutils.runtime.preflight import preflight
 
 env = preflight(load_in_4bit=False)
 
@@ -78,7 +78,7 @@ env = preflight(load_in_4bit=False)
 
 # %%
 from nbutils.export import gate
-from nbutils.platform import environment
+from nbutils.runtime import environment
 
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nbutils import chain
-from nbutils.platform import environment
+from nbutils.runtime import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 

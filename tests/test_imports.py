@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "nbutils"
 TOOLS = ("nbutils.harness", "nbutils.kaggle")
-RUNTIME = ("nbutils.platform", "nbutils.data", "nbutils.train", "nbutils.eval", "nbutils.export",
+RUNTIME = ("nbutils.runtime", "nbutils.data", "nbutils.train", "nbutils.eval", "nbutils.export",
            "nbutils.defaults", "nbutils.embedded", "nbutils.plots")
 
 

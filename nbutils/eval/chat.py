@@ -26,7 +26,7 @@ def chat(model, tokenizer, prompts: list[str], max_new_tokens: int = 64, stream:
 
     from nbutils.data import chatformat
     from nbutils.eval.guard import DegenerationGuard
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     if not tokenizer.chat_template:
         raise ValueError("the tokenizer has no chat template: load the tokenizer saved with the checkpoint "

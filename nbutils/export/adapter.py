@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from nbutils.platform.secrets import redact
+from nbutils.runtime.secrets import redact
 from nbutils.train import checkpoints
 
 # Trainer state and resume files are for continuing a run, not for using the model.

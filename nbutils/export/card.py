@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from nbutils.chain import MARKERS
-from nbutils.platform.secrets import redact
+from nbutils.runtime.secrets import redact
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
          "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")

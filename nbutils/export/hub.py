@@ -11,7 +11,7 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from nbutils.platform.secrets import WHERE, get_secret, redact
+from nbutils.runtime.secrets import WHERE, get_secret, redact
 
 TOKEN_NAME = "HF_TOKEN"
 
@@ -34,7 +34,7 @@ def reachable(url: str, timeout: float = 3.0) -> bool:
 
 def skip_reason(repo_id: str, token: str | None, internet: bool | None = None) -> str | None:
     """Why a push cannot happen here, as a sentence with what to do; None when it can."""
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     if not repo_id:
         return "hub_repo is empty: set it to '<your-username>/<model-name>' to push"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from nbutils.chain import MARKERS
-from nbutils.platform.secrets import redact
+from nbutils.runtime.secrets import redact
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:

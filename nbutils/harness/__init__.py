@@ -1,6 +1,7 @@
 """papermill-check: the notebooks run as a Kaggle background run runs them, and stricter (no notebook imports this).
 
-- `runner`: run and check notebooks, the chain and the command line (`python -m nbutils.harness`).
+- `runner`: run and check notebooks in the sandbox, in the project venv or a twin.
+- `cli`: the command line (`python -m nbutils.harness`: run, lint, check).
 - `sandbox`: one Kaggle background run simulated locally (paths, internet switch, time budget).
 - `nbchecks`: static checks that find what kills a batch run without starting a kernel.
 - `install_lines`: install commands in cells, read the way a shell reads them.

@@ -1,5 +1,5 @@
 import sys
 
-from nbutils.harness.runner import main
+from nbutils.harness.cli import main
 
 sys.exit(main())

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbutils.harness.install_lines import InstallCommand, install_commands, shell_lines
-from nbutils.platform.packages import preinstalled_anywhere
-from nbutils.platform.secrets import SECRET_SHAPES
+from nbutils.runtime.packages import preinstalled_anywhere
+from nbutils.runtime.secrets import SECRET_SHAPES
 
 # Imported before the install cell, these keep their old build loaded when the install moves them or a
 # library under them (pandas loads pyarrow): Kaggle's template cell `import numpy as np; import pandas as pd`.
@@ -148,20 +148,20 @@ def check_cells(name: str, cells: list[dict], base: Path | None = None) -> list[
         if BLOCKING_RE.search(_python_only(src)):
             call = BLOCKING_RE.search(_python_only(src)).group(1)
             problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
-                                    "read secrets with nbutils.platform.secrets.get_secret(name) and take choices as parameters"))
+                                    "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters"))
         if src.lstrip().startswith("%%capture") and install_commands(src, base):
             problems.append(Problem("hidden-install-output", name, i, "%%capture hides the output of an install",
                                     "drop %%capture so a failed install shows (use pip -q to keep it short)"))
         for path in machine_paths(src):
             problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
-                                    "use nbutils.platform.environment paths (working/input roots) or a parameter"))
+                                    "use nbutils.runtime.environment paths (working/input roots) or a parameter"))
         if re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src) and "tqdm.auto" not in src:
             problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
                                     "use tqdm.auto (falls back to text) or nbutils' progress callback"))
         for label, rx in SECRET_SHAPES.items():
             if rx.search(src):
                 problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
-                                        "revoke it, remove it, and read it with nbutils.platform.secrets.get_secret"))
+                                        "revoke it, remove it, and read it with nbutils.runtime.secrets.get_secret"))
         for module in imported_packages(src):
             imported_at.setdefault(module, i)
     return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1))

@@ -1,19 +1,11 @@
-"""papermill-check: run notebooks the way a Kaggle background run does, and stricter.
+"""papermill-check: run notebooks the way a Kaggle background run does, and stricter (the command line: cli.py).
 
-    python -m nbutils.harness check [--twin all]         # what `make papermill-check` runs (TWINS=0: no --twin)
-    python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
-                                                         # static checks too, unless --no-static
-    python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
-
-`--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
-pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv first.
-One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
-`report.json` and `junit.xml` go to --out (default runs/papermill-check/).
+Each notebook runs in a fresh kernel inside a sandbox (sandbox.py) with the internet off and a time budget; the
+static checks (nbchecks.py) run first; `run_twins` runs them again in each Kaggle image twin (twin.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -23,11 +15,11 @@ from pathlib import Path
 from unittest import mock
 
 from nbutils import chain
-from nbutils.harness import chainrun, sandbox
+from nbutils.harness import sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
-from nbutils.harness.results import Result, report
-from nbutils.platform.packages import CHAIN_PACKAGES
-from nbutils.platform.secrets import SECRET_SHAPES
+from nbutils.harness.results import Result
+from nbutils.runtime.packages import CHAIN_PACKAGES
+from nbutils.runtime.secrets import SECRET_SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
 FATAL_SIGNATURES = re.compile(r"Traceback \(most recent call last\)|GetPrototype|CUDA out of memory|"
@@ -124,7 +116,7 @@ EVENT_PROBLEMS = {
                          "pin compatible versions in the install cell"),
     "broken-import": (lambda ev: f"{ev['package']} no longer imports in a fresh interpreter after this cell's install: "
                                  f"{ev['error']}",
-                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.platform.packages)"),
+                      "pin versions that fit the image (its numpy above all: see NUMPY1_PINS in nbutils.runtime.packages)"),
 }
 
 
@@ -155,7 +147,7 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
                                         "let the error raise (no bare except), or fix its cause"))
         if any(s in text for s in secrets) or any(rx.search(text) for rx in SECRET_SHAPES.values()):
             problems.append(Problem("secret-in-output", name, orig, "a secret value appears in the cell output",
-                                    "never print tokens; nbutils.platform.secrets.get_secret returns them without echo"))
+                                    "never print tokens; nbutils.runtime.secrets.get_secret returns them without echo"))
     size, files = sandbox.usage(box.working)
     if size > OUTPUT_LIMIT_BYTES or files > OUTPUT_LIMIT_FILES:
         problems.append(Problem("output-limit", name, None, f"working dir holds {size / 2**30:.1f} GB in {files} files",
@@ -269,7 +261,7 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
             if not (box.working / stage.stage / stage.marker).exists():
                 result.problems.append(Problem("missing-artifact", path.name, None,
                                                f"did not write {stage.stage}/{stage.marker}, which the next notebook needs",
-                                               "check the notebook's output_dir handling (nbutils.platform.environment.stage_dir)"))
+                                               "check the notebook's output_dir handling (nbutils.runtime.environment.stage_dir)"))
                 result.status = "failed"
         done[path.stem] = box
         results.append(result)
@@ -311,38 +303,6 @@ def lint(notebooks: list[Path]) -> list[Result]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nbutils.harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    for cmd in ("run", "lint", "check"):
-        p = sub.add_parser(cmd)
-        if cmd != "check":
-            p.add_argument("notebooks", nargs="+", type=Path)
-        p.add_argument("--out", type=Path, default=ROOT / "runs" / "papermill-check")
-        if cmd != "lint":
-            p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-            p.add_argument("--no-internet", action="store_true")
-            p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
-            p.add_argument("--twin", action="append", default=[], metavar="NAME",
-                           help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
-                                "check runs the project venv first, then the twins")
-        if cmd == "run":
-            p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
-    args = parser.parse_args(argv)
-    if args.command == "lint":
-        return report(lint(args.notebooks), args.out)
-    params = {k: _literal(v) for k, v in args.parameter}
-    if args.command == "check":  # the default chain must work with the internet off: the embedded default needs none
-        notebooks = [ROOT / nb for nb in chain.notebook_paths()]
-        return report(chainrun.check(notebooks, args.out, params, args.time_budget, args.twin), args.out)
-    internet = False if args.no_internet else None
-    if args.twin:
-        ran = lambda: run_twins(args.notebooks, args.out, params, internet, args.time_budget, args.twin)
-    else:
-        ran = lambda: run(args.notebooks, args.out, params, internet, args.time_budget)
-    return report(ran() if args.no_static else with_static(args.notebooks, ran), args.out)
-
-
 def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
               names: list[str], stamp=None) -> list[Result]:
     """The notebooks again in each named Kaggle image twin ('all': every snapshot), under out/twin-<name>/.
@@ -365,7 +325,7 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
             print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
             if "nothing to install" not in summary:
                 ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
-                                                f"the same session installed something: {summary}", "see nbutils.platform.install"))
+                                                f"the same session installed something: {summary}", "see nbutils.runtime.install"))
                 ran[-1].status = "failed"
             twins.release(last)
         for r in ran:
@@ -385,16 +345,3 @@ def with_static(notebooks: list[Path], execute) -> list[Result]:
         r.problems = (static.problems if static else []) + r.problems
         r.status = "failed" if r.failing else "passed"
     return ran + [Result(r.notebook, "not run", problems=r.problems) for r in linted.values()]
-
-
-def _literal(value: str):
-    import ast
-
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return value
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -68,7 +68,7 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
     socket.socket.connect, socket.socket.connect_ex = connect, connect_ex
 '''
 
-VERIFY_SOURCE = Path(__file__).resolve().parents[1] / "platform" / "install_verify.py"
+VERIFY_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "install_verify.py"
 STARTUP = r'''
 import importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
 _LOG = os.environ.get("NBUTILS_EVENTS")
@@ -87,8 +87,8 @@ def _load_verify():
 _verify = _load_verify()
 _before = []
 def _probed():
-    # The install step's own fresh-interpreter import check (nbutils.platform.install_verify.PROBED), if it ran here.
-    return getattr(sys.modules.get("nbutils.platform.install_verify"), "PROBED", {})
+    # The install step's own fresh-interpreter import check (nbutils.runtime.install_verify.PROBED), if it ran here.
+    return getattr(sys.modules.get("nbutils.runtime.install_verify"), "PROBED", {})
 def _pre(info):
     # IPython has already counted this cell when pre_run_cell fires; child processes inherit the value.
     os.environ["NBUTILS_CELL"] = str(_ip.execution_count - 1)
@@ -119,7 +119,7 @@ def _after_pip(count):
     for module, (old, new) in sorted(stale.items()):
         _event(type="stale-module", execution_count=count, module=module, loaded=old, installed=new)
     probe = {m: d for d, (_, new) in moved.items() if new and (m := _verify.primary_module(d, tops))}
-    # The install step (nbutils.platform.install_verify) already imported these in a fresh interpreter during this
+    # The install step (nbutils.runtime.install_verify) already imported these in a fresh interpreter during this
     # cell: its findings stand for the modules whose installed version has not moved since; the rest are probed here.
     dist_of = dict(probe)
     done = {m: r for m, r in _probed().items() if m in probe and r.get("dist") == probe[m] and r.get("at") == after.get(probe[m])}

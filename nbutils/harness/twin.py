@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbutils.harness import sandbox
-from nbutils.platform.install_verify import canonical
-from nbutils.platform.packages import is_torch_stack, torch_pin
+from nbutils.runtime.install_verify import canonical
+from nbutils.runtime.packages import is_torch_stack, torch_pin
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "kaggle-image"
@@ -292,7 +292,7 @@ def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
 
     Returns (kernel name, python, environment additions) for the harness.
     """
-    from nbutils.platform import settings
+    from nbutils.runtime import settings
 
     if not twin.built:
         raise RuntimeError(f"the {twin.name} twin is not built: run `make kaggle-twins` (or python -m nbutils.harness.twin build)")
@@ -319,7 +319,7 @@ def rerun_install(box_root: Path) -> str:
     A second run in the same session must find everything in place and install nothing.
     """
     from nbutils.harness.sandbox import Sandbox, environment
-    from nbutils.platform.install import bootstrap_cell_source
+    from nbutils.runtime.install import bootstrap_cell_source
 
     box = Sandbox(box_root, box_root / "input", box_root / "working", box_root / "temp", box_root / "events.jsonl")
     python = box_root / "env" / "bin" / "python"
@@ -334,8 +334,8 @@ def refresh(freeze: Path, name: str, dest: Path = SNAPSHOTS) -> Path:
     """kaggle-image/<name>.txt from a real `pip freeze --all` taken on Kaggle (--all lists pip): the KEEP packages, pip
     and everything the pins require (read from this venv's metadata, where `make setup` installed them), pinned; never
     torch's stack."""
-    from nbutils.platform.install_verify import requirement_closure
-    from nbutils.platform.packages import NEEDED
+    from nbutils.runtime.install_verify import requirement_closure
+    from nbutils.runtime.packages import NEEDED
 
     keep = {canonical(k) for k in KEEP} | {n for n in requirement_closure(NEEDED) if not is_torch_stack(n)}
     # The image's pip runs the install cell: kept (`pip freeze --all` lists it). setuptools stays the venv's, at what

@@ -1,6 +1,6 @@
 """Kaggle and Colab: kernel metadata, push-ready bundles, the nbutils dataset, and the one-click badges.
 
-Every URL comes from `nbutils.platform.settings` (REPOSITORY, BRANCH, KAGGLE_OWNER; env overrides there).
+Every URL comes from `nbutils.runtime.settings` (REPOSITORY, BRANCH, KAGGLE_OWNER; env overrides there).
 
     python -m nbutils.kaggle metadata          # (re)write kaggle-metadata/<slug>/kernel-metadata.json
     python -m nbutils.kaggle bundle            # build/kaggle/<slug>/ ready for `kaggle kernels push -p`

@@ -1,5 +1,5 @@
 """Colab and Kaggle one-click badges, the README's notebooks table, and the notebooks' generated parts
-(badge line, install cell), every URL from nbutils.platform.settings.
+(badge line, install cell), every URL from nbutils.runtime.settings.
 
     python -m nbutils.kaggle table | sync      (see nbutils/kaggle/__main__.py)
 """
@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from nbutils import chain
-from nbutils.platform import settings
-from nbutils.platform.install import BOOTSTRAP_CELL_METADATA, bootstrap_cell_source
+from nbutils.runtime import settings
+from nbutils.runtime.install import BOOTSTRAP_CELL_METADATA, bootstrap_cell_source
 
 ROOT = Path(__file__).resolve().parents[2]
 

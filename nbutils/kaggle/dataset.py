@@ -15,9 +15,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from nbutils.platform import settings
-from nbutils.platform.install import WHEELHOUSE_MANIFEST
-from nbutils.platform.packages import NUMPY1_PINS, PINS, is_torch_stack, torch_pin
+from nbutils.runtime import settings
+from nbutils.runtime.install import WHEELHOUSE_MANIFEST
+from nbutils.runtime.packages import NUMPY1_PINS, PINS, is_torch_stack, torch_pin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
 
     Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
-    in nbutils.platform.packages.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
+    in nbutils.runtime.packages.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
     """
     specs = [f"{name}=={version}" for name, version in PINS.items()]
     if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed

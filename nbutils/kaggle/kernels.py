@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from nbutils import chain
-from nbutils.platform import settings
+from nbutils.runtime import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_FILE = "kernel-metadata.json"
@@ -131,7 +131,7 @@ def push(dest: Path = ROOT / "build" / "kaggle", wait: bool = True, poll_s: floa
     api.authenticate()
     owner = os.environ.get("KAGGLE_USERNAME") or api.config_values.get("username") or settings.kaggle_owner()
     if owner == settings.KAGGLE_OWNER and owner == "your-kaggle-username":
-        print("Unknown Kaggle account: export KAGGLE_USERNAME=<you> (or set KAGGLE_OWNER in nbutils/platform/settings.py).",
+        print("Unknown Kaggle account: export KAGGLE_USERNAME=<you> (or set KAGGLE_OWNER in nbutils/runtime/settings.py).",
               file=sys.stderr)
         return 1
     folders = bundle(dest, owner=owner)

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from nbutils.platform import settings
-from nbutils.platform.install import bootstrap_cell_source
-from nbutils.platform.packages import NEEDED
+from nbutils.runtime import settings
+from nbutils.runtime.install import bootstrap_cell_source
+from nbutils.runtime.packages import NEEDED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def check_env(name: str, py: str, work: Path, dataset_dir: Path, strict: bool) -
     cell = bootstrap_cell_source()  # its last line printed is ensure_packages()' one-line summary
     subprocess.run([*prefix, py, "-c", cell], cwd=work, env=env, check=True)
     install_s = time.monotonic() - start
-    modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.platform.install"}))
+    modules = ", ".join(sorted({n.module for n in NEEDED.values()} | {"nbutils.runtime.install"}))
     subprocess.run([*prefix, py, "-c", f"import {modules}; import nbutils; print('[wheelhouse-check] {name}: imports OK')"],
                    cwd=work, env=env, check=True)
     if strict:
@@ -67,7 +67,7 @@ def wheelhouse_check(dataset_dir: Path = ROOT / "build" / "kaggle-dataset", work
                      twins: bool = True) -> list[dict]:
     """The torch-only venv, then each twin's pristine copy; one result per environment (it raises on the first failure)."""
     from nbutils.harness import twin as twin_mod
-    from nbutils.platform.packages import torch_pin
+    from nbutils.runtime.packages import torch_pin
 
     if work.exists():
         shutil.rmtree(work)

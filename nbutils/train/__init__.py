@@ -7,8 +7,9 @@
 - `callbacks`: Trainer callbacks for the 12-hour wall, NaNs, silent progress, garbage.
 - `loss`: chunked cross-entropy from the last hidden states (never the full logits), or liger's fused kernel.
 - `curves`: learning curves from the log history, a plot and a one-line diagnosis.
-- `checkpoints`: atomic writes, a manifest checked on every use, rotation by step, resume.
-- `manifest`: every checkpoint file with its size and SHA-256, the step and the run's settings.
+- `checkpoints`: atomic writes, checksums checked on every use, rotation by step, resume.
+- `checksums`: every checkpoint file with its size and SHA-256 (checksums.json), the step and the run's settings.
+- `runsettings`: the settings that change the trained weights, compared on resume.
 - `runlock`: one run per output_dir (filelock), naming the holder.
 - `diskspace`: a full disk as one clear error with the numbers.
 - `faultpoints`: named kill points, armed only by the fault-injection tests.

@@ -13,7 +13,7 @@ import time
 
 from transformers import TrainerCallback
 
-from nbutils.platform.environment import session_start
+from nbutils.runtime.environment import session_start
 
 
 class StopReason:

@@ -1,9 +1,9 @@
-"""Checkpoints you can trust: atomic writes, a manifest checked on every use, rotation by step, resume.
+"""Checkpoints you can trust: atomic writes, checksums checked on every use, rotation by step, resume.
 
 A checkpoint folder counts only when it holds the COMPLETE marker, written last (after fsync), and
-its manifest.json (every file's size and SHA-256, the global step, the run's settings) matches what
+its checksums.json (every file's size and SHA-256, the global step, the run's settings) matches what
 is on disk. A run killed mid-save leaves a folder without the marker; a file truncated or altered
-later fails the manifest. Resume and 03 take the newest checkpoint that verifies and say which
+later fails its checksums. Resume and 03 take the newest checkpoint that verifies and say which
 ones they skipped and why. Rotation keeps the newest verified checkpoints by step (never by
 modification time) and never deletes the last verified one.
 """
@@ -18,10 +18,9 @@ import uuid
 from pathlib import Path
 
 from nbutils.chain import MARKERS
-from nbutils.train import diskspace, faultpoints
-from nbutils.train import manifest as mf
+from nbutils.train import checksums, diskspace, faultpoints, runsettings
 
-MARKER = mf.MARKER
+MARKER = checksums.MARKER
 ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
 RUN_FILES = ["run_config.json", "trainer_state.json"]
@@ -58,11 +57,11 @@ def _fsync_tree(path: Path) -> None:
 
 
 def mark_complete(path: Path, step: int | None = None, settings: dict | None = None) -> None:
-    """The commit point: everything on disk, then the manifest, then the marker (each fsynced)."""
+    """The commit point: everything on disk, then checksums.json, then the marker (each fsynced)."""
     path = Path(path)
     _fsync_tree(path)
-    faultpoints.point("manifest")
-    mf.write(path, step, settings)
+    faultpoints.point("checksums")
+    checksums.write(path, step, settings)
     faultpoints.point("marker")
     with open(path / MARKER, "w") as f:
         f.write("ok\n")
@@ -102,7 +101,7 @@ def _swap_in(tmp: Path, dest: Path) -> None:
 
 def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: dict | None = None,
                settings: dict | None = None) -> Path:
-    """Adapter + tokenizer + run config + trainer state + manifest written to a temp folder, then renamed into place."""
+    """Adapter + tokenizer + run config + trainer state + checksums written to a temp folder, then renamed into place."""
     dest = Path(dest)
     tmp = _tmp_name(dest)
     try:
@@ -129,8 +128,8 @@ def copy_complete(src: Path, dest: Path) -> Path:
     """Use an earlier verified checkpoint as the final one (after a NaN stop, say)."""
     dest = Path(dest)
     tmp = _tmp_name(dest)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER, mf.NAME))
-    old = mf.read(src) or {}
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER, checksums.NAME))
+    old = checksums.read(src) or {}
     mark_complete(tmp, old.get("global_step"), old.get("settings"))
     _swap_in(tmp, dest)
     return dest
@@ -155,15 +154,15 @@ def missing_files(path: Path, resumable: bool = False) -> list[str]:
 
 
 def problems(path: Path, resumable: bool = False) -> list[str]:
-    """Why a checkpoint cannot be used, one reason each: missing files, then the manifest check (empty: it verifies)."""
+    """Why a checkpoint cannot be used, one reason each: missing files, then the checksums check (empty: it verifies)."""
     missing = missing_files(path, resumable)
-    return [f"{name} missing" for name in missing] or mf.problems(path)
+    return [f"{name} missing" for name in missing] or checksums.problems(path)
 
 
 def verify(path: Path, base_model: str, load_in_4bit: bool = True, precision: str = "fp32") -> dict:
-    """Check files by name and against the manifest; if they pass, reload base + adapter and generate a few tokens."""
+    """Check files by name and against checksums.json; if they pass, reload base + adapter and generate a few tokens."""
     missing = missing_files(path)
-    found = [f"{name} missing" for name in missing] or mf.problems(path)
+    found = [f"{name} missing" for name in missing] or checksums.problems(path)
     if found:
         return {"ok": False, "missing": missing, "problems": found, "generated": None}
     faultpoints.point("verify")
@@ -246,18 +245,18 @@ def clean_unverified(folder: Path, above_step: int | None) -> None:
 
 
 def resume_mismatch(checkpoint: Path, settings: dict) -> list[str]:
-    """Settings that differ between the checkpoint's manifest and this run, one line each."""
-    return mf.differences((mf.read(checkpoint) or {}).get("settings", {}), settings)
+    """Settings that differ between the checkpoint's recorded settings and this run, one line each."""
+    return runsettings.differences((checksums.read(checkpoint) or {}).get("settings", {}), settings)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
-    """The global step of a checkpoint, from its manifest (trainer_state.json must agree: `problems` checks)."""
-    return mf.step(checkpoint)
+    """The global step of a checkpoint, from checksums.json (trainer_state.json must agree: `problems` checks)."""
+    return checksums.step(checkpoint)
 
 
 def find_resumable(output_dir: Path, platform=None) -> Path | None:
     """Newest verified Trainer checkpoint in output_dir/trainer, else in an attached earlier output; skipped ones are printed."""
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     found, skipped = newest_verified(Path(output_dir) / "trainer")
     report_skipped(skipped)

@@ -21,9 +21,8 @@ from transformers import TrainerCallback
 
 from nbutils.chain import MARKERS
 from nbutils.data import batching
-from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock
+from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock, runsettings
 from nbutils.train import loss as lm_loss
-from nbutils.train import manifest as mf
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
 from nbutils.train.checkpoints import unwrap
 from nbutils.train.trainconfig import TrainConfig
@@ -92,13 +91,13 @@ def progress_mode(progress: str = "auto") -> str:
         raise ValueError(f"progress={progress!r} is not one of auto, widgets, log, both")
     if progress != "auto":
         return progress
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     return "log" if detect_platform().is_batch else "both"
 
 
 class MarkComplete(TrainerCallback):
-    """After the Trainer wrote checkpoint-N: add the run config, the manifest and the COMPLETE marker, then
+    """After the Trainer wrote checkpoint-N: add the run config, the checksums and the COMPLETE marker, then
     rotate by step keeping the newest `keep` verified checkpoints (main process only)."""
 
     def __init__(self, run_config: dict, settings: dict | None = None, keep: int | None = 2):
@@ -108,14 +107,14 @@ class MarkComplete(TrainerCallback):
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            dist.barrier()  # every rank has written its rng_state_<rank>.pth before the manifest lists the folder
+            dist.barrier()  # every rank has written its rng_state_<rank>.pth before checksums.json lists the folder
         if not state.is_world_process_zero:
             return
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         (path / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str))
         faultpoints.point("save")
         checkpoints.mark_complete(path, state.global_step, self.settings)
-        self.verified.add(str(path))  # just hashed into its manifest
+        self.verified.add(str(path))  # just hashed into checksums.json
         checkpoints.rotate(args.output_dir, self.keep, state.best_model_checkpoint, self.verified)
 
 
@@ -164,8 +163,8 @@ def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str
     degenerate generations; `callbacks`: extra TrainerCallbacks; clock/session_start drive the time budget."""
     output_dir = Path(output_dir)
     plan = plan or {"strategy": "length_grouped"}
-    run_config = mf.with_lora(run_config, model)  # the LoraConfig 02 built: an edit there reaches the resume check
-    settings = mf.settings(cfg, run_config)
+    run_config = runsettings.with_lora(run_config, model)  # the LoraConfig 02 built: an edit there reaches the resume check
+    settings = runsettings.settings(cfg, run_config)
     stop = StopReason()
     peak = PeakMemory(estimate_gb=memory_estimate_gb)
     probe_cb = Probe(probe, stop) if probe is not None else None
@@ -355,7 +354,7 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict,
 
     state = asdict(result.trainer.state) if result and result.trainer is not None else None
     try:
-        return checkpoints.save_final(model, tokenizer, dest, mf.with_lora(run_config, model), state,
+        return checkpoints.save_final(model, tokenizer, dest, runsettings.with_lora(run_config, model), state,
                                       result.settings if result else None)
     except diskspace.DiskFullError as e:
         if result and result.cfg is not None:
@@ -379,7 +378,7 @@ def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig,
         # saved (NaN before the first checkpoint): checkpoint_complete is what says whether to use it.
         "checkpoint_dir": os.path.relpath(checkpoint_dir or output_dir / "checkpoint", output_dir),
         "checkpoint_complete": bool(checkpoint_dir) and not checkpoints.problems(checkpoint_dir),
-        "settings_hash": mf.settings_hash(result.settings or {}),
+        "settings_hash": runsettings.settings_hash(result.settings or {}),
         "diagnosis": curves.diagnose(result.log_history), "seconds": result.seconds,
         "memory_plan": memory_plan, "measured_peak_gb": result.peak_memory_gb,
         "run_peak_gb": result.run_peak_memory_gb, "config": asdict(cfg),

@@ -130,7 +130,7 @@ def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_
 
 
 def test_preflight_shows_the_attention_the_model_loads_with(twin):
-    from nbutils.platform.preflight import preflight
+    from nbutils.runtime.preflight import preflight
 
     assert preflight(accels=[], show=False, base_model=twin("gemma-2")).attention == "eager"
     assert preflight(accels=[], show=False, base_model=twin("qwen3")).attention == "sdpa"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nbutils.export import adapter, card
-from nbutils.platform import secrets
+from nbutils.runtime import secrets
 from nbutils.train import checkpoints
 
 

@@ -83,7 +83,7 @@ def test_install_with_dependencies_after_heavy_imports_flags_the_import_cell():
 
 
 def test_the_notebooks_install_call_counts_as_an_install():
-    assert checks("import pandas as pd", "from nbutils.platform.install import ensure_packages\nensure_packages()") == [
+    assert checks("import pandas as pd", "from nbutils.runtime.install import ensure_packages\nensure_packages()") == [
         ("import-before-install", 0)]
 
 

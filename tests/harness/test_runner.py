@@ -4,7 +4,6 @@ command line, the report and JUnit files, nothing written outside the sandbox.
 The run-time cases start one kernel each, once per module (the static checks: tests/harness/test_nbchecks.py).
 """
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -148,33 +147,6 @@ def test_a_twin_copy_goes_once_its_notebook_passed_and_stays_when_it_failed(tmp_
 
 
 @kernel
-def test_run_cli_passes_parameters(tmp_path, capsys):
-    rc = runner.main(["run", str(GALLERY / "clean_minimal.ipynb"), "-p", "steps", "7", "--out", str(tmp_path)])
-    assert rc == 0
-    executed = nbformat.read(tmp_path / "clean_minimal.ipynb", as_version=4)
-    assert '{"steps": 7}' in executed.cells[-1].outputs[0].text
-    assert json.loads((tmp_path / "report.json").read_text())["ok"]
-    assert "clean_minimal.ipynb  passed" in capsys.readouterr().out
-
-
-def test_allowance_is_reported_not_failed(tmp_path, capsys):
-    rc = runner.main(["lint", str(GALLERY / "allowed_absolute_path.ipynb"), "--out", str(tmp_path)])
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert rc == 0 and report["ok"]
-    assert report["notebooks"][0]["allowances"][0].startswith("absolute-path allowed_absolute_path.ipynb cell 2")
-    assert "allowed: absolute-path (cell 2)" in capsys.readouterr().out  # the summary table
-    assert (tmp_path / "junit.xml").read_text().count("<failure") == 0
-
-
-def test_exit_code_and_junit_on_failure(tmp_path, capsys):
-    rc = runner.main(["lint", str(GALLERY / "blocking_input.ipynb"), "--out", str(tmp_path)])
-    line = capsys.readouterr().out.splitlines()[0]
-    assert rc == 1
-    assert line.startswith("blocking-input blocking_input.ipynb cell 2: ") and " -- " in line
-    assert 'type="blocking-input"' in (tmp_path / "junit.xml").read_text()
-
-
-@kernel
 def test_missing_artifact(tmp_path):
     [result] = runner.run([GALLERY / f"{make_gallery.MISSING_ARTIFACT}.ipynb"], tmp_path, {}, False, None)
     assert _failing(result) == {EXPECTED[make_gallery.MISSING_ARTIFACT]}
@@ -183,15 +155,6 @@ def test_missing_artifact(tmp_path):
 def test_our_notebooks_pass_lint_without_allowances():
     results = runner.lint([ROOT / nb for nb in chain.notebook_paths()])
     assert all(not r.problems for r in results), [str(p) for r in results for p in r.problems]
-
-
-@kernel
-def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
-    nb = str(GALLERY / "committed_outputs.ipynb")  # runs fine; only the static check finds something
-    assert runner.main(["run", nb, "--out", str(tmp_path / "a")]) == 1
-    report = json.loads((tmp_path / "a" / "report.json").read_text())
-    assert [p["check"] for p in report["notebooks"][0]["problems"]] == ["committed-outputs"]
-    assert runner.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0
 
 
 def test_kernel_metadata_is_keyed_by_notebook_stem():
@@ -216,8 +179,3 @@ def test_cell_indexes_skip_the_cells_papermill_inserts():
     cells[3]["outputs"] = [{"output_type": "error"}]
     assert runner._error_index(cells) == 3 and runner._original_index(cells, 3) == 2
     assert runner._original_index(cells, 1) is None and runner._original_index(cells, 9) is None
-
-
-def test_cli_parameter_values_are_python_literals_else_text():
-    assert runner._literal("7") == 7 and runner._literal("[1, 'a']") == [1, "a"] and runner._literal("True") is True
-    assert runner._literal("embedded") == "embedded" and runner._literal("1e-3") == 0.001

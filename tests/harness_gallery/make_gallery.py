@@ -149,7 +149,7 @@ def build(dest: Path = HERE) -> None:
             jupytext.write(edited, dest / f"{name}.py", fmt="py:percent")
     for name, cells in CLEAN.items():
         _write(notebook(cells), dest / f"{name}.ipynb")
-    from nbutils.platform.install import bootstrap_cell_source
+    from nbutils.runtime.install import bootstrap_cell_source
 
     for name, (cells, _) in TWIN.items():
         _write(notebook([bootstrap_cell_source() if c == "BOOTSTRAP" else c for c in cells]), dest / f"{name}.ipynb")

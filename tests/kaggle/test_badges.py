@@ -7,7 +7,7 @@ import pytest
 
 from nbutils import chain
 from nbutils.kaggle import badges
-from nbutils.platform import install, settings
+from nbutils.runtime import install, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def test_notebooks_carry_their_badges_and_the_bootstrap_cell():
 def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
     (tmp_path / "notebooks").mkdir()
     old = ("# %% [markdown]\n# # Title\n#\n# [![Open in Colab](old)](old) [![Open in Kaggle](old)](old)\n\n# %%\n"
-           "# Bootstrap nbutils (old)\nimport sys\nfrom nbutils.platform.install import ensure_packages\n\n"
+           "# Bootstrap nbutils (old)\nimport sys\nfrom nbutils.runtime.install import ensure_packages\n\n"
            "ensure_packages()  # old\n\n# %%\nx = 1\n")
     for nb in chain.STAGES:
         (tmp_path / "notebooks" / f"{nb.notebook}.py").write_text(old)

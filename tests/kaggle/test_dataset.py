@@ -1,9 +1,9 @@
-"""The nbutils dataset: its metadata passes the client's create checks (the torch it assumes: tests/platform/test_packages.py)."""
+"""The nbutils dataset: its metadata passes the client's create checks (the torch it assumes: tests/runtime/test_packages.py)."""
 
 
 
 from nbutils.kaggle import dataset
-from nbutils.platform import settings
+from nbutils.runtime import settings
 
 
 def test_dataset_metadata_passes_the_clients_create_checks():

@@ -8,7 +8,7 @@ import pytest
 
 from nbutils import chain
 from nbutils.kaggle import kernels
-from nbutils.platform import settings
+from nbutils.runtime import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from nbutils.kaggle import wheelhouse_check
-from nbutils.platform import settings
-from nbutils.platform.install import bootstrap_cell_source
+from nbutils.runtime import settings
+from nbutils.runtime.install import bootstrap_cell_source
 
 FAKE_PYTHON = '''#!{python}
 import json, os, sys
@@ -50,7 +50,7 @@ def test_check_env_runs_the_bootstrap_cell_offline_as_a_kaggle_batch_run(tmp_pat
     mounted = Path(env["NBUTILS_INPUT_ROOT"]) / settings.DATASET_SLUG
     assert mounted.resolve() == (tmp_path / "dataset").resolve()
     assert offline or env["PIP_NO_INDEX"] == "1"  # no network namespace: pip is told to use no index
-    assert "import nbutils" in calls[2]["argv"][1] and "nbutils.platform.install" in calls[2]["argv"][1]
+    assert "import nbutils" in calls[2]["argv"][1] and "nbutils.runtime.install" in calls[2]["argv"][1]
 
 
 def test_a_failing_cell_stops_the_check(tmp_path):

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from nbutils.platform.environment import detect_platform
+from nbutils.runtime.environment import detect_platform
 from nbutils.train import checkpoints, modeling
 from tests.train.conftest import trainer_checkpoints
 
@@ -51,15 +51,15 @@ def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
     (lambda p: (p / "adapter_config.json").write_text((p / "adapter_config.json").read_text().replace('"r": 4', '"r": 5')),
      "adapter_config.json content differs"),
     (lambda p: (p / "trainer_state.json").write_text(json.dumps({"global_step": 999, "log_history": []})),
-     "trainer_state.json says step 999, the manifest 3"),
-    (lambda p: (p / "manifest.json").unlink(), "manifest.json missing"),
+     "trainer_state.json says step 999, checksums.json 3"),
+    (lambda p: (p / "checksums.json").unlink(), "checksums.json missing"),
 ])
-def test_manifest_catches_damage_the_marker_alone_would_miss(lora, tmp_path, damage, reason):
+def test_checksums_catch_damage_the_marker_alone_would_miss(lora, tmp_path, damage, reason):
     model, tok = lora
     ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE, {"learning_rate": 1e-3})
     assert checkpoints.problems(ckpt) == [] and checkpoints.verify(ckpt, "embedded")["ok"]
     damage(ckpt)
-    assert checkpoints.is_complete(ckpt)  # the marker is still there: only the manifest can tell
+    assert checkpoints.is_complete(ckpt)  # the marker is still there: only checksums.json can tell
     report = checkpoints.verify(ckpt, "embedded")
     assert not report["ok"] and any(reason in p for p in report["problems"]), report["problems"]
 

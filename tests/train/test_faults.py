@@ -32,7 +32,7 @@ N_RANDOM_KILLS = 12
 # (fault point, how many times it is passed in one uninterrupted run): where a kill can land.
 # "write": inside one of the Trainer's torch.save calls (optimizer, scheduler, RNG state; 3 per save), half
 # the file written: the kill lands mid-file, as a real one can.
-POINTS = {"load": 1, "train": 1, "step": STEPS, "write": 9, "save": 3, "manifest": 4, "marker": 4, "rotate": 1,
+POINTS = {"load": 1, "train": 1, "step": STEPS, "write": 9, "save": 3, "checksums": 4, "marker": 4, "rotate": 1,
           "final_save": 1, "verify": 1}
 
 
@@ -117,7 +117,7 @@ def run(ctx, data, out, timeout=180, **kw) -> int:
 
 
 def finished(out: Path) -> dict:
-    """The summary of a finished run, after checking its final checkpoint against its manifest."""
+    """The summary of a finished run, after checking its final checkpoint against its checksums."""
     summary = checkpoints.read_summary(out)
     assert summary["global_step"] == STEPS and summary["stopped_reason"] == "max_steps", summary
     assert summary["checkpoint_complete"] and checkpoints.problems(out / "checkpoint") == []
@@ -171,8 +171,8 @@ def test_sigkill_anywhere_then_one_rerun_reaches_the_target_bit_identical(ctx, p
 @pytest.mark.parametrize("damage, reason", [
     ("truncate", "adapter_model.safetensors is 100 bytes"),
     ("alter", "optimizer.pt content differs from its SHA-256"),
-    ("state_120", "trainer_state.json says step 120, the manifest 8"),
-    ("state_999", "trainer_state.json says step 999, the manifest 8"),
+    ("state_120", "trainer_state.json says step 120, checksums.json 8"),
+    ("state_999", "trainer_state.json says step 999, checksums.json 8"),
 ])
 def test_damaged_newest_checkpoint_falls_back_and_says_so(ctx, prepared_data, reference, tmp_path, damage, reason):
     out = tmp_path / "run"

@@ -89,7 +89,7 @@ def test_run_in_processes_runs_here_for_one_and_refuses_a_touched_kernel(monkeyp
 def test_processes_started_from_the_notebook_count_the_time_budget_from_the_kernel_start(monkeypatch):
     import accelerate
 
-    from nbutils.platform.environment import process_start_time
+    from nbutils.runtime.environment import process_start_time
     from nbutils.train.launch import run_in_processes
 
     seen = {}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nbutils.platform.preflight import Accelerator, choose_precision
+from nbutils.runtime.preflight import Accelerator, choose_precision
 from nbutils.train import modeling
 
 T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)

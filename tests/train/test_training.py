@@ -8,8 +8,7 @@ import pytest
 from transformers import TrainerCallback
 
 from nbutils.data import splits
-from nbutils.train import checkpoints, curves, modeling, training
-from nbutils.train import manifest as mf
+from nbutils.train import checkpoints, curves, modeling, runsettings, training
 from nbutils.train.trainconfig import TrainConfig
 from tests.train.conftest import trainer_checkpoints
 
@@ -168,7 +167,7 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     assert summary["diagnosis"] == curves.diagnose(result.log_history) and not summary["diagnosis"].startswith("not")
     assert (tmp_path / "learning_curves.png").stat().st_size > 1000
     # the run config as given, plus the LoraConfig the model trained with (the settings compare its keys on resume)
-    lora = mf.lora_settings(model.peft_config["default"])
+    lora = runsettings.lora_settings(model.peft_config["default"])
     assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1, "lora": lora}
     assert result.settings["lora.r"] == 8 and result.settings["lora.target_modules"] == lora["target_modules"]
     assert checkpoints.missing_files(ckpt) == []
@@ -219,14 +218,14 @@ def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_check
     import torch
     from peft import LoraConfig
 
-    lora = lambda **kw: {"lora": mf.lora_settings(LoraConfig(**{"r": 16, "lora_alpha": 16,  # noqa: E731
+    lora = lambda **kw: {"lora": runsettings.lora_settings(LoraConfig(**{"r": 16, "lora_alpha": 16,  # noqa: E731
                                                                "target_modules": "all-linear", **kw}))}
     cfg = _cfg()
-    trained = mf.settings(cfg, lora())
+    trained = runsettings.settings(cfg, lora())
     ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
     model = torch.nn.Linear(2, 2)  # only its trainable parameter count is read (for the disk check)
     with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- {key}: checkpoint has ") as err:
-        training._pick_resume(cfg, tmp_path, mf.settings(cfg, lora(**change)), model, main=True)
+        training._pick_resume(cfg, tmp_path, runsettings.settings(cfg, lora(**change)), model, main=True)
     assert len(str(err.value).split("\n- ")) == 2, str(err.value)  # that key alone
     assert training._pick_resume(cfg, tmp_path, trained, model, main=True) == ckpt
 
@@ -245,7 +244,7 @@ def test_run_config_carries_parameters_versions_and_data_hash():
     cfg = training.run_config(_cfg(), {"torch": "2.5"}, {"content_hash": "abc"},
                               base_model="embedded")
     assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["max_steps"] == 40
-    # LoRA settings are recorded once, from the LoraConfig the model trains with (run_config's "lora", manifest.with_lora)
+    # LoRA settings are recorded once, from the LoraConfig the model trains with (run_config's "lora", runsettings.with_lora)
     assert not {"lora_r", "lora_dropout", "use_rslora"} & set(cfg["parameters"])
     assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
 

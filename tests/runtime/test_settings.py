@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from nbutils.platform import settings
+from nbutils.runtime import settings
 
 VARS = ("NBUTILS_REPOSITORY", "NBUTILS_BRANCH", "KAGGLE_USERNAME", "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
 

@@ -74,7 +74,7 @@ def _env(name: str, why: list[str]) -> str | None:
 
 def get_secret(name: str, required: bool = True) -> str | None:
     """The secret's value from the platform's store, else the environment; says where to add it if absent."""
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     platform = detect_platform().name
     readers = {"kaggle": [_kaggle, _env], "colab": [_colab, _env]}.get(platform, [_env])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.platform.environment import detect_platform, find_upstream, process_start_time, session_start, stage_dir
+from nbutils.runtime.environment import detect_platform, find_upstream, process_start_time, session_start, stage_dir
 
 
 def test_kaggle_batch_and_interactive():

@@ -2,7 +2,7 @@
 
 import sys
 
-from nbutils.platform import install_verify as iv
+from nbutils.runtime import install_verify as iv
 
 PIP_TAIL = """ERROR: pip's dependency resolver does not currently take into account all the packages that are installed.
 sentence-transformers 4.1.0 requires transformers<5.0.0,>=4.41.0, but you have transformers 5.23.0 which is incompatible.

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from nbutils.platform import secrets
+from nbutils.runtime import secrets
 
 PLATFORM_VARS = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_DATA_PROXY_TOKEN", "COLAB_RELEASE_TAG")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.platform import install, settings
-from nbutils.platform.install import plan_install
-from nbutils.platform.packages import PINS
+from nbutils.runtime import install, settings
+from nbutils.runtime.install import plan_install
+from nbutils.runtime.packages import PINS
 
 # A Kaggle image as it tends to be: torch, older transformers, no peft/bitsandbytes; nbutils bootstrapped.
 OLD_KAGGLE = {**PINS, "transformers": "4.51.0", "datasets": "3.6.0", "peft": None, "bitsandbytes": None,
@@ -211,7 +211,7 @@ class FakePip:
 @pytest.fixture()
 def no_verify(monkeypatch):
     """run_install's after-pip checks (fresh interpreters) are tested in test_install_verify.py."""
-    from nbutils.platform import install_verify
+    from nbutils.runtime import install_verify
 
     monkeypatch.setattr(install_verify, "verify", lambda *a: install_verify.Verdict())
     monkeypatch.setattr(install_verify, "distribution_versions", lambda: {})
@@ -257,7 +257,7 @@ def test_a_full_disk_is_said_as_such_not_blamed_on_the_dataset(monkeypatch, tmp_
 
 
 def test_run_install_reads_pins_from_the_specs_and_never_installs_torch(monkeypatch, no_verify):
-    from nbutils.platform import install_verify
+    from nbutils.runtime import install_verify
 
     seen = []
     monkeypatch.setattr(install_verify, "verify", lambda before, pinned, *a: seen.append(pinned) or install_verify.Verdict())
@@ -280,7 +280,7 @@ def test_a_failed_pip_shows_its_last_lines_in_the_error(monkeypatch, no_verify):
 
 
 def test_the_conflict_block_reaches_the_verdict_and_prints_once_judged(monkeypatch, capsys):
-    from nbutils.platform import install_verify
+    from nbutils.runtime import install_verify
 
     seen = []
     monkeypatch.setattr(subprocess, "run", FakePip(0, CONFLICT_BLOCK))
@@ -296,7 +296,7 @@ def test_the_conflict_block_reaches_the_verdict_and_prints_once_judged(monkeypat
 
 
 def test_run_install_catches_a_package_imported_before_its_upgrade(monkeypatch):
-    from nbutils.platform import install_verify
+    from nbutils.runtime import install_verify
 
     monkeypatch.setattr(subprocess, "run", FakePip(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: PINS[n] for n in names})

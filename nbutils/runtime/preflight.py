@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbutils.platform import output
-from nbutils.platform.environment import Platform, detect_platform
-from nbutils.platform.packages import NEEDED, PREFLIGHT_VERSIONS, acceptable
+from nbutils.runtime import output
+from nbutils.runtime.environment import Platform, detect_platform
+from nbutils.runtime.packages import NEEDED, PREFLIGHT_VERSIONS, acceptable
 
 
 class PreflightError(RuntimeError):
@@ -142,7 +142,7 @@ def versions() -> dict[str, str]:
 
 
 def version_problems(installed: dict[str, str]) -> list[str]:
-    """The installed packages install would replace (nbutils.platform.packages.acceptable): one message each."""
+    """The installed packages install would replace (nbutils.runtime.packages.acceptable): one message each."""
     out = []
     for pkg, have in installed.items():
         if pkg in NEEDED and have != "missing" and not acceptable(pkg, have):

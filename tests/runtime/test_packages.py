@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.platform import install, packages
-from nbutils.platform.packages import NEEDED, PINS, acceptable, is_torch_stack, version
+from nbutils.runtime import install, packages
+from nbutils.runtime.packages import NEEDED, PINS, acceptable, is_torch_stack, version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +16,7 @@ def test_requirements_agree_with_the_pins():
     pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
     for name, pin in PINS.items():
-        assert pins.get(name) == pin, f"{name}: requirements.txt {pins.get(name)} vs nbutils.platform.packages {pin}"
+        assert pins.get(name) == pin, f"{name}: requirements.txt {pins.get(name)} vs nbutils.runtime.packages {pin}"
 
 
 def test_every_pin_meets_its_own_minimum():
@@ -57,7 +57,7 @@ def test_version_parser():
 ])
 def test_install_and_preflight_apply_one_rule(name, installed, ok):
     """What install leaves alone is exactly what preflight accepts (preflight once took transformers >= 5.0)."""
-    from nbutils.platform.preflight import version_problems
+    from nbutils.runtime.preflight import version_problems
 
     assert acceptable(name, installed) is ok
     assert install.needs_install(name, installed) is not ok

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nbutils.platform.environment import Platform
-from nbutils.platform.preflight import Accelerator, PreflightError, choose_precision, preflight
+from nbutils.runtime.environment import Platform
+from nbutils.runtime.preflight import Accelerator, PreflightError, choose_precision, preflight
 
 T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)
 P100 = Accelerator(0, "Tesla P100-PCIE-16GB", (6, 0), 16.0)
@@ -67,7 +67,7 @@ def test_preflight_blocks_bf16_on_t4(tmp_path):
 
 
 def test_preflight_blocks_4bit_without_bitsandbytes(tmp_path, monkeypatch):
-    import nbutils.platform.preflight as pf
+    import nbutils.runtime.preflight as pf
 
     real = pf.versions
     monkeypatch.setattr(pf, "versions", lambda: {**real(), "bitsandbytes": "missing"})
@@ -83,7 +83,7 @@ def test_preflight_blocks_unwritable_working_dir(tmp_path):
 
 
 def test_parallel_mode_reported():
-    from nbutils.platform.preflight import parallel_mode, preflight
+    from nbutils.runtime.preflight import parallel_mode, preflight
 
     assert parallel_mode([T4], env={}).startswith("single: one GPU")
     two = parallel_mode([T4, T4], env={})
@@ -96,7 +96,7 @@ def test_parallel_mode_reported():
 
 
 def test_disk_check_reads_the_output_dir_filesystem(tmp_path, monkeypatch):
-    from nbutils.platform.preflight import check_disk
+    from nbutils.runtime.preflight import check_disk
     from nbutils.train import diskspace
 
     assert check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2) == 40

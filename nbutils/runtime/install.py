@@ -26,8 +26,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from nbutils.platform import settings
-from nbutils.platform.packages import CHAIN_PACKAGES, NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
+from nbutils.runtime import settings
+from nbutils.runtime.packages import CHAIN_PACKAGES, NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
 
 WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
@@ -192,7 +192,7 @@ def _run_pip(plan: InstallPlan) -> tuple[int, str]:
 
 def _pip_messages(output: str) -> list[str]:
     """pip's quiet output less its dependency-conflict block, which run_install reprints judged (install_verify)."""
-    from nbutils.platform.install_verify import CONFLICT
+    from nbutils.runtime.install_verify import CONFLICT
 
     return [line for line in output.splitlines() if line.strip() and not CONFLICT.match(line.strip())
             and "dependency resolver does not currently take into account" not in line]
@@ -200,7 +200,7 @@ def _pip_messages(output: str) -> list[str]:
 
 def run_install(plan: InstallPlan) -> None:
     """Run pip for the plan, then check what it left: pins, stale modules, fresh imports, conflicts."""
-    from nbutils.platform import install_verify
+    from nbutils.runtime import install_verify
 
     if not plan.packages:  # one line: the notes only say why there is nothing to do
         plan.summary = f"[install] nothing to install: {plan.notes[-1] if plan.notes else plan.platform}"
@@ -246,7 +246,7 @@ def run_install(plan: InstallPlan) -> None:
 def ensure_packages() -> None:
     """The install cell's second half: decide for this platform, install, verify; the last line printed says what
     happened (returns nothing, so the cell ends on that line rather than on a repr)."""
-    from nbutils.platform.environment import detect_platform
+    from nbutils.runtime.environment import detect_platform
 
     platform = detect_platform()
     installed = installed_versions()
@@ -280,7 +280,7 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({{args[-1]}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
-from nbutils.platform.install import ensure_packages
+from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''
 

@@ -3,7 +3,7 @@ preinstall, what is never installed, and the one version parser.
 
 install (what to install), preflight (what is recent enough to run), the harness' static checks (what an
 unpinned install would move), the Kaggle wheelhouse (what to download) and the twins (which torch) read it here;
-requirements.txt must agree with the pins (tests/platform/test_packages.py checks it).
+requirements.txt must agree with the pins (tests/runtime/test_packages.py checks it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from nbutils.platform import output
+from nbutils.runtime import output
 
 
 @pytest.fixture
