@@ -38,7 +38,7 @@ def _worst(groups: dict[str, float]) -> str:
 
 def run() -> list[dict]:
     """Rows: per class (detect, its worst cut, latency, Whisper, guard), then false positives and agreement."""
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)
