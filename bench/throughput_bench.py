@@ -192,7 +192,6 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
 def run() -> list[dict]:
     import torch
 
-    from bench import machine
     from nbutils import embedded
 
     rows = compare("embedded model", embedded.resolve_model("embedded"), n=512, batch=16, max_len=256)
@@ -208,7 +207,6 @@ def run() -> list[dict]:
         else:
             rows.append({"bench": "throughput", "metric": "GPU rows (Llama-3.2-1B, Qwen2.5-1.5B dims, 4-bit, fp16)",
                          "value": "not run", "note": "no CUDA on this machine"})
-    machine.save("throughput", rows, "python -m bench throughput_bench")
     return rows
 
 
