@@ -12,7 +12,10 @@ from nbutils.train import checkpoints, modeling
 from tests import recipe
 from tests.twins.families import FAMILIES
 
-NAMES = sorted(FAMILIES)
+# The quick loop (make test-fast) checks three families that differ most (an instruct template with its own
+# end-of-turn token, a template that refuses the system role, a base model without a template); make test, all.
+QUICK = ("llama-3.2-instruct", "gemma-2", "pythia-base")
+NAMES = [name if name in QUICK else pytest.param(name, marks=pytest.mark.integration) for name in sorted(FAMILIES)]
 CONVS = [
     [{"role": "system", "content": "answer in one word ."}, {"role": "user", "content": "what kind of word is oslo ?"},
      {"role": "assistant", "content": "city"}, {"role": "user", "content": "and bread ?"},

@@ -23,6 +23,7 @@ def broken(prepared_data, tmp_path_factory):
     return model.eval(), tok, plan.eval_ds
 
 
+@pytest.mark.integration  # trains an adapter first (the `broken` fixture)
 def test_broken_model_guard_saves_tokens_and_breaker_stops(broken):
     from nbutils.eval import evaluation
 

@@ -12,6 +12,10 @@ from nbutils.harness import notebook_recipe
 from nbutils.train import checkpoints, curves, runsettings, training
 from tests.train.conftest import trainer_checkpoints
 
+# Most tests here train for real (seconds each): they run in make test, not in the quick loop (make test-fast),
+# which keeps the packed-plan run as its one end-to-end training.
+trains = pytest.mark.integration
+
 # 02's parameters for these runs (lora_r 8: a smaller adapter), and TrainingArguments a test reads more often.
 PARAMS = dict(max_steps=40, eval_steps=10, save_steps=10, learning_rate=3e-3, lora_r=8, probe_prompts=0)
 ARGS = dict(logging_steps=5, warmup_steps=0)
@@ -34,6 +38,7 @@ def _clock():
     return {"clock": lambda: next(ticks), "session_start": 0}
 
 
+@trains
 def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
     _, _, full = _train(prepared_data, tmp_path / "full")
     # The 24 s budget of the fake clock runs out a little after step 20.
@@ -73,6 +78,7 @@ class Poison(TrainerCallback):
     (19, 100, "checkpoint-10"),  # no log line before the save at step 20: caught by the weight check
     (3, 100, None),  # NaN before the first checkpoint: nothing is saved as final
 ])
+@trains
 def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poison_step, logging_steps, last_good):
     model, tok, session = notebook_recipe.train(prepared_data, tmp_path, arguments={**ARGS, "logging_steps": logging_steps},
                                                 run={"callbacks": [Poison(poison_step)]}, **{**PARAMS, "max_steps": 30})
@@ -92,6 +98,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poiso
         assert checkpoints.verify(ckpt)["ok"]
 
 
+@trains
 def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
     verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
     seen = []
@@ -107,6 +114,7 @@ def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_pa
     assert next(verdicts) is True  # the final evaluation did not call the probe again
 
 
+@trains
 def test_loss_is_normalized_by_target_tokens_across_accumulation(prepared_data, tmp_path):
     """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples,
     with the chunked loss (the default on the CPU) and with the plain one: all four runs, one update.
@@ -156,6 +164,7 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(prepared_data, 
         assert eval_losses[bs, True] == pytest.approx(eval_losses[bs, False], rel=1e-5)
 
 
+@trains
 def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     model, tok, session = notebook_recipe.train(prepared_data, tmp_path, arguments=ARGS, **{**PARAMS, "max_steps": 20})
     result = session.result
@@ -189,6 +198,7 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     assert again.eval_loss == pytest.approx(result.eval_loss, rel=5e-3)  # same weights; CPU 4-bit noise
 
 
+@trains
 def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_path, monkeypatch):
     import transformers.trainer
     from transformers.utils.notebook import NotebookProgressCallback
@@ -199,6 +209,7 @@ def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_p
     assert result.stopped_reason == "time_budget" and result.global_step <= 2
 
 
+@trains
 def test_the_bar_comes_without_the_trainers_dict_logs(prepared_data, tmp_path, capsys):
     _train(prepared_data, tmp_path, max_steps=10, run={"progress": "both"}, arguments={"disable_tqdm": False})
     out = capsys.readouterr()
@@ -206,6 +217,7 @@ def test_the_bar_comes_without_the_trainers_dict_logs(prepared_data, tmp_path, c
     assert "10/10" in out.err  # the tqdm bar (text outside Jupyter) reached the end
 
 
+@trains
 def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
     no_eval = {"eval_strategy": "no"}
     _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, arguments=no_eval)
@@ -235,6 +247,7 @@ def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_check
     assert training._pick_resume(tmp_path, True, 2, trained, model, main=True) == ckpt
 
 
+@trains
 def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
     no_eval = {"eval_strategy": "no"}
     _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, arguments=no_eval)
@@ -257,6 +270,7 @@ def test_packed_plan_trains(prepared_data, tmp_path):
     assert len(splits.load_split(prepared_data, "train")) > 6 * 4  # packed rows: fewer than the examples
 
 
+@trains
 def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, tmp_path):
     from nbutils.runtime import modelsource
     from nbutils.train import diskspace, memory
