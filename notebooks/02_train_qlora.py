@@ -68,6 +68,7 @@ eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
 save_total_limit = 2  # Trainer checkpoints kept: the newest that verify, by step; lower it on a small disk
 time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
+time_plan = True  # time the first steps, then print the run's expected wall time, sessions and what to change to fit
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: plain log lines in a batch run, widgets plus the lines interactively; or widgets/log
 multi_gpu = "auto"  # auto: DDP over 2+ GPUs when one holds the model, else split; or ddp / split / single
@@ -199,7 +200,10 @@ def training_arguments():
 # ## Train, save, verify
 # The run takes the output folder's lock (one run per folder), checks the disk, and resumes from the newest
 # checkpoint that verifies and was trained with the same settings (another run's is refused, naming what
-# differs). Then `trainer.train()`. The final checkpoint (adapter, tokenizer, `run_config.json`: the base model,
+# differs). The first steps are timed on this hardware and batch plan (about 5% of the steps, never redone: the
+# run saves there and resumes at once); then one table says how long the whole run takes, whether the time
+# budget stops it, how many sessions and how much of the weekly GPU quota it needs, and what to change to fit
+# ([docs/planning.md](../docs/planning.md)). Then `trainer.train()` does the rest. The final checkpoint (adapter, tokenizer, `run_config.json`: the base model,
 # this 4-bit config, this LoRA config and the training arguments, which 03 and 04 load exactly) is written
 # atomically, then checked file by file and reloaded to generate a few tokens. `training_summary.json`, written
 # last, says why training stopped and where the checkpoint is.
@@ -219,7 +223,7 @@ def train_on_this_process():
     run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=time_budget_min),
                        time_budget_min=time_budget_min, save_total_limit=save_total_limit, resume=resume,
                        probe=evaluation.training_probe(plan.eval_ds, tokenizer, probe_prompts), progress=plan.progress,
-                       memory_estimate_gb=plan.memory["estimate_gb"])
+                       memory_estimate_gb=plan.memory["estimate_gb"], time_plan=time_plan)
     trainer = make_trainer(model, tokenizer, run)
     with run.session(trainer) as resume_from:
         if not run.finished:  # a rerun of a finished run has nothing left to train
@@ -264,6 +268,9 @@ print(f"step {summary['global_step']} ({summary['stopped_reason']}) on {summary[
       f"train loss {summary['train_loss']:.4f}, eval loss {summary['eval_loss']:.4f}")
 if summary["measured_peak_gb"] is not None:  # on a GPU: the measured peak beside the plan
     print(f"memory: measured peak {summary['measured_peak_gb']:.2f} GB, planned {plan.memory['estimate_gb']:.2f} GB")
+if summary["time_plan"]:  # the time plan beside what the run took: its error shows after every run
+    timing = summary["time_plan"]
+    print(f"time: planned {timing['predicted_s']:.0f} s, took {timing['actual_s']:.0f} s ({timing['error']:+.1%})")
 
 # %% [markdown]
 # ## Learning curves

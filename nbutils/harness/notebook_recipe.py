@@ -123,7 +123,7 @@ def train(data_dir, output_dir, model=None, tokenizer=None, arguments: dict | No
     if model is None:
         model, tokenizer = ns["load_model"]()
     options = {"time_budget_min": ns["time_budget_min"], "save_total_limit": ns["save_total_limit"],
-               "resume": ns["resume"], "progress": "log", **(run or {})}
+               "resume": ns["resume"], "progress": "log", "time_plan": ns["time_plan"], **(run or {})}
     session = training.Run(plan.out, plan.record(smoke=ns["smoke"]), **options)
     trainer = ns["make_trainer"](model, tokenizer, session)
     with session.session(trainer) as resume_from:

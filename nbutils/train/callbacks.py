@@ -138,15 +138,22 @@ class ProgressLog(TrainerCallback):
 
 
 class Probe(TrainerCallback):
-    """At each evaluation call probe(model) -> True if generations are degenerate; two in a row stop training."""
+    """At each evaluation call probe(model) -> True if generations are degenerate; two in a row stop training.
 
-    def __init__(self, probe, stop: StopReason, patience: int = 2):
+    uncounted: steps whose evaluation is not a scheduled one (the time plan's calibration): the probe runs there,
+    so its cost is timed, but its verdict neither starts nor breaks a streak."""
+
+    def __init__(self, probe, stop: StopReason, patience: int = 2, uncounted: set | None = None):
         self.probe, self.stop, self.patience, self.streak = probe, stop, patience, 0
+        self.uncounted = set() if uncounted is None else uncounted
 
     def on_evaluate(self, args, state, control, model=None, **kw):
         if model is None:
             return
-        self.streak = self.streak + 1 if agree(bool(self.probe(model))) else 0
+        degenerate = agree(bool(self.probe(model)))
+        if state.global_step in self.uncounted:
+            return
+        self.streak = self.streak + 1 if degenerate else 0
         if self.streak >= self.patience:
             self.stop.set("degenerate", f"probe generations degenerate at {self.streak} evaluations in a row "
                                         f"(step {state.global_step}); keeping the last checkpoint")

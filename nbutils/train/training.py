@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +32,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from nbutils.chain import MARKERS
-from nbutils.train import checkpoints, curves, diskspace, faultpoints, recipe, runlock, runsettings
+from nbutils.runtime import limits
+from nbutils.train import checkpoints, curves, diskspace, faultpoints, recipe, runlock, runsettings, timeplan
 from nbutils.train import loss as lm_loss
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
 from nbutils.train.modeling import unwrap
@@ -57,6 +60,7 @@ class TrainResult:
     replica_checksums: list[float] | None = None  # one per process: equal means the replicas stayed in sync
     is_main: bool = True  # the process that writes the files
     trainer: object = field(default=None, repr=False)  # the live Trainer (its state goes into the final checkpoint)
+    time_plan: dict | None = None  # the time plan made after the calibration, with the actual time beside it
 
 
 class MarkComplete(TrainerCallback):
@@ -89,27 +93,33 @@ class Run:
 
     record: what the checkpoints record beyond what is read off the model and the Trainer (planning.record:
     base model, precision, the data's hash, versions). probe(model) -> True at an evaluation means degenerate
-    generations; clock/session_start drive the time budget (tests fake them); callbacks: extra TrainerCallbacks."""
+    generations; clock/session_start drive the time budget (tests fake them); callbacks: extra TrainerCallbacks;
+    time_plan: time the first steps and print the time plan there (nbutils.train.timeplan)."""
 
     def __init__(self, output_dir: str | Path, record: dict, *, time_budget_min: float, save_total_limit: int | None = 2,
                  resume: bool = True, probe=None, progress: str = "log", memory_estimate_gb: float | None = None,
-                 clock=time.time, session_start: float | None = None, callbacks: list | None = None):
+                 clock=time.time, session_start: float | None = None, callbacks: list | None = None,
+                 time_plan: bool = True):
         self.output_dir, self.record, self.resume = Path(output_dir), dict(record), resume
         self.save_total_limit = save_total_limit
         self.run_config, self.settings = dict(record), {}
         self.stop, self.progress = StopReason(), progress
         self.peak = PeakMemory(estimate_gb=memory_estimate_gb)
-        self.probe = Probe(probe, self.stop) if probe is not None else None
-        self.callbacks = [MarkComplete(self), TimeBudget(time_budget_min, self.stop, session_start, clock),
-                          NanGuard(self.stop), self.peak, *([ProgressLog()] if progress in ("log", "both") else []),
-                          *([self.probe] if self.probe else []), *(callbacks or [])]
-        self.finished, self.resume_step, self.result, self.is_main = False, None, None, True
+        self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
+        self.probe = Probe(probe, self.stop, uncounted=self.timelog.forced) if probe is not None else None
+        self.budget = TimeBudget(time_budget_min, self.stop, session_start, clock)
+        self.callbacks = [MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
+                          *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
+                          *(callbacks or []), self.timelog]
+        self.finished, self.resume_step, self.result, self.is_main, self.time_plan = False, None, None, True, None
+        self._trainer = None
 
     @contextlib.contextmanager
     def session(self, trainer):
         """Yields the checkpoint to resume from (None: from the start); on leaving, `result` holds the run's."""
         self.run_config = {**recipe.run_config(trainer.model, trainer.args, self.record), "loss": lm_loss.kind_of(trainer)}
         self.settings = runsettings.settings(self.run_config)
+        self._trainer = trainer  # the time plan reads its training data
         _one_progress_line(trainer)
         self.is_main = trainer.is_world_process_zero()
         if self.is_main:  # one log: ranks above 0 print nothing
@@ -135,6 +145,21 @@ class Run:
             raise
         self.result = self._finish(trainer, time.time() - t0)
 
+    def _plan_time(self, args, state) -> None:
+        """The time plan, at the calibration's last step (TimeLog calls it after that step's save); printed once."""
+        rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        data = getattr(self._trainer, "train_dataset", None)
+        lengths = data["length"] if data is not None and "length" in data.column_names else None
+        # An epoch's tokens over its steps (its last batch may be short), else what the timed steps saw.
+        per_step = sum(lengths) / math.ceil(len(lengths) / rows) if lengths else \
+            statistics.fmean(t for *_, t in self.timelog.timed())
+        self.time_plan = timeplan.predict(
+            self.timelog, total_steps=state.max_steps, eval_steps=timeplan.every(args, "eval"),
+            save_steps=timeplan.every(args, "save"), tokens_per_step=per_step, budget_s=self.budget.budget_s,
+            session_start=self.budget.start, limits=limits.for_platform(), batch_size=args.per_device_train_batch_size)
+        if state.is_world_process_zero:
+            print(f"[time plan] {self.time_plan.limits.describe()}\n{self.time_plan.table()}", flush=True)
+
     def _finish(self, trainer, seconds: float) -> TrainResult:
         reason = self.stop.reason
         if reason is None:
@@ -143,10 +168,21 @@ class Run:
         if self.probe is not None:
             trainer.remove_callback(self.probe)  # the final evaluation is for the numbers, not for stopping
         metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
+        planned = self._planned_vs_actual()
         return TrainResult(
             trainer.state.global_step, reason, self.stop.detail, self.resume_step, run_loss(trainer.state.log_history),
             metrics["eval_loss"], round(seconds, 1), trainer.state.log_history, self.settings, self.run_config,
-            self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer)
+            self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer,
+            time_plan=planned)
+
+    def _planned_vs_actual(self) -> dict | None:
+        """The time plan beside what the run took (first step to final evaluation) and the calibration's cost."""
+        if self.time_plan is None:
+            return None
+        actual, cost = self.timelog.clock() - self.timelog.train_start, self.timelog.cost_s()
+        return {**self.time_plan.record(), "actual_s": round(actual, 2),
+                "error": round(self.time_plan.predicted_s / actual - 1, 4), "calibration_cost_s": cost,
+                "calibration_share": None if cost is None else round(cost / actual, 4)}
 
     def save_final(self, model, tokenizer) -> Path | None:
         """The final checkpoint in <output_dir>/checkpoint (see save_checkpoint)."""
@@ -337,6 +373,7 @@ def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: P
         "memory_plan": memory_plan, "measured_peak_gb": result.peak_memory_gb,
         "run_peak_gb": result.run_peak_memory_gb, "config": result.run_config,
         "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
+        "time_plan": result.time_plan,  # planned vs actual: the plan's error after every run
     }
     try:
         (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))

@@ -1,0 +1,277 @@
+"""The time plan: the run's first steps timed on the real hardware and batch plan, then the whole run predicted.
+
+The calibration is not a separate run. `TimeLog` times the first steps of the real run; at the calibration's
+last step the Trainer evaluates and saves once (nothing extra when a scheduled evaluation and save falls there),
+and the plan is printed right after, before the next step: no step is done twice, and the calibration costs that
+one evaluation and save, measured, whose share of the run the table says. From the timed steps (seconds per
+token: the batches of a length-grouped run differ in length), the evaluation and the save, `predict` gives the
+rest of the run and one table: the expected wall time with a range, where the time budget stops it, the sessions
+and the share of the platform's weekly quota it needs (nbutils.runtime.limits), and what to change to fit one
+session.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+from transformers import TrainerCallback
+
+from nbutils.runtime.limits import Limits
+
+WARMUP = 2  # steps not timed: the first ones allocate memory, pick kernels and fill caches
+MIN_TIMED, MAX_TIMED = 4, 50
+TIMED_SHARE = 0.05  # time this share of the run's steps (between MIN_TIMED and MAX_TIMED): they are real steps
+COST_LIMIT = 0.03  # what the calibration may cost, as a share of the run
+MIN_RANGE = 0.10  # the range is never narrower than this: the load and the lengths still to come vary
+
+
+def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | None:
+    """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
+    and save inside that window is taken instead (then nothing extra is done). None: too short to plan."""
+    left = total - start
+    if left < 2 * (WARMUP + MIN_TIMED) + 1:
+        return None
+    first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
+    both = math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
+    scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
+    return scheduled[0] if scheduled else last
+
+
+class TimeLog(TrainerCallback):
+    """Times every step (with the tokens it saw), evaluation and save; at the calibration window's last step it asks
+    for an evaluation and a save, then calls on_plan(args, state) (which makes and prints the plan).
+
+    Goes last among the callbacks, so an evaluation's time includes the probe and a save's the checksums."""
+
+    def __init__(self, calibrate: bool = True, clock=time.time, on_plan=None):
+        self.calibrate, self.clock, self.on_plan = calibrate, clock, on_plan
+        self.start_step = self.end_step = None
+        self.forced: set[int] = set()  # the calibration's extra evaluation: the probe does not count its verdict
+        self.forced_saves: set[int] = set()
+        self.steps: list[tuple[int, float, int]] = []  # (step, seconds, tokens)
+        self.evals: dict[int, float] = {}
+        self.saves: dict[int, float] = {}
+        self.train_start = self.last = None
+        self.tokens = 0
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.last, self.tokens = self.clock(), state.num_input_tokens_seen or 0
+        if self.train_start is None:
+            self.train_start, self.start_step = self.last, state.global_step
+            if self.calibrate:
+                self.end_step = window(state.global_step, state.max_steps, every(args, "eval"), every(args, "save"))
+
+    def on_step_end(self, args, state, control, **kw):
+        now, seen = self.clock(), state.num_input_tokens_seen or 0
+        self.steps.append((state.global_step, now - self.last, seen - self.tokens))
+        self.last, self.tokens = now, seen
+        if state.global_step == self.end_step:
+            if not control.should_evaluate:
+                self.forced.add(state.global_step)
+            if not control.should_save:
+                self.forced_saves.add(state.global_step)
+            control.should_evaluate = control.should_save = True
+
+    def on_evaluate(self, args, state, control, **kw):
+        now = self.clock()
+        self.evals.setdefault(state.global_step, now - self.last)
+        self.last = now
+
+    def on_save(self, args, state, control, **kw):
+        now = self.clock()
+        self.saves[state.global_step] = now - self.last
+        if state.global_step == self.end_step and self.on_plan is not None:
+            self.on_plan(args, state)
+        self.last = self.clock()  # the plan's own few milliseconds go to no step
+
+    def timed(self) -> list[tuple[int, float, int]]:
+        """The calibration's steps after the warm-up."""
+        return [s for s in self.steps if self.start_step + WARMUP < s[0] <= (self.end_step or 0)]
+
+    def cost_s(self) -> float | None:
+        """What the calibration added to the run: its extra evaluation and save (none when they were scheduled)."""
+        if self.end_step is None or self.end_step not in self.saves:
+            return None
+        step = self.end_step
+        return self.evals.get(step, 0.0) * (step in self.forced) + self.saves[step] * (step in self.forced_saves)
+
+
+def every(args, what: str) -> int:
+    """eval_steps or save_steps of these TrainingArguments when that strategy is 'steps', else 0."""
+    strategy = getattr(args, f"{what}_strategy", "no")
+    return int(getattr(args, f"{what}_steps") or 0) if str(getattr(strategy, "value", strategy)) == "steps" else 0
+
+
+def step_model(timed: list[tuple[int, float, int]]) -> tuple[float, float, float]:
+    """(fixed seconds per step, seconds per token, relative spread) from the timed steps.
+
+    Proportional to the tokens unless the timed steps' lengths differ enough to separate a fixed part (least
+    squares, kept only when that part comes out between zero and the fastest step). Without token counts
+    (include_num_input_tokens_seen off) a step is a step. The spread: two standard errors of the mean seconds per
+    token, relative to it (the uncertainty of the rate the whole run is predicted with)."""
+    seconds, tokens = [s for _, s, _ in timed], [t for _, _, t in timed]
+    if not all(tokens):
+        tokens = [1] * len(timed)
+    rates = [s / t for s, t in zip(seconds, tokens)]
+    spread = 2 * statistics.stdev(rates) / statistics.fmean(rates) / len(rates) ** 0.5 if len(rates) > 1 else 1.0
+    if max(tokens) >= 1.5 * min(tokens):
+        mt, ms = statistics.fmean(tokens), statistics.fmean(seconds)
+        slope = sum((t - mt) * (s - ms) for t, s in zip(tokens, seconds)) / sum((t - mt) ** 2 for t in tokens)
+        fixed = ms - slope * mt
+        if 0 <= fixed < min(seconds) and slope > 0:
+            return fixed, slope, spread
+    return 0.0, sum(seconds) / sum(tokens), spread
+
+
+@dataclass
+class TimePlan:
+    """The prediction made after the calibration, and what the table says."""
+
+    done_step: int
+    total_steps: int
+    timed_steps: int
+    step_s: float  # a step of average length
+    tokens_per_step: float
+    eval_s: float
+    save_s: float
+    n_evals: int
+    n_saves: int
+    elapsed_s: float  # the run so far (from its first step): the calibration
+    predicted_s: float  # the whole run, first step to final evaluation
+    low_s: float
+    high_s: float
+    budget_s: float | None  # time_budget_min, in seconds
+    budget_left_s: float | None
+    stop_step: int | None  # where the time budget stops it (None: it finishes)
+    sessions: int | None
+    gpu_hours: float
+    limits: Limits
+    cost_s: float = 0.0  # the calibration's extra evaluation and save (none when they were scheduled there)
+    suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def rest_s(self) -> float:
+        return self.predicted_s - self.elapsed_s
+
+    def record(self) -> dict:
+        """What training_summary.json keeps of the plan (beside the actual time)."""
+        out = {k: v for k, v in asdict(self).items() if k != "limits"}
+        return {**out, "platform": self.limits.platform}
+
+    def rows(self) -> dict:
+        steps = self.total_steps - self.done_step
+        rows = {
+            "time.calibration": f"steps {self.done_step - self.timed_steps + 1}-{self.done_step} timed after {WARMUP} "
+                                f"warm-up: {self.step_s:.3g} s a step at {self.tokens_per_step:,.0f} tokens; "
+                                f"evaluation {duration(self.eval_s)}, save {duration(self.save_s)}",
+            "time.expected": f"{duration(self.predicted_s)} ({duration(self.low_s)} - {duration(self.high_s)}) for "
+                             f"{self.total_steps} steps: {steps} steps to go {duration(steps * self.step_s)}, "
+                             f"{self.n_evals} evaluations {duration(self.n_evals * self.eval_s)}, {self.n_saves} saves "
+                             f"{duration(self.n_saves * self.save_s)}",
+            "time.calibration_cost": self._cost_row(),
+            "time.budget": self._budget_row(),
+            "time.sessions": self._sessions_row(),
+        }
+        if self.suggestions:
+            rows["time.to_fit"] = "; ".join(self.suggestions)
+        return rows
+
+    def _cost_row(self) -> str:
+        share = self.cost_s / self.predicted_s if self.predicted_s else 0.0
+        text = f"{duration(self.cost_s)}, {share:.1%} of the run (an extra evaluation and save)" if self.cost_s else \
+            "nothing: a scheduled evaluation and save fell in the window"
+        if share > COST_LIMIT:
+            text += f": more than {COST_LIMIT:.0%} of a run this short; time_plan=False skips the plan"
+        return text
+
+    def _budget_row(self) -> str:
+        if self.budget_left_s is None:
+            return "no time budget"
+        if self.stop_step is None:
+            return f"{duration(self.budget_left_s)} left: fits"
+        return (f"{duration(self.budget_left_s)} left: DOES NOT FIT; the budget stops it at about step {self.stop_step} "
+                f"of {self.total_steps}, after a save")
+
+    def _sessions_row(self) -> str:
+        lim = self.limits
+        if lim.session_h is None or self.budget_s is None:
+            return f"{lim.platform}: no session limit; {duration(self.gpu_hours * 3600)} in all"
+        text = (f"{self.sessions} session(s) of {duration(self.budget_s)} (time_budget_min; {lim.platform} stops one at "
+                f"{lim.session_h:g} h); {duration(self.gpu_hours * 3600)} in all")
+        if lim.week_h:
+            text += f", {self.gpu_hours / lim.week_h:.0%} of the {lim.week_h:g} GPU h a week"
+            if self.gpu_hours > lim.week_h:
+                text += (f": MORE than {lim.platform} gives in a week ({math.ceil(self.gpu_hours / lim.week_h)} weeks); "
+                         "fewer steps, or more GPUs (several machines: docs/multi-gpu.md)")
+        return text
+
+    def table(self) -> str:
+        rows = self.rows()
+        width = max(len(k) for k in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
+
+
+def duration(seconds: float) -> str:
+    """'42 s', '3 min 5 s', '2 h 10 min'."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def predict(log: TimeLog, *, total_steps: int, eval_steps: int, save_steps: int, tokens_per_step: float,
+            budget_s: float | None, session_start: float, limits: Limits, batch_size: int, now: float | None = None
+            ) -> TimePlan:
+    """The whole run from the calibration in `log` (see the module docstring)."""
+    now = log.clock() if now is None else now
+    timed, done = log.timed(), log.end_step
+    fixed, per_token, spread = step_model(timed)
+    tokens = tokens_per_step if all(t for _, _, t in timed) else 1.0
+    step_s = fixed + per_token * tokens
+    eval_s, save_s = log.evals.get(done, 0.0), log.saves.get(done, 0.0)
+    n_evals = (total_steps // eval_steps - done // eval_steps if eval_steps else 0) + 1  # + the final evaluation
+    n_saves = total_steps // save_steps - done // save_steps + bool(total_steps % save_steps) if save_steps else 0
+    elapsed = now - log.train_start
+    rest = (total_steps - done) * step_s + n_evals * eval_s + n_saves * save_s
+    margin = max(MIN_RANGE, spread)
+    plan = TimePlan(done, total_steps, len(timed), step_s, tokens, eval_s, save_s, n_evals, n_saves, elapsed,
+                    elapsed + rest, elapsed + rest * (1 - margin), elapsed + rest * (1 + margin), budget_s, None, None,
+                    None, 0.0, limits)
+    plan.cost_s = eval_s * (done in log.forced) + save_s * (done in log.forced_saves)
+    startup = log.train_start - session_start  # install, load: every later session pays it again
+    plan.gpu_hours = (startup + plan.predicted_s) / 3600
+    if budget_s is None:
+        return plan
+    plan.budget_left_s = budget_s - (now - session_start)
+    per_step = rest / max(1, total_steps - done)  # evaluations and saves spread over the steps
+    if rest + save_s > plan.budget_left_s:
+        usable = plan.budget_left_s - 2 * (step_s + eval_s + save_s) - save_s  # TimeBudget's margin: two slow steps
+        plan.stop_step = done + max(0, int(usable // per_step))
+        later = max(1.0, budget_s - startup - save_s)
+        plan.sessions = 1 + math.ceil((rest - max(0.0, usable)) / later)
+        plan.gpu_hours += (plan.sessions - 1) * startup / 3600
+        plan.suggestions = suggestions(plan, per_step, fixed, eval_steps, save_steps, batch_size)
+    else:
+        plan.sessions = 1
+    return plan
+
+
+def suggestions(plan: TimePlan, per_step: float, fixed: float, eval_steps: int, save_steps: int,
+                batch_size: int) -> list[str]:
+    """What to change so the run fits this session, each with the figure it gives."""
+    out = [f"max_steps={plan.stop_step} fits this session"]
+    evals = plan.n_evals * plan.eval_s
+    if evals >= 0.1 * plan.rest_s and eval_steps:
+        out.append(f"eval_steps={2 * eval_steps}, save_steps={2 * save_steps} saves about {duration(evals / 2)}")
+    half = (fixed + (plan.step_s - fixed) / 2) / plan.step_s
+    fit = plan.done_step + int((plan.stop_step - plan.done_step) / max(half, 1e-9))
+    out.append(f"per_device_batch_size={max(1, batch_size // 2)} (or a max_seq_len half as long, in 01) makes a step "
+               f"about {1 - half:.0%} shorter: about {min(fit, plan.total_steps)} steps fit")
+    out.append(f"or let it stop and save at step {plan.stop_step}: running 02 again with this output attached resumes "
+               f"it ({plan.sessions} sessions in all)")
+    return out
