@@ -81,8 +81,10 @@ env = preflight(load_in_4bit=False)
 # `### Assistant:` template, set on the tokenizer so 02, 03 and the checkpoint use it too). Every
 # answer is labelled through the token its turn ends with (`<|eot_id|>`, `<|im_end|>`,
 # `<end_of_turn>`, or EOS), so the model learns to stop; the pad token is never EOS and never a new
-# token. A system message is merged into the first user turn where the template refuses it. Labels
-# cover the answers only (completion-only) unless `train_on_prompt=True`. `max_seq_len="auto"`
+# token. A template that marks no assistant turn, or a tokenizer whose ids run past the model's
+# embedding, is refused here, naming the problem. A system message is merged into the first user turn
+# where the template refuses it. Labels cover the answers only (completion-only) unless
+# `train_on_prompt=True`. `max_seq_len="auto"`
 # covers 99% of the records, capped by the longest sequence a 15 GB T4 trains at `batch_size`, and says
 # how many it leaves out. The manifest records `base_model`: 02, 03 and 04 take it from there.
 
@@ -93,7 +95,9 @@ from nbutils.runtime import environment, modelsource
 from nbutils.train import memory
 
 tokenizer = chatformat.load_tokenizer(base_model)  # a model that cannot be reached says here what to attach
-longest = memory.longest_sequence(modelsource.load_config(base_model), batch_size, defaults.T4_MEMORY_GB)
+config = modelsource.load_config(base_model)
+chatformat.check_model(tokenizer, config)  # a template without an assistant marker, ids past the embedding: named now
+longest = memory.longest_sequence(config, batch_size, defaults.T4_MEMORY_GB)
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
 manifest = splits.prepare(inputs, out, tokenizer, base_model=base_model, max_seq_len=max_seq_len, seq_len_cap=longest,

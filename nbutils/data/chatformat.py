@@ -226,3 +226,56 @@ def _empty_prefix(render) -> str:
         return render([], True)
     except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
         return ""
+
+
+# --- the tokenizer against the model -----------------------------------------------------------
+
+def template_problem(tokenizer) -> str | None:
+    """Why the chat template cannot show the model where its answer starts (None: it can).
+
+    Between the user's text and the answer a template must put something besides the end-of-turn token: the
+    assistant marker (<|im_start|>assistant, <start_of_turn>model, [/INST] ...). Without one, nothing at inference
+    tells the model to answer, and add_generation_prompt has nothing to add."""
+    try:
+        text = tokenizer.apply_chat_template(PROBE, tokenize=False)
+    except Exception as e:  # noqa: BLE001 -- templates raise anything (TemplateError via raise_exception)
+        return f"the chat template fails on one user turn and one answer: {type(e).__name__}: {e}"
+    between = text[text.find("ping") + 4:text.rfind("pong")]
+    rest = between.replace(end_of_turn(tokenizer), "").replace(tokenizer.eos_token or "\0", "")
+    if rest.strip():
+        return None
+    return (f"the chat template marks no assistant turn: between the user's text and the answer it renders only "
+            f"{between!r}, so at inference nothing tells the model to answer. Use the model's own template "
+            "(chat_template in its tokenizer_config.json or chat_template.jinja), or set tokenizer.chat_template to one "
+            "that opens each assistant turn with a marker.")
+
+
+def vocab_problem(tokenizer, model_config) -> str | None:
+    """Why the model's embedding cannot take the ids this tokenizer gives (None: it can).
+
+    An id at or past config.vocab_size has no embedding row: the first batch holding one stops training with
+    'index out of range in self'. Checked on the ids the chain always uses (the special tokens, a rendered turn)
+    and the base vocabulary; extra tokens past the rows that the chain never uses (image tokens) are left alone."""
+    rows = getattr(model_config, "vocab_size", None)
+    if not rows:
+        return None
+    used = tokenizer(tokenizer.apply_chat_template(PROBE, tokenize=False), add_special_tokens=False)["input_ids"]
+    used += [i for i in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None]
+    used += stop_ids(tokenizer)
+    beyond = sorted({i for i in used if i >= rows})
+    base = max(0, tokenizer.vocab_size - rows)  # ordinary tokens past the rows: any text may produce them
+    if not beyond and not base:
+        return None
+    shown = ", ".join(f"{tokenizer.convert_ids_to_tokens(i)!r} ({i})" for i in beyond[:3])
+    return (f"the model's vocabulary has {rows:,} rows (config.json vocab_size) but the tokenizer has {len(tokenizer):,} "
+            f"tokens: {len(tokenizer) - rows:,} ids have no embedding"
+            + (f", the chat format's {shown}{' ...' if len(beyond) > 3 else ''} among them" if shown else "")
+            + ". Training would stop at the first batch holding one, with 'index out of range in self'. Use the "
+            "tokenizer saved with this model, or a config whose vocab_size covers it.")
+
+
+def check_model(tokenizer, model_config) -> None:
+    """Raise ValueError naming every problem between this tokenizer and this model (template, vocabulary)."""
+    found = [p for p in (template_problem(tokenizer), vocab_problem(tokenizer, model_config)) if p]
+    if found:
+        raise ValueError("the model and its tokenizer cannot train together:\n- " + "\n- ".join(found))
