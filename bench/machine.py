@@ -42,3 +42,16 @@ def save(bench: str, rows: list[dict], command: str) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path.write_text(json.dumps(kept, indent=2) + "\n")
     return path
+
+
+def cap_gpu_memory(env: dict | None = None) -> float | None:
+    """Cap this process's CUDA memory at $BENCH_GPU_MEMORY_GB (a T4's 15 GB on a bigger GPU); the cap in GB, or None
+    without CUDA or the variable. Set before the model loads; processes a bench spawns inherit the variable."""
+    import torch
+
+    gb = float((os.environ if env is None else env).get("BENCH_GPU_MEMORY_GB") or 0)
+    if not gb or not torch.cuda.is_available():
+        return None
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, gb * 2**30 / total))
+    return gb

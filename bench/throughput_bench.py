@@ -27,6 +27,8 @@ import random
 import tempfile
 from pathlib import Path
 
+from bench import machine
+
 GB = 2**30
 GPU_SHAPES = {  # public config.json dimensions; weights are random (no hub here)
     "Llama-3.2-1B": dict(model_type="llama", vocab_size=128256, hidden_size=2048, intermediate_size=8192,
@@ -74,6 +76,7 @@ def _train_one(recipe: str, model_path: str, rows: list[dict], batch: int, max_l
     from nbutils.train import loss, modeling
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    machine.cap_gpu_memory()  # make gpu-proof: a T4's 15 GB on a bigger GPU
     tok = chatformat.load_tokenizer("embedded")  # pad id only: the ids are drawn at random below the vocab size
     bnb, lora = notebook_recipe.configs(precision, lora_r=16)  # 02's 4-bit and LoRA configs, for both recipes
     model = modeling.attach_lora(modeling.load_base(model_path, precision, bnb), lora, seed=0)

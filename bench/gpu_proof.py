@@ -1,0 +1,206 @@
+"""`make gpu-proof`: the GPU path proven in one command, on real-shaped models under a T4's conditions.
+
+On a CUDA machine, for Llama-3.2-1B and Qwen2.5-1.5B (their published configs with their real tokenizers,
+bench/real_models.py, and random weights at the real size): fp16 only (a T4 has no real bf16) and the GPU memory
+capped at 15 GB (torch.cuda.set_per_process_memory_fraction), it measures
+- tokens/s of the plain transformers + peft recipe, of the suite, and of the suite with liger-kernel
+  (bench/throughput_bench.py's side-by-side runs);
+- the memory plan against the measured peak at each batch size, and the largest batch that fits 15 GB, measured
+  (batches doubled until one runs out of memory) beside the plan's;
+- the time plan from 02's calibration against the actual time of the same run (01's data, 02's recipe).
+Rows go to bench/results/gpu-<device>.json. Without CUDA it says what it needs and exits 0. The tests run the same
+code on the CPU with the CUDA-only settings off (fp32, no cap, no liger) on a shrunk twin (CPU_SETUP).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import machine, real_models
+
+NEEDS = ("make gpu-proof needs a CUDA GPU (torch.cuda.is_available() is False here): run it on a machine with one "
+         "(about 10 minutes on an H100; packages it lacks install from wheels: docs/planning.md). "
+         "Nothing was measured.")
+
+
+@dataclass(frozen=True)
+class Setup:
+    cuda: bool
+    precision: str  # fp16: a T4's compute dtype
+    memory_gb: float | None  # the cap (a T4's usable memory)
+    full_size: bool  # random weights at the real size; else the shrunk twin (nbutils.plan.shrink)
+    models: tuple[str, ...]
+    sweep: tuple[int, ...]  # batch sizes for the memory plan against the measured peak
+    seq: int  # every row of the sweep this long: the plan's worst case
+    steps: int  # the calibrated run (time plan against actual)
+    batch: int
+    throughput_rows: int  # examples of the side-by-side tokens/s runs (0: skipped)
+
+
+GPU_SETUP = Setup(True, "fp16", 15.0, True, ("llama-3.2-1b-instruct", "qwen2.5-1.5b-instruct"), (1, 2, 4, 8, 16, 32),
+                  1024, 60, 4, 256)
+CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 30, 4, 0)
+
+
+def _spawned(fn, *args):
+    """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def model_folder(name: str, dest: Path, setup: Setup) -> Path:
+    """The model's folder with random weights: at the real size on the GPU, its shrunk twin on the CPU."""
+    from nbutils.plan import shrink
+
+    return shrink.build(real_models.folder(name), dest, full_size=setup.full_size)
+
+
+def prepared(model: Path, dest: Path, setup: Setup) -> Path:
+    """01's output for the embedded task data with this model's tokenizer (what 02 reads)."""
+    from nbutils import embedded
+    from nbutils.data import splits
+
+    splits.prepare([embedded.resolve_raw_data("embedded")], dest, str(model), verbose=False, batch_size=setup.batch)
+    return dest
+
+
+def _sweep(model: str, setup: Setup) -> list[dict]:
+    """The memory plan and the measured peak at each batch of setup.sweep (rows of setup.seq tokens), up to the
+    first batch that runs out of memory (under the cap)."""
+    import torch
+    from datasets import Dataset
+
+    from nbutils.data import batching
+    from nbutils.harness import notebook_recipe
+    from nbutils.runtime import modelsource
+    from nbutils.train import loss, memory
+
+    machine.cap_gpu_memory()
+    config, kind = modelsource.load_config(model), loss.choose("auto", cuda=setup.cuda)
+    out = []
+    for batch in setup.sweep:
+        ds = Dataset.from_list([_full_row(config.vocab_size, setup.seq)] * (batch * 3))  # every row the widest
+        batches = batching.plan([setup.seq] * len(ds), batch, setup.seq)
+        plan_gb = memory.plan(config, setup.seq, batch, 16, setup.memory_gb, loss=kind)["estimate_gb"]
+        if setup.cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                plan = notebook_recipe.adhoc_plan(d, ds, ds, batches, model, kind, 2e-4, max_steps=3)
+                plan.env = _with_precision(plan.env, setup.precision)
+                notebook_recipe.train(None, d, plan=plan, max_steps=3, per_device_batch_size=batch, resume=False,
+                                      chunked_loss=kind, probe_prompts=0, run={"progress": "off", "time_plan": False},
+                                      arguments={"eval_strategy": "no", "save_strategy": "no", "warmup_steps": 0})
+        except torch.OutOfMemoryError:
+            out.append({"batch": batch, "plan_gb": plan_gb, "peak_gb": None, "fits": False})
+            break
+        peak = torch.cuda.max_memory_allocated() / 2**30 if setup.cuda else None
+        out.append({"batch": batch, "plan_gb": plan_gb, "peak_gb": peak, "fits": True})
+    return out
+
+
+def _full_row(vocab: int, seq: int) -> dict:
+    ids = [3 + i % (vocab - 3) for i in range(seq)]
+    return {"input_ids": ids, "labels": [-100] * (seq // 2) + ids[seq // 2:], "length": seq, "messages": []}
+
+
+def _with_precision(env, precision: str):
+    """preflight's record with the precision forced (fp16 on a GPU that could do bf16: the T4's rule)."""
+    from dataclasses import replace
+
+    return replace(env, precision=precision)
+
+
+def _timed_run(data: str, out: str, setup: Setup) -> dict:
+    """02's recipe on 01's data with the time plan: planned against actual (training_summary.json's record)."""
+    from nbutils.harness import notebook_recipe
+
+    machine.cap_gpu_memory()
+    _, _, session = notebook_recipe.train(data, out, max_steps=setup.steps, per_device_batch_size=setup.batch,
+                                          eval_steps=10, save_steps=10, resume=False, precision=setup.precision)
+    return session.result.time_plan
+
+
+def _throughput(model: Path, setup: Setup) -> list[dict]:
+    """tokens/s of the plain recipe, the suite and the suite with liger, side by side (bench/throughput_bench.py)."""
+    from bench import throughput_bench
+
+    if not setup.throughput_rows:
+        return []
+    return throughput_bench.compare(f"{model.name}, random weights", str(model), n=setup.throughput_rows,
+                                    batch=setup.batch * 2, max_len=setup.seq, precision=setup.precision,
+                                    fused=setup.cuda, repeats=1)
+
+
+def rows_for(name: str, sweep: list[dict], timing: dict, memory_gb: float | None) -> list[dict]:
+    """The table's rows of one model: plan against peak per batch, the largest batch that fits, the time plan."""
+    out = [{"bench": "gpu_proof", "metric": f"{name}: memory plan / measured peak at batch {r['batch']}, GB",
+            "value": f"{r['plan_gb']:.2f} / " + (f"{r['peak_gb']:.2f}" if r["peak_gb"] is not None else
+                                                 ("out of memory" if not r["fits"] else "no GPU")),
+            "target": "0.9 - 1.1" if r["peak_gb"] else ""} for r in sweep]
+    fitting = [r["batch"] for r in sweep if r["fits"]]
+    cap = f"{memory_gb:g} GB" if memory_gb else "no cap"
+    out.append({"bench": "gpu_proof", "metric": f"{name}: largest batch that fits {cap}, measured",
+                "value": max(fitting) if fitting else 0,
+                "note": "the sweep stopped at its largest batch" if len(fitting) == len(sweep) else ""})
+    if timing:
+        out.append({"bench": "gpu_proof", "metric": f"{name}: time plan / actual, s ({timing['total_steps']} steps)",
+                    "value": f"{timing['predicted_s']:.1f} / {timing['actual_s']:.1f} ({timing['error']:+.1%})",
+                    "target": "within 15%", "note": f"calibration cost {timing['calibration_share']:.1%} of the run"})
+    return out
+
+
+def run(setup: Setup = GPU_SETUP) -> list[dict]:
+    """Every measurement of the module docstring for each model of the setup; one list of rows."""
+    if setup.memory_gb:
+        os.environ["BENCH_GPU_MEMORY_GB"] = str(setup.memory_gb)  # the spawned processes cap themselves
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name in setup.models:
+            model = model_folder(name, Path(d) / name, setup)
+            data = prepared(model, Path(d) / f"{name}-data", setup)
+            sweep = _spawned(_sweep, str(model), setup)
+            timing = _spawned(_timed_run, str(data), str(Path(d) / f"{name}-run"), setup)
+            rows += _throughput(model, setup) + rows_for(name, sweep, timing, setup.memory_gb)
+    return rows
+
+
+def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine.RESULTS) -> Path:
+    """bench/results/gpu-<device>.json: the rows, the machine, the conditions and how long it took."""
+    described = machine.describe()
+    device = re.sub(r"[^a-z0-9]+", "-", (described["gpu"] or "cpu").lower()).strip("-")
+    path = results / f"gpu-{device}.json"
+    results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": described, "command": "make gpu-proof", "setup": asdict(setup),
+                                "seconds": round(seconds, 1), "rows": rows}, indent=2) + "\n")
+    return path
+
+
+def main(setup: Setup | None = None) -> int:
+    import torch
+
+    if setup is None:
+        if not torch.cuda.is_available():
+            print(NEEDS)
+            return 0
+        setup = GPU_SETUP
+    t0 = time.perf_counter()
+    rows = run(setup)
+    from bench.__main__ import print_table
+
+    print_table(rows)
+    print(f"[gpu-proof] {save(rows, setup, time.perf_counter() - t0)} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
