@@ -1,0 +1,90 @@
+"""The dry run: a model's exact architecture, shrunk, with random weights, through 01 -> 02 -> 03 -> 04 on a CPU.
+
+Its light files are fetched (fetch.py), a twin is built from them (shrink.py), and the chain runs on it under the
+harness, as a Kaggle background run would (internet off), with smoke=True, the model named in 01 alone, and 04's
+gate forced (random weights never beat the base). Template, pad, label, attention, stop-token and export problems
+show in minutes, with the notebook, the cell and the message, before any GPU time.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbutils import chain
+from nbutils.harness import runner
+from nbutils.harness.results import Result, summary_table
+from nbutils.plan import fetch, shrink
+
+ROOT = runner.ROOT
+BATCH = 4  # rows per batch: the real vocabulary's logits are the cost on a CPU
+TIME_BUDGET_S = 900.0  # per notebook
+
+
+@dataclass
+class DryRun:
+    model: str
+    folder: Path  # where the model's files, its twin and the chain's run are
+    shape: str = ""
+    results: list[Result] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # fetch, build, chain, total; cpu: all processes' CPU time
+    error: str = ""  # a model that could not be fetched or built
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.results) and not any(r.failing for r in self.results) and \
+            len(self.results) == len(chain.notebook_paths())
+
+    def report(self) -> str:
+        """What the command prints: the twin's shape, one row per notebook, every problem, the verdict."""
+        lines = [f"dry run of {self.model}: {self.shape or 'no twin'}"]
+        if self.error:
+            lines.append(f"problem: {self.error}")
+        if self.results:
+            lines.append(summary_table(self.results))
+            lines += [str(p) for r in self.results for p in r.failing]
+        spent = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
+        verdict = "PASSED: the chain works on this architecture" if self.ok else "FAILED: see the problems above"
+        return "\n".join([*lines, f"{verdict} ({spent}); files in {self.folder}"])
+
+
+def slug(model: str) -> str:
+    """A folder name for a Hub id or a path."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(model).strip("/")).strip("-").lower() or "model"
+
+
+def dry_run(model: str, out: str | Path | None = None, params: dict | None = None) -> DryRun:
+    """Fetch, shrink and run the chain; the DryRun says what passed and every problem found."""
+    folder = Path(out) if out else ROOT / "runs" / "dry-run" / slug(model)
+    run, t0, cpu0 = DryRun(model, folder), time.perf_counter(), _cpu_s()
+    try:
+        files = fetch.fetch(model, folder / "model")
+        run.seconds["fetch"] = time.perf_counter() - t0
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(files)
+        run.shape = shrink.describe(config, shrink.shrink_config(config))
+        twin = shrink.build(files, folder / "twin")
+        run.seconds["build"] = time.perf_counter() - t0 - run.seconds["fetch"]
+    except (OSError, ValueError, KeyError) as e:  # unreachable, no config.json, an architecture transformers lacks
+        run.error = f"{type(e).__name__}: {e}"
+        return run
+    notebooks = [ROOT / nb for nb in chain.notebook_paths()]
+    params = {"01_data_prep:base_model": str(twin), "smoke": True, "04_export:force": True, "batch_size": BATCH,
+              "per_device_batch_size": BATCH, **(params or {})}
+    start = time.perf_counter()
+    run.results = runner.run(notebooks, folder / "chain", params, internet=False, time_budget=TIME_BUDGET_S)
+    run.seconds["chain"] = time.perf_counter() - start
+    run.seconds["total"] = time.perf_counter() - t0
+    run.seconds["cpu"] = _cpu_s() - cpu0  # beside the wall time: on a shared machine the two differ
+    return run
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (the notebooks' kernels)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -1,0 +1,121 @@
+"""A random-weight twin of a model's exact architecture, small enough to train on a CPU in seconds.
+
+What decides whether a chain works is kept as the model has it: the model class, the vocabulary (the embedding's
+rows), tied or untied embeddings, the special-token ids, the rope and attention settings (rope type and its
+parameters, sliding windows, the pattern of layer types, soft-capping), the maximum positions; the tokenizer, its
+chat template and the generation config are copied as they are. What only makes it big is cut: two layers (or one
+of each layer type), one key/value head with the model's query heads per group, a small head dimension, an MLP
+twice the width. Widths are multiples of 64, which bitsandbytes' CPU 4-bit kernels need.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+LAYERS = 2
+MIN_HEAD_DIM = 16
+MAX_EXPERTS, MAX_EXPERTS_PER_TOKEN = 4, 2
+COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+          "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+
+
+def _heads(config) -> tuple[int, int]:
+    """(query heads, key/value heads): the model's query heads per key/value head, over one key/value head
+    (four of each for a model without grouped attention)."""
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    groups = max(1, heads // kv)
+    return (groups, 1) if groups > 1 else (4, 4)
+
+
+def _head_dim(heads: int) -> int:
+    """The smallest head dimension (>= MIN_HEAD_DIM, even) that makes heads x head_dim a multiple of 64."""
+    dim = math.lcm(heads, 64) // heads
+    while dim < MIN_HEAD_DIM or dim % 2:
+        dim *= 2
+    return dim
+
+
+def _layer_types(config) -> list[str] | None:
+    """One layer of each type the model mixes (sliding and full attention ...), in the order they first come."""
+    types = getattr(config, "layer_types", None)
+    if not types:
+        return None
+    kept = list(dict.fromkeys(types))
+    return kept if len(kept) >= LAYERS else (kept * LAYERS)[:LAYERS]
+
+
+def _resample(values: list, n: int) -> list:
+    """n values spread evenly over `values` (longrope's per-dimension factors for a smaller head)."""
+    if len(values) == n or not values:
+        return list(values)
+    return [values[round(i * (len(values) - 1) / max(1, n - 1))] for i in range(n)]
+
+
+def _rope(parameters, rotary_half: int):
+    """The rope parameters with every per-dimension factor list resampled to the new rotary size."""
+    if isinstance(parameters, dict):
+        return {k: _resample(v, rotary_half) if k in ("short_factor", "long_factor") and isinstance(v, list)
+                else _rope(v, rotary_half) for k, v in parameters.items()}
+    return parameters
+
+
+def shrink_config(config):
+    """The same config, cut to CPU size as the module docstring says (a copy; the model's own is untouched)."""
+    import copy
+
+    small = copy.deepcopy(config)
+    heads, kv = _heads(config)
+    head_dim = _head_dim(heads)
+    small.num_attention_heads, small.num_key_value_heads = heads, kv
+    small.hidden_size = heads * head_dim
+    if getattr(config, "head_dim", None) is not None:
+        small.head_dim = head_dim
+    for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if getattr(config, name, None):
+            setattr(small, name, 2 * small.hidden_size)
+    for name, most in (("num_experts", MAX_EXPERTS), ("num_local_experts", MAX_EXPERTS),
+                       ("num_experts_per_tok", MAX_EXPERTS_PER_TOKEN)):
+        if getattr(config, name, None):
+            setattr(small, name, min(getattr(config, name), most))
+    types = _layer_types(config)
+    small.num_hidden_layers = len(types) if types else min(LAYERS, config.num_hidden_layers)
+    if types:
+        small.layer_types = types
+    rotary = int(head_dim * (getattr(config, "partial_rotary_factor", None) or getattr(config, "rotary_pct", None) or 1))
+    if getattr(config, "rope_parameters", None):
+        small.rope_parameters = _rope(config.rope_parameters, rotary // 2)
+    return small
+
+
+def describe(config, small) -> str:
+    """'Qwen2ForCausalLM: 28 -> 2 layers, hidden 1536 -> 192, heads 12/2 -> 6/1, vocab 151,936 kept'."""
+    arch = (getattr(config, "architectures", None) or [config.model_type])[0]
+    return (f"{arch}: {config.num_hidden_layers} -> {small.num_hidden_layers} layers, hidden {config.hidden_size} -> "
+            f"{small.hidden_size}, heads {config.num_attention_heads}/{getattr(config, 'num_key_value_heads', None)} -> "
+            f"{small.num_attention_heads}/{small.num_key_value_heads}, vocab {config.vocab_size:,} kept")
+
+
+def build(source: str | Path, dest: str | Path, seed: int = 0, full_size: bool = False) -> Path:
+    """Write the twin of the model in `source` (a folder with config.json and the tokenizer files) into `dest`;
+    full_size: the config as it is (random weights at the real size, for a GPU: `make gpu-proof`)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, dest = Path(source), Path(dest)
+    config = AutoConfig.from_pretrained(source)
+    small = config if full_size else shrink_config(config)
+    torch.manual_seed(seed)
+    with torch.device("cuda" if full_size and torch.cuda.is_available() else "cpu"):  # a 1B model initialises in seconds
+        model = AutoModelForCausalLM.from_config(small, dtype=torch.float32)
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dtype, torch.dtype):
+        model = model.to(dtype)  # saved as the model's own weights are (bf16 for most)
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    for name in COPIED:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)  # after save_pretrained: the model's own generation config
+    return dest
