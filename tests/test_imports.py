@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "nbutils"
-TOOLS = ("nbutils.harness", "nbutils.kaggle")
+TOOLS = ("nbutils.harness", "nbutils.kaggle", "nbutils.plan")
 RUNTIME = ("nbutils.runtime", "nbutils.data", "nbutils.train", "nbutils.eval", "nbutils.export",
            "nbutils.defaults", "nbutils.embedded", "nbutils.plots")
 
@@ -94,7 +94,7 @@ def test_find_cycle_finds_one_and_only_one_that_exists():
 # is passed in (01 hands splits.prepare the memory cap; 02's plan hands the loss kind to the memory plan).
 LAYERS = (("nbutils", "nbutils.chain", "nbutils.embedded", "nbutils.plots", "nbutils.defaults"), ("nbutils.runtime",),
           ("nbutils.data",), ("nbutils.train",), ("nbutils.eval",), ("nbutils.export",),
-          ("nbutils.harness", "nbutils.kaggle"))
+          ("nbutils.harness", "nbutils.kaggle", "nbutils.plan"))
 
 
 def layer(module: str) -> int:

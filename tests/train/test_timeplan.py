@@ -1,0 +1,67 @@
+"""The time plan's arithmetic on a fake clock: calibration window, prediction, budget verdict, what to change."""
+
+from types import SimpleNamespace
+
+from nbutils.runtime import limits
+from nbutils.train import timeplan
+
+
+def test_the_window_takes_a_scheduled_evaluation_and_save_when_one_falls_in_it():
+    assert timeplan.window(0, 400, 20, 20) == 20  # 2 warm-up + 20 timed: step 20 is evaluated and saved anyway
+    assert timeplan.window(0, 400, 7, 11) == timeplan.WARMUP + 20  # nothing scheduled: 5% of the steps timed
+    assert timeplan.window(0, 10, 5, 5) is None  # too short to plan
+
+
+def _log(step_s=1.0, eval_s=4.0, save_s=2.0, end=22, forced=False):
+    """A TimeLog as TimeLog would leave it after `end` steps of step_s seconds, 100 tokens each."""
+    log = timeplan.TimeLog(clock=lambda: 1000.0 + end * step_s + eval_s + save_s)
+    log.train_start, log.start_step, log.end_step = 1000.0, 0, end
+    log.steps = [(s, step_s, 100) for s in range(1, end + 1)]
+    log.evals, log.saves = {end: eval_s}, {end: save_s}
+    if forced:
+        log.forced, log.forced_saves = {end}, {end}
+    return log
+
+
+def _predict(log, budget_s=None, total=400):
+    return timeplan.predict(log, total_steps=total, eval_steps=20, save_steps=20, tokens_per_step=100,
+                            budget_s=budget_s, session_start=990.0, limits=limits.for_platform("kaggle"), batch_size=8)
+
+
+def test_the_prediction_adds_the_steps_evaluations_and_saves_still_to_come():
+    plan = _predict(_log())
+    # 378 steps of 1 s, evaluations at 40..400 plus the final one (20 x 4 s), saves at 40..400 (19 x 2 s)
+    assert plan.n_evals == 20 and plan.n_saves == 19
+    assert abs(plan.predicted_s - (28.0 + 378 + 80 + 38)) < 1e-6
+    assert plan.low_s < plan.predicted_s < plan.high_s
+    assert plan.stop_step is None and "no time budget" in plan.table()  # local: no session limit either
+    assert plan.cost_s == 0.0 and "nothing" in plan.rows()["time.calibration_cost"]
+
+
+def test_a_run_that_cannot_fit_its_budget_is_told_where_it_stops_and_what_to_change():
+    plan = _predict(_log(), budget_s=300.0)
+    assert plan.stop_step is not None and plan.stop_step < 400 and plan.sessions >= 2
+    table = plan.table()
+    assert "DOES NOT FIT" in table and "time.to_fit" in table
+    assert f"max_steps={plan.stop_step}" in table and "per_device_batch_size=4" in table
+
+
+def test_a_forced_calibration_counts_its_evaluation_and_save_as_its_cost():
+    plan = _predict(_log(forced=True), total=40)
+    assert plan.cost_s == 6.0
+    assert "more than 3%" in plan.rows()["time.calibration_cost"]  # a 40-step run: the plan says it costs too much
+
+
+def test_more_than_the_weekly_quota_is_named():
+    plan = _predict(_log(step_s=400.0), budget_s=690 * 60.0)
+    assert "MORE than kaggle gives in a week" in plan.rows()["time.sessions"]
+
+
+def test_every_reads_the_strategy():
+    args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="no", save_steps=50)
+    assert timeplan.every(args, "eval") == 20 and timeplan.every(args, "save") == 0
+
+
+def test_the_platform_limits():
+    assert limits.default_budget_min(limits.for_platform("kaggle")) == 690.0
+    assert limits.for_platform("somewhere") == limits.LIMITS["local"]
