@@ -15,7 +15,7 @@ NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 TWINS ?= 1
 TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-dataset kaggle-twins)
 
-.PHONY: setup test test-fast papermill-check lint sync bench clean map
+.PHONY: setup test test-fast papermill-check lint sync bench gpu-proof clean map
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ map: setup  ## the package map: subpackages, their modules, one line each
 
 bench: setup
 	$(PY) -m bench
+
+# The GPU path in one command, on real-shaped models under a T4's conditions (docs/planning.md). A bench, never a
+# test: without CUDA it says what it needs and exits 0.
+gpu-proof: setup
+	$(PY) -m bench.gpu_proof
 
 clean:
 	rm -rf runs build
