@@ -11,6 +11,7 @@ check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook
 - `export`: the export gate, merged and adapter exports, model cards, Hub push, GGUF.
 - `harness`: papermill-check, the simulated Kaggle background run and the Kaggle image twins.
 - `kaggle`: kernel metadata, bundles, the nbutils dataset and Colab/Kaggle badges.
+- `plan`: the dry run of a model's exact architecture on a CPU, before any GPU time.
 
 Chain-wide modules:
 - `chain`: the notebooks in order, their folders, marker files, Kaggle slugs and upstreams (one source).

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-SUBPACKAGES = ("runtime", "data", "train", "eval", "export", "harness", "kaggle")
+SUBPACKAGES = ("runtime", "data", "train", "eval", "export", "harness", "kaggle", "plan")
 ENTRY = re.compile(r"^- ((?:`\w+`(?:, )?)+): (.*)$")  # "- `detect`, `soup`: what they do"
 
 

@@ -8,5 +8,6 @@
 - `install_verify`: after pip, what changed, what the kernel still holds, and whether it imports.
 - `output`: what a run prints: known harmless library messages filtered, progress bars that end.
 - `secrets`: secrets read the platform's way, never printed, redacted from what is written.
+- `limits`: what each platform gives a run: session limit, weekly GPU quota, GPUs.
 - `settings`: the project's addresses (repository, Kaggle owner, dataset slug).
 """

@@ -15,5 +15,6 @@
 - `runlock`: one run per output_dir (filelock), naming the holder.
 - `diskspace`: a full disk as one clear error with the numbers.
 - `faultpoints`: named kill points, armed only by the fault-injection tests.
+- `timeplan`: the run's first steps timed, then its wall time, sessions and quota predicted before it goes on.
 - `launch`: several processes for 02, from inside the notebook or from a shell.
 """

@@ -61,7 +61,3 @@ def test_every_reads_the_strategy():
     args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="no", save_steps=50)
     assert timeplan.every(args, "eval") == 20 and timeplan.every(args, "save") == 0
 
-
-def test_the_platform_limits():
-    assert limits.default_budget_min(limits.for_platform("kaggle")) == 690.0
-    assert limits.for_platform("somewhere") == limits.LIMITS["local"]
