@@ -180,13 +180,17 @@ def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, me
                      "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",))
 
 
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
+
+
 def text(plan: DiskPlan) -> str:
     """The plan as a few lines: each artifact, its size and where it goes (and why not the output)."""
     lines = [f"[disk plan] output {plan.out}: {plan.out_room / GIB:.2f} GiB usable; temp {plan.temp}: "
              f"{plan.temp_room / GIB:.2f} GiB free" + (" (same disk)" if plan.shared else "")]
     for item in plan.items.values():
         where = {"output": "output", "temp": f"temp only ({item.reason})", "none": f"not written ({item.reason})"}
-        lines.append(f"  {item.name:<13} {item.size / GIB:8.3f} GiB -> {where[item.where]}")
+        lines.append(f"  {item.name:<13} {_size(item.size):>10} -> {where[item.where]}")
     return "\n".join(lines)
 
 

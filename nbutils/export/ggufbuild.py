@@ -108,8 +108,7 @@ def _place(disk: diskplan.DiskPlan, made: Path, tokenizer, stops: list[int], num
 
 
 def _skip(why: str, **more) -> dict:
-    print(f"[gguf] skipped: {why}", flush=True)
-    return {"file": None, "reason": why, **more}
+    return {"file": None, "reason": why, **more}  # `report` prints it
 
 
 def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[str], texts: list[str],
@@ -153,7 +152,7 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
 def report(result: dict) -> str:
     """One paragraph for the notebook: the file, its checks, and the two commands to run it."""
     if not result.get("file"):
-        return f"[gguf] none: {result.get('reason')}"
+        return f"[gguf] skipped: {result.get('reason')}"
     v = result["verification"]
     greedy = ("greedy tokens equal" if v["same_greedy"] else f"greedy tokens equal up to {len(v['greedy_ties'])} "
               "near-tie(s) within the tolerance") if v["greedy_checked"] else "greedy not required"

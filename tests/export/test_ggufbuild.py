@@ -64,6 +64,14 @@ def test_the_embedded_default_gets_its_reason_not_a_conversion(tmp_path):
     assert result == {"file": None, "reason": ggufbuild.EMBEDDED_REASON} and not (tmp_path / "out" / "gguf").exists()
 
 
+@pytest.mark.integration
+def test_the_converter_refuses_the_embedded_defaults_tokenizer_as_its_reason_says(embedded_dir, tmp_path):
+    from nbutils.export import gguf
+
+    why = gguf.convert(embedded_dir / "model", tmp_path / "m.gguf", "q8_0", gguf.find_converter(), {})
+    assert "BPE pre-tokenizer was not recognized" in why and not list(tmp_path.iterdir())
+
+
 def test_the_sentencepiece_file_comes_from_the_base_model_when_missing(tmp_path):
     from nbutils.export import ggufbuild
 
