@@ -139,15 +139,16 @@ def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: l
     problems = metadata_problems(read_metadata(gguf_file), tokenizer, stop_ids, add_bos)
     if problems:
         raise GGUFCheckFailed(f"{gguf_file.name}: " + "; ".join(problems))
-    model = ggufload.load_merged(merged_dir, device)
+    dtype = ggufload.compute_dtype(merged_dir, device)
+    model = ggufload.load_merged(merged_dir, device, dtype)
     reference = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()
-    model, how = ggufload.load(gguf_file, merged_dir, device)
+    model, how = ggufload.load(gguf_file, merged_dir, device, dtype)
     got = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()
-    result = {**compare(reference, got, quant_type), "reloaded_with": how}
+    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", "")}
     if not result["ok"]:
         raise GGUFCheckFailed(f"{gguf_file.name} disagrees with the merged model: " + "; ".join(result["problems"]))
     return result

@@ -54,30 +54,40 @@ def read_kv(path: str | Path) -> dict:
     return kv
 
 
-def load_merged(folder: str | Path, device: str = "cpu"):
-    """The merged model, in fp32 on the CPU (exact comparisons) or fp16 on a GPU."""
-    return _transformers(Path(folder), None, device)
-
-
-def _transformers(folder: Path, gguf_file: str | None, device: str):
+def compute_dtype(merged_dir: str | Path, device: str = "cpu"):
+    """fp32 on the CPU when it fits in RAM (exact comparisons), else fp16: an 8B model is 32 GB in fp32, more than a
+    Kaggle session's 29 GB; fp16 on a GPU. Both models of a comparison load in the same dtype."""
+    import psutil
     import torch
+
+    if device != "cpu":
+        return torch.float16
+    params = sum(p.stat().st_size for p in Path(merged_dir).glob("*.safetensors")) / 2  # the merged model is fp16
+    return torch.float32 if psutil.virtual_memory().available >= params * 4 * 1.25 else torch.float16
+
+
+def load_merged(folder: str | Path, device: str = "cpu", dtype=None):
+    """The merged model in the comparison's dtype."""
+    return _transformers(Path(folder), None, device, dtype or compute_dtype(folder, device))
+
+
+def _transformers(folder: Path, gguf_file: str | None, device: str, dtype):
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.float32 if device == "cpu" else torch.float16
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map={"": device}, **kwargs).eval()
 
 
-def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu"):
+def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
     """(model, how it was read): transformers' GGUF loader, else by tensor name with the hyper-parameters checked."""
-    gguf_file = Path(gguf_file)
+    gguf_file, dtype = Path(gguf_file), dtype or compute_dtype(merged_dir, device)
     try:
-        return _transformers(gguf_file.parent, gguf_file.name, device), "transformers (gguf_file)"
+        return _transformers(gguf_file.parent, gguf_file.name, device, dtype), "transformers (gguf_file)"
     except (ValueError, RuntimeError) as e:
         if "not supported" not in str(e) and "mismatched" not in str(e):
             raise
         why = "architecture not supported" if "not supported" in str(e) else "its config does not fit the weights"
-    return load_by_name(gguf_file, merged_dir, device), f"gguf-py by tensor name (transformers: {why})"
+    return load_by_name(gguf_file, merged_dir, device, dtype), f"gguf-py by tensor name (transformers: {why})"
 
 
 # GGUF hyper-parameter (after "<arch>.") -> the merged config's attribute
@@ -117,14 +127,15 @@ def _gptneox_qkv(name: str, w, config):
 UNDO = {"gptneox": _gptneox_qkv}  # per GGUF architecture: the converter's tensor rewrites, reversed
 
 
-def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu"):
+def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
     """The merged model's architecture with every weight taken from the GGUF (dequantized) through gguf-py's
     tensor-name map; a missing tensor or a hyper-parameter that differs raises GGUFLoadError."""
     import torch
     from gguf import MODEL_ARCH_NAMES, GGUFReader, get_tensor_name_map
     from gguf.quants import dequantize
 
-    model = _transformers(Path(merged_dir), None, "cpu")  # the skeleton: every tensor below is replaced
+    dtype = dtype or compute_dtype(merged_dir, device)
+    model = _transformers(Path(merged_dir), None, "cpu", dtype)  # the skeleton: every tensor below is replaced
     problems = hparam_problems(read_kv(gguf_file), model.config)
     if problems:
         raise GGUFLoadError(f"{Path(gguf_file).name}: " + "; ".join(problems))
@@ -142,7 +153,7 @@ def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "c
         if gguf_name not in tensors:
             raise GGUFLoadError(f"{Path(gguf_file).name} has no tensor for {hf_name} (looked for {gguf_name})")
         t = tensors[gguf_name]
-        w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).float().reshape(param.shape)
+        w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).to(dtype).reshape(param.shape)
         state[hf_name] = UNDO.get(arch_name, lambda n, x, c: x)(hf_name, w, model.config)
     model.load_state_dict(state, strict=tied is None)
     return model.to(device).eval()
