@@ -2,7 +2,7 @@
 
     python -m bench degeneration_bench
 
-The stress set (nbutils/eval/stress.py) is built from text shipped with Python, installed packages
+The stress set (bench/degeneration/stress.py) is built from text shipped with Python, installed packages
 and the system's gettext catalogs. Headline figures come from the REPORTED sample (seed
 REPORTED_SEED, the reported half of the documents); the TUNING sample (seed TUNING_SEED, the other
 half) is what the rules were tuned on and is shown beside them. Every degenerate text is cut at 8
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 
-from nbutils.eval import scorecard
+from bench.degeneration import scorecard
+from bench.degeneration.stress import LOOP_CLASSES, REPORTED_SEED, TUNING_SEED, build
 from nbutils.eval.detect import detect, whisper_rule
-from nbutils.eval.stress import LOOP_CLASSES, REPORTED_SEED, TUNING_SEED, build
 
 N_HEALTHY, PER_CLASS = 2500, 40  # about 100 healthy samples per script or kind; 320 texts per class
 
@@ -38,7 +38,7 @@ def _worst(groups: dict[str, float]) -> str:
 
 def run() -> list[dict]:
     """Rows: per class (detect, its worst cut, latency, Whisper, guard), then false positives and agreement."""
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)

@@ -55,7 +55,6 @@ def _build_rows(root: Path) -> list[dict]:
 
 
 def run() -> list[dict]:
-    from bench import machine
     from tests.twins import realvocab
 
     rows = []
@@ -66,7 +65,6 @@ def run() -> list[dict]:
                 rows += _family_rows(name, quant_type, root / f"{name}-{quant_type}")
         rows += _build_rows(root)
         rows += _family_rows("qwen2.5-instruct", "q4_k_m", root / "qwen2.5-instruct-q4_k_m")
-    machine.save("gguf", rows, "python -m bench gguf")
     return rows
 
 

@@ -66,7 +66,7 @@ def _record_text(rec: dict[str, str]) -> str:
     return " ; ".join(f"{k} : {v}" for k, v in rec.items())
 
 
-def pretraining_corpus(n: int = 6000, seed: int = 0) -> list[str]:
+def pretraining_texts(n: int = 6000, seed: int = 0) -> list[str]:
     """Records, facts restating fields, "word is a kind" sentences and a few chat turns.
 
     The chat turns (user gives a record, assistant restates a field) train the embeddings of the
@@ -95,8 +95,8 @@ def task_records(n: int = 480, seed: int = 1) -> list[dict[str, str]]:
     return [{"instruction": q.format(w=w), "input": "", "output": f} for q, w, f in picked]
 
 
-def build_tokenizer(corpus: list[str]):
-    """Byte-level BPE trained on the corpus, wrapped as a transformers fast tokenizer."""
+def build_tokenizer(texts: list[str]):
+    """Byte-level BPE trained on the pre-training texts, wrapped as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -109,14 +109,14 @@ def build_tokenizer(corpus: list[str]):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     questions = [q.format(w=w) for q in QUESTIONS for ws in FIELDS.values() for w in ws]
-    tok.train_from_iterator(corpus + questions * 20, trainer=trainer)
+    tok.train_from_iterator(texts + questions * 20, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL, additional_special_tokens=ROLE_TOKENS)
     fast.chat_template = CHAT_TEMPLATE
     fast.padding_side = "right"
     return fast
 
 
-def _pretrain(model, tokenizer, corpus: list[str], steps: int, seed: int) -> list[float]:
+def _pretrain(model, tokenizer, texts: list[str], steps: int, seed: int) -> list[float]:
     import torch
 
     torch.manual_seed(seed)
@@ -126,7 +126,7 @@ def _pretrain(model, tokenizer, corpus: list[str], steps: int, seed: int) -> lis
     losses = []
     model.train()
     for _ in range(steps):
-        batch = tokenizer(rng.sample(corpus, 32), return_tensors="pt", padding=True, add_special_tokens=False)
+        batch = tokenizer(rng.sample(texts, 32), return_tensors="pt", padding=True, add_special_tokens=False)
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
         loss = model(**batch, labels=labels).loss
         loss.backward()
@@ -147,14 +147,14 @@ def build(out: Path | str, seed: int = 0, pretrain_steps: int = 400) -> dict:
     out = Path(out)
     t0 = time.time()
     torch.manual_seed(seed)
-    corpus = pretraining_corpus(seed=seed)
-    tokenizer = build_tokenizer(corpus)
+    texts = pretraining_texts(seed=seed)
+    tokenizer = build_tokenizer(texts)
     config = LlamaConfig(
         **MODEL_SHAPE, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)
-    losses = _pretrain(model, tokenizer, corpus, pretrain_steps, seed)
+    losses = _pretrain(model, tokenizer, texts, pretrain_steps, seed)
     model_dir = out / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)

@@ -31,7 +31,7 @@ def test_built_default_has_chat_template_and_distinct_pad(built):
 
 def test_task_data_is_deterministic_and_not_in_pretraining():
     assert embedded.task_records(50, seed=1) == embedded.task_records(50, seed=1)
-    corpus = " ".join(embedded.pretraining_corpus(200))
+    corpus = " ".join(embedded.pretraining_texts(200))
     assert "kind of word" not in corpus  # the question form is new to the base model
 
 

@@ -7,5 +7,4 @@
 - `metrics`: exact match, ROUGE-L, chrF or a user scorer, with bootstrap intervals and win/tie/loss.
 - `report`: one line per model, the per-sample table and the chart of degeneration reasons.
 - `chat`: talk to the tuned model (streamed interactively, plain lines in a batch run).
-- `corpus`, `stress`, `scorecard`: the stress set that measures those verdicts, and its scores.
 """

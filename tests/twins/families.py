@@ -137,7 +137,7 @@ def _corpus() -> list[str]:
 
     from nbutils import embedded
 
-    docs = [re.sub(r"<\|[a-z]+\|>", " ", d) for d in embedded.pretraining_corpus(1500)]
+    docs = [re.sub(r"<\|[a-z]+\|>", " ", d) for d in embedded.pretraining_texts(1500)]
     return docs + [json.dumps(r) for r in embedded.task_records()]
 
 

@@ -1,9 +1,9 @@
-"""The figures computed on the stress set (`nbutils.eval.scorecard`): recall per class and per cut, false positives
+"""The figures computed on the stress set (`bench.degeneration.scorecard`): recall per class and per cut, false positives
 per group, latency; and the guard streamed token by token over the same texts as `detect` sees them."""
 
 import pytest
 
-from nbutils.eval import scorecard, stress
+from bench.degeneration import scorecard, stress
 from nbutils.eval.detect import detect
 
 
@@ -22,8 +22,9 @@ def test_score_counts_recall_per_cut_false_positives_and_latency():
     assert r["fp"] == 0.5 and r["fp_groups"] == {"thai": 1.0, "code": 0.0} and r["fp_structured"] == 0.0
 
 
+@pytest.mark.integration  # builds a stress sample (every document on the machine) and streams it: about 30 s
 def test_streaming_guard_and_detect_agree_on_the_same_texts(small):
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     healthy, bad = small
     loops = [s for s in bad if s.cls in stress.LOOP_CLASSES and s.cut % 2 == 0]

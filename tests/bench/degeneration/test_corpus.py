@@ -1,9 +1,11 @@
-"""Healthy text for the stress set (`nbutils.eval.corpus`): documents from files on the machine, their script, and the
+"""Healthy text for the stress set (`bench.degeneration.corpus`): documents from files on the machine, their script, and the
 tuning/reported halves."""
 
 import zlib
 
-from nbutils.eval import corpus
+import pytest
+
+from bench.degeneration import corpus
 
 
 def test_script_of_names_the_script_of_a_text():
@@ -12,6 +14,7 @@ def test_script_of_names_the_script_of_a_text():
     assert corpus.script_of("สวัสดีครับ นี่คือข้อความภาษาไทย") == "thai"
 
 
+@pytest.mark.integration  # reads every document on the machine: about 15 s
 def test_every_document_has_a_kind_a_source_and_text():
     docs = corpus.documents()
     assert docs and all(d.kind and d.source and d.text.strip() for d in docs)

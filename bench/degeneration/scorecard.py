@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nbutils.eval.stress import CLASSES, CUTS, Sample, is_structured
+from bench.degeneration.stress import CLASSES, CUTS, Sample, is_structured
 
 
 def latency(text: str, onset: int, flag: Callable[[str], bool], step: int = 8) -> int | None:

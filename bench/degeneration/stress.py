@@ -1,6 +1,6 @@
 """The degeneration stress set: real healthy text, and degenerate text shaped as real generations are.
 
-Healthy samples are pieces of the documents in nbutils.eval.corpus, drawn evenly over groups (each
+Healthy samples are pieces of the documents in bench.degeneration.corpus, drawn evenly over groups (each
 script of the translated prose, each kind of structured or English text). A degenerate sample is a
 healthy prefix of 0-600 characters followed by one class of degeneration; every loop is then cut at
 8 offsets of its last period (non-periodic classes: of their last 64 characters), as
@@ -16,7 +16,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from nbutils.eval.corpus import STRUCTURED, Doc, documents, is_reported, snippet
+from bench.degeneration.corpus import STRUCTURED, Doc, documents, is_reported, snippet
 
 CLASSES = ["char-repeat", "token-repeat", "punctuation-repeat", "phrase-loop", "sentence-loop", "multi-sentence-loop",
            "multi-line-loop", "prompt-echo", "counting-loop", "word-soup", "subword-soup", "unicode-junk", "empty"]

@@ -1,12 +1,15 @@
-"""The degeneration stress set (`nbutils.eval.stress`): every class after a healthy prefix, cut at eight offsets,
+"""The degeneration stress set (`bench.degeneration.stress`): every class after a healthy prefix, cut at eight offsets,
 healthy text of every kind, tuning and reported samples apart."""
 
 import glob
 
 import pytest
 
-from nbutils.eval import corpus, stress
+from bench.degeneration import corpus, stress
 from nbutils.eval.detect import detect
+
+# Every test builds a stress sample, which reads every document on the machine first (about 15 s per process).
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
