@@ -34,7 +34,7 @@ def test_extract_unpacks_once_under_the_final_name(tmp_path):
     prefix = llamacpp.PREFIX
     archive = _tar(tmp_path / "sdist.tar.gz", {prefix + "convert_hf_to_gguf.py": "print(1)",
                                                prefix + "docs/x.md": "doc", prefix + "gguf-py/gguf/__init__.py": "",
-                                               "llama_cpp_python-0.3.36/README.md": "not vendored"})
+                                               f"llama_cpp_python-{llamacpp.VERSION}/README.md": "not vendored"})
     dest = llamacpp._extract(archive, tmp_path / "converter", llamacpp.CONVERTER)
     files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     assert files == [".complete", "convert_hf_to_gguf.py", "gguf-py/gguf/__init__.py"]
