@@ -4,8 +4,8 @@ The converter writes f32, f16, bf16 and q8_0 itself. Anything else goes f16 GGUF
 is looked for in a checkout's build/bin, then in the cached build, then on PATH; when there is none it is built
 once from the same pinned llama.cpp sources the converter came from (the Kaggle dataset carries them): CMake
 (from PATH, else the `cmake` package from PyPI or the dataset's wheelhouse) and a C++ compiler, CPU only, a
-static binary, cached under $NBUTILS_CACHE/llama.cpp-<version>/build. It takes minutes (docs/export.md has the
-figure); without a compiler it says so and what to do instead.
+static binary, cached under $NBUTILS_CACHE/llama.cpp-<version>/build. It takes minutes (`python -m bench gguf` times
+it); without a compiler it says so and what to do instead.
 """
 
 from __future__ import annotations
