@@ -150,8 +150,8 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
                     preference_eval: str = "", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
                     precision: str = "", per_device_batch_size: int = 16, num_generations: int = 4,
-                    max_completion_length: int = 16, max_length: int = 256, max_steps: int = 12,
-                    learning_rate_value="auto", save_steps: int = 6, lora_r: int | None = None,
+                    max_completion_length: int = 16, max_length: int = 256, max_steps: int = 16,
+                    learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
                     show: bool = True) -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem."""
     if method not in METHODS:
