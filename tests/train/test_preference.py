@@ -45,3 +45,34 @@ def test_check_reference_refuses_a_reference_that_differs_or_trains(tmp_path):
     next(p for n, p in model.named_parameters() if ".ref." in n and "lora_B" in n).data += 1.0
     with pytest.raises(AssertionError, match="differs"):
         preference.check_reference(model, tmp_path)
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_data, tmp_path):
+    """05 as a script (`nbutils.train.launch`), SIGKILLed at its second checkpoint save, then run again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from nbutils.harness import notebook_recipe
+    from nbutils.train import faultpoints
+
+    sft = tmp_path / "train_qlora"
+    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
+    notebook_recipe.finish(session, model, tok)
+    out = tmp_path / "preference"
+    cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
+           "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(out),
+           "--eval_samples", "4"]
+    env = {**os.environ, "NBUTILS_WORKING_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run(cmd, env={**env, faultpoints.ENV: "save:2"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert not (out / "preference_summary.json").exists()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "resuming from" in again.stdout
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["global_step"]) == (2, 4)
+    assert json.loads((out / "preference_summary.json").read_text())["checkpoint_complete"]
