@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest keeps its rewritten test modules, and Python its compiled modules, as bytecode in __pycache__; an
+# environment that turns bytecode off makes every pytest process compile them again (about 3 s each).
+unexport PYTHONDONTWRITEBYTECODE
 # The chain's notebooks, in order, from their one source (nbutils/chain.py: stdlib only, no venv needed).
 NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 # papermill-check runs the chain in the project venv, then in each Kaggle image twin (kaggle-image/*.txt).
@@ -24,10 +27,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 setup: $(STAMP)
 
-# The full gate (the README's test command): unit and integration tests. pytest exits 5 when it collects nothing,
-# which make counts as a failure like any other non-zero exit.
+# The full gate (the README's test command): unit and integration tests, in TEST_WORKERS processes. Each test file
+# stays in one process (--dist loadfile): a file's module fixtures (the fault-injection reference run, the family
+# matrix) are built once. pytest exits 5 when it collects nothing, which make counts as a failure like any other.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop,
 # spread over FAST_WORKERS processes (pytest-xdist; the session fixtures' caches are built under a file lock).

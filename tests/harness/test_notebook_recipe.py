@@ -43,3 +43,15 @@ def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path):
     path.write_text("# %%\nx = 1\n")
     with pytest.raises(ValueError, match="expected one cell tagged 'parameters'"):
         notebook_recipe.namespace(plan=None, notebook=path)
+
+
+def test_02_shows_its_recipe_in_its_first_half():
+    """A reader meets the QLoRA recipe early: the 4-bit config, the LoRA config, the Trainer, its arguments and
+    trainer.train() in 02 itself, the Trainer in the first half of the notebook, after one planning cell."""
+    lines = notebook_recipe.NOTEBOOK.read_text().splitlines()
+    first = {name: next(i for i, line in enumerate(lines, 1) if name in line)
+             for name in ("planning.plan_run(", "BitsAndBytesConfig(", "LoraConfig(", "Trainer(", "TrainingArguments(",
+                          "trainer.train(resume_from_checkpoint")}
+    assert first["Trainer("] <= len(lines) / 2, (first, len(lines))
+    assert first["planning.plan_run("] < first["BitsAndBytesConfig("] < first["Trainer("] < first["trainer.train(resume_from_checkpoint"]
+    assert sum("planning.plan_run(" in line for line in lines) == 1  # the checks collapse into one cell
