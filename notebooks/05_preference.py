@@ -260,7 +260,7 @@ model, tokenizer, run, ckpt = train_on_this_process()
 from nbutils import defaults
 from nbutils.data import splits
 from nbutils.eval import evaluation, rewards
-from nbutils.eval import preference as judge
+from nbutils.eval import judge
 
 model.load_adapter(str(plan.sft_checkpoint), adapter_name=judge.SFT)
 model.eval()

@@ -4,7 +4,7 @@
 (`recipe.from_checkpoint`), and the policy is that adapter, trainable. The reference policy of DPO, KTO and GRPO
 (beta > 0) is the same adapter, frozen: trl copies it into a second adapter named "ref" when the trainer is built
 (`check_reference` proves the copy equals 02's file and is frozen). ORPO needs no reference.
-Data: pairs (DPO, ORPO) or unpaired rows (KTO) from `nbutils.data.preference`; GRPO's prompts and reference
+Data: pairs (DPO, ORPO) or unpaired rows (KTO) from `nbutils.data.pairs`; GRPO's prompts and reference
 answers are 01's splits. `preference_data="embedded"` builds pairs from 01's task (train pairs from 01's train
 split, held-out pairs from its eval split).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nbutils import defaults
 from nbutils.data import chatformat, splits
-from nbutils.data import preference as prefdata
+from nbutils.data import pairs as prefdata
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
 from nbutils.train import checkpoints, diskspace, memory, recipe

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nbutils.eval import preference as judge
+from nbutils.eval import judge
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from nbutils.data import preference, splits
+from nbutils.data import pairs, splits
 
 GALLERY = Path(__file__).resolve().parents[1] / "data_gallery" / "preference"
 
 
 def _read(tok, name, max_tokens=128):
-    return preference.read([str(GALLERY / name)], tok, max_tokens)
+    return pairs.read([str(GALLERY / name)], tok, max_tokens)
 
 
 def _reasons(ledger):
@@ -49,7 +49,7 @@ def test_hh_transcripts_keep_earlier_turns_in_the_prompt(tok):
     rows, ledger = _read(tok, "hh.jsonl")
     assert _reasons(ledger) == {(2, "prompt-mismatch"), (3, "no-assistant-turn")}
     assert len(rows) == 1 and "rome" in rows[0]["prompt"] and rows[0]["rejected"].strip().startswith("pet")
-    two = preference.normalize({"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: gus ?\n\nAssistant: name",
+    two = pairs.normalize({"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: gus ?\n\nAssistant: name",
                                 "rejected": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: gus ?\n\nAssistant: city"})
     assert [m["role"] for m in two["prompt"]] == ["user", "assistant", "user"] and two["chosen"] == "name"
 
@@ -58,31 +58,31 @@ def test_kto_rows_and_pairs_unpaired(tok):
     rows, ledger = _read(tok, "kto.jsonl")
     assert _reasons(ledger) == {(3, "wrong-type")}
     assert [r["label"] for r in rows] == [True, False]
-    pairs, _ = _read(tok, "pairs.jsonl")
-    flat = preference.unpaired(pairs)
+    two, _ = _read(tok, "pairs.jsonl")
+    flat = pairs.unpaired(two)
     assert [r["label"] for r in flat] == [True, False, True, False]
-    assert flat[0]["completion"] == pairs[0]["chosen"] and flat[1]["completion"] == pairs[0]["rejected"]
+    assert flat[0]["completion"] == two[0]["chosen"] and flat[1]["completion"] == two[0]["rejected"]
 
 
 def test_an_all_bad_file_fails_with_a_clear_message(tok):
-    with pytest.raises(preference.PreferenceDataError, match=r"no usable preference record.*3 read, 3 quarantined"
+    with pytest.raises(pairs.PreferenceDataError, match=r"no usable preference record.*3 read, 3 quarantined"
                        r".*line 1: identical-sides"):
         _read(tok, "all_bad.jsonl")
 
 
 def test_split_keeps_every_prompt_on_one_side(tok):
     rows = [{"prompt": f"p{i % 10}", "chosen": "a", "rejected": "b"} for i in range(40)]
-    train, held = preference.split(rows, 0.2, seed=0)
+    train, held = pairs.split(rows, 0.2, seed=0)
     assert len(train) + len(held) == 40 and not {r["prompt"] for r in train} & {r["prompt"] for r in held}
-    assert preference.split(rows, 0.2, seed=0) == (train, held)
+    assert pairs.split(rows, 0.2, seed=0) == (train, held)
 
 
 def test_embedded_pairs_are_read_like_a_users_file(tok, prepared_data, tmp_path):
-    records = preference.embedded_records(splits.load_split(prepared_data, "eval"))
+    records = pairs.embedded_records(splits.load_split(prepared_data, "eval"))
     loops = [r for r in records if len(r["rejected"].split()) > 1]
     assert loops and all(r["rejected"].split()[0] == r["chosen"] for r in loops)
     assert all(r["chosen"] != r["rejected"] for r in records)
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    rows, ledger = preference.read([str(path)], tok, 128)
+    rows, ledger = pairs.read([str(path)], tok, 128)
     assert ledger.counts["records"] == len(records) == len(rows) + ledger.counts["duplicates"]
