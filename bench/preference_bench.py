@@ -83,7 +83,10 @@ def run() -> list[dict]:
     rows = looping_prompts()
     plain, guarded = one_run(False, rows), one_run(True, rows)
     saved = 1 - guarded["tokens"] / max(1, plain["tokens"])
-    note = f"{STEPS} GRPO steps, {BATCH} completions of {COMPLETION} tokens at most per step, the same seed"
+    from nbutils.eval.rollouts import ROLLOUT_CHECK_EVERY, ROLLOUT_DETECT_EVERY
+
+    note = (f"{STEPS} GRPO steps, {BATCH} completions of {COMPLETION} tokens at most per step, the same seed; the guard "
+            f"reads ids every {ROLLOUT_CHECK_EVERY} tokens, runs detect every {ROLLOUT_DETECT_EVERY}")
     return [
         {"bench": "preference", "metric": "rollout tokens without the guard", "value": plain["tokens"], "note": note},
         {"bench": "preference", "metric": "rollout tokens with the guard", "value": guarded["tokens"]},
