@@ -7,4 +7,7 @@
 - `metrics`: exact match, ROUGE-L, chrF or a user scorer, with bootstrap intervals and win/tie/loss.
 - `report`: one line per model, the per-sample table and the chart of degeneration reasons.
 - `chat`: talk to the tuned model (streamed interactively, plain lines in a batch run).
+- `judge`: 05's report against the SFT adapter: preference accuracy, reward margins, held-out reward, task metric.
+- `rewards`: GRPO reward functions (`module:function`) for short answers, and the penalty for degenerate ones.
+- `rollouts`: GRPO's rollouts under the degeneration guard: loops stop early, their tokens counted as saved.
 """

@@ -43,6 +43,8 @@ NEEDED = {
     "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
     "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
     "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
+    # 05's trainers. Exact: trl moves trainers between releases (ORPO went to trl.experimental in 1.x).
+    "trl": Need("1.16.0", "1.16.0", "trl", exact=True),
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
 # What one step needs and only that step installs (runtime.install.ensure_extra), never the install cell: 04's

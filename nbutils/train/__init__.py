@@ -16,4 +16,5 @@
 - `diskspace`: a full disk as one clear error with the numbers.
 - `faultpoints`: named kill points, armed only by the fault-injection tests.
 - `launch`: several processes for 02, from inside the notebook or from a shell.
+- `preference`: 05's plan (the SFT adapter's recipe, the data, the method's memory) and the proof its reference is 02's adapter.
 """
