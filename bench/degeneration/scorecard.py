@@ -66,12 +66,15 @@ class Stop:
     stopped: bool
     reasons: list[str]
     at_char: int | None  # characters of the text generated when the guard would have stopped it
+    agreed: bool | None = None  # does `detect` call the decoded prefix at the stop degenerate? (None: no stop)
 
 
 def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int = 8) -> dict[int, Stop]:
-    """Feed every text token by token through DegenerationGuard (observe mode); id(sample) -> Stop."""
+    """Feed every text token by token through DegenerationGuard (observe mode), calling it after every token as
+    `generate` does; id(sample) -> Stop."""
     import torch
 
+    from nbutils.eval.detect import detect
     from nbutils.eval.guard import DegenerationGuard
 
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id or 0
@@ -84,11 +87,12 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
         rows = [[bos] + ids + [eos] * (width - len(ids)) for _, ids in chunk]
         seq = torch.tensor(rows, dtype=torch.long)
         guard = DegenerationGuard(tokenizer, prompt_length=1, check_every=check_every, eos_token_id=eos, stop=False)
-        for end in range(1 + check_every, seq.shape[1] + check_every, check_every):
-            guard(seq[:, :min(end, seq.shape[1])], None)
+        for end in range(2, seq.shape[1] + 1):
+            guard(seq[:, :end], None)
         for (s, ids), state in zip(chunk, guard.report()):
-            at = None
-            if state["reasons"]:
-                at = len(tokenizer.decode(ids[:state["stop_token"] + 1]))
-            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at)
+            at = agreed = None
+            if state["reasons"]:  # the prefix as the eval decodes it (evaluation.generate), judged post hoc
+                prefix = tokenizer.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
+                at, agreed = len(prefix), detect(prefix).degenerate
+            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at, agreed)
     return out

@@ -2,9 +2,10 @@
 
 Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
 only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
-seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), or
-every `detect_every` tokens anyway, makes it decode just the new tokens onto the row's text tail and
-run `nbutils.eval.detect.detect` on that bounded tail. It
+seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), CHECK_CHARS
+characters not yet judged (at any step: real tokenizers pack 64 dots into a token), or every `detect_every`
+tokens anyway, makes it decode just the new tokens onto the row's text tail and run
+`nbutils.eval.detect.detect` on that bounded tail, up to its last whole character. It
 detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
 tokens they would get without it. `make bench` measures its cost inside generate.
 """
@@ -24,6 +25,9 @@ GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
 GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
 GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
+# Judged by characters where tokens are few: real tokenizers pack up to 64 dots (or `=`, spaces) into one token, so
+# a row whose new tokens hold this many characters is judged at once, whatever the token count.
+CHECK_CHARS = 128
 
 
 @dataclass
@@ -37,6 +41,7 @@ class RowState:
     text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
     buf: bytearray = field(default_factory=bytearray)  # the ids as 4-byte integers, for _long_repeat's search
     decoded: int = 0  # tokens already decoded into text
+    unjudged: int = 0  # characters (as the vocabulary spells the tokens) generated since detect last ran on the row
 
 
 def settled(verdict: Verdict) -> bool:
@@ -93,10 +98,11 @@ def _long_repeat(buf: bytearray) -> bool:
 class DegenerationGuard(StoppingCriteria):
     """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
 
-    Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
-    repeat (short periods exactly, long ones by their last 16 ids), and anyway every `detect_every`
-    tokens, it decodes only the row's new tokens (plus two of context), appends them to the row's
-    text tail and runs `detect` on it. Rows that emitted EOS
+    Every `check_every` tokens (sooner when a row's tokens hold CHECK_CHARS characters) it looks at the
+    new token ids of each unfinished row; when the ids repeat (short periods exactly, long ones by their
+    last 16 ids), when CHECK_CHARS characters are unjudged, and anyway every `detect_every` tokens, it
+    decodes only the row's new tokens (plus two of context), appends them to the row's text tail and
+    runs `detect` on it: every stop is `detect`'s verdict on the text decoded up to it. Rows that emitted EOS
     are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
     would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
     to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
@@ -114,6 +120,10 @@ class DegenerationGuard(StoppingCriteria):
         self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
         self.rows: list[RowState] = []
         self._start, self._done = 0, None
+        self._pending: list[int] = []  # characters per row since the last check, from the newest token of each step
+        self._live: list[int] = []  # the rows still generating, as of the last check
+        self._room = CHECK_CHARS  # characters a live row may add before one of them is due for detect
+        self._token_chars: dict[int, int] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
         batch, length = input_ids.shape
@@ -121,10 +131,31 @@ class DegenerationGuard(StoppingCriteria):
             self.rows = [RowState() for _ in range(batch)]  # a new generate() call
             self._start = self.prompt_length if self.prompt_length is not None else length - 1
             self._done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+            self._pending, self._live, self._room = [0] * batch, list(range(batch)), CHECK_CHARS
         generated = length - self._start
-        if generated % self.check_every == 0:
+        many = self._many_chars(input_ids[:, -1].tolist())  # every step: _check counts the characters from it
+        if generated % self.check_every == 0 or many:
             self._check(input_ids, generated, generated % self.detect_every == 0)
+            self._pending = [0] * batch
+            self._live = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
+            self._room = CHECK_CHARS - max((self.rows[i].unjudged for i in self._live), default=0)
         return self._done
+
+    def _chars(self, token: int) -> int:
+        """Characters of one token as the vocabulary spells it (a byte-level space counts one), looked up once."""
+        n = self._token_chars.get(token)
+        if n is None:
+            n = self._token_chars[token] = len(self.tokenizer.convert_ids_to_tokens(token) or "")
+        return n
+
+    def _many_chars(self, newest: list[int]) -> bool:
+        """Has a live row perhaps generated CHECK_CHARS characters that detect has not judged yet? (Runs every step:
+        a dictionary look-up per row; _check then asks each row exactly.)"""
+        chars, pending = self._token_chars, self._pending
+        for i in self._live:
+            n = chars.get(newest[i])
+            pending[i] += self._chars(newest[i]) if n is None else n
+        return bool(self._live) and max(pending) >= self._room
 
     def _check(self, input_ids: torch.LongTensor, generated: int, full: bool) -> None:
         active = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
@@ -132,6 +163,7 @@ class DegenerationGuard(StoppingCriteria):
             return
         seen = min(len(self.rows[i].ids) for i in active)
         suspects, fresh = [], input_ids[:, self._start + seen:].tolist()
+        pending = self._pending if len(self._pending) == len(self.rows) else [0] * len(self.rows)
         for i in active:
             row = self.rows[i]
             new = fresh[i][len(row.ids) - seen:]
@@ -139,9 +171,10 @@ class DegenerationGuard(StoppingCriteria):
             row.ids += new if hit is None else new[:hit + 1]
             row.buf += array("i", new).tobytes()  # after EOS the row is never searched again
             row.tokens = len(row.ids)
+            row.unjudged += pending[i]  # the characters of `new`, summed step by step in _many_chars
             if hit is not None:
                 row.eos = True  # finished: never checked again
-            elif full or _id_loop(row.ids) or _long_repeat(row.buf):
+            elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _long_repeat(row.buf):
                 suspects.append(row)
         if not suspects:
             return
@@ -159,7 +192,7 @@ class DegenerationGuard(StoppingCriteria):
                 continue
             cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
             add = full_text[cut:]
-            row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
+            row.text, row.decoded, row.unjudged = (row.text + add)[-2 * TAIL_CHARS:], end, 0
             verdict = detect(row.text, lookback=0)  # the guard judges every check as the text grows
             if settled(verdict) and not row.reasons:  # counting loops: once they outnumber a healthy menu
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
