@@ -24,10 +24,12 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 setup: $(STAMP)
 
-# The full gate (the README's test command): unit and integration tests. pytest exits 5 when it collects nothing,
-# which make counts as a failure like any other non-zero exit.
+# The full gate (the README's test command): unit and integration tests, in TEST_WORKERS processes. Each test file
+# stays in one process (--dist loadfile): a file's module fixtures (the fault-injection reference run, the family
+# matrix) are built once. pytest exits 5 when it collects nothing, which make counts as a failure like any other.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop,
 # spread over FAST_WORKERS processes (pytest-xdist; the session fixtures' caches are built under a file lock).

@@ -1,12 +1,16 @@
 """`make bench`: run every benchmark and print one table of measured figures.
 
 Each bench module exposes `run() -> list[dict]` (keys: bench, metric, value, optional target/note).
-Figures are measured on this machine in this run; ratios are measured side by side.
+Figures are measured on this machine in this run; ratios are measured side by side. Each bench's rows are kept,
+with the machine, the load and the command, in bench/results/<machine>.json (bench/machine.py): the docs quote
+their figures from there.
 """
 
 import importlib
 import sys
 import time
+
+from bench import machine
 
 MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.guard_bench", "bench.harness_bench",
            "bench.loss_bench", "bench.throughput_bench", "bench.twin_bench"]
@@ -34,7 +38,10 @@ def main(selected: list[str]) -> int:
             rows.append({"bench": name.split(".")[-1], "metric": "skipped", "value": "-", "note": str(e)})
             continue
         t0 = time.perf_counter()
-        rows.extend(module.run())
+        found = module.run()
+        rows.extend(found)
+        short = name.split(".")[-1]
+        machine.save(short.removesuffix("_bench"), found, f"python -m bench {short}")
         print(f"[bench] {name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print_table(rows)
     return 0

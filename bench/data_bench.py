@@ -48,7 +48,7 @@ def tokenization(n: int = 100_000, loop_n: int = 20_000) -> list[dict]:
     from datasets.utils import disable_progress_bars
 
     from nbutils.data import splits
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     disable_progress_bars()
     tok = load_tokenizer("embedded")
@@ -79,7 +79,7 @@ def end_to_end(n: int = 50_000) -> list[dict]:
     from pathlib import Path
 
     from nbutils.data import splits
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     tok = load_tokenizer("embedded")
     with tempfile.TemporaryDirectory() as d:
@@ -113,7 +113,7 @@ def padding(n: int = 20_000, batch_size: int = 16, max_seq_len: int = 1024) -> l
 def _embedded_lengths() -> list[int]:
     from nbutils import embedded
     from nbutils.data import records, splits
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     tok = load_tokenizer("embedded")
     msgs = [records.to_messages(r) for r in embedded.task_records()]

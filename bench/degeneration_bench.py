@@ -69,7 +69,7 @@ def detect_rows(healthy: list, bad: list, tune: dict) -> list[dict]:
 
 def _tokenizer(name: str):
     if name == "embedded":
-        from nbutils.train.modeling import load_tokenizer
+        from nbutils.data.chatformat import load_tokenizer
 
         return load_tokenizer("embedded")
     from bench import real_vocab
@@ -108,7 +108,6 @@ def guard_rows(name: str, healthy: list, bad: list) -> list[dict]:
 
 def run() -> list[dict]:
     """Rows: detect per class and overall on the reported sample (tuning beside), then the guard per tokenizer."""
-    from bench import machine
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)
@@ -118,7 +117,6 @@ def run() -> list[dict]:
     for name in TOKENIZERS:
         rows += guard_rows(name, healthy, bad)
     rows.append(_row("bench time, s", round(time.perf_counter() - t0)))
-    machine.save("degeneration", rows, COMMAND)
     return rows
 
 

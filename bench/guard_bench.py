@@ -119,38 +119,39 @@ def savings(model, tok, prompts: list[str], label: str, target: str = "", **kw) 
 def eos_masked_adapter(work: str):
     """The embedded model plus an adapter trained with EOS masked out of the labels (what pad == EOS does)."""
     from nbutils import embedded
-    from nbutils.data import splits
-    from nbutils.train import modeling, training
-    from nbutils.train.trainconfig import TrainConfig
+    from nbutils.data import chatformat, splits
+    from nbutils.harness import notebook_recipe
 
-    tok = modeling.load_tokenizer("embedded")
-    splits.prepare([embedded.resolve_raw_data("embedded")], work, tok, verbose=False)
-    train = splits.load_split(work, "train").map(
+    tok = chatformat.load_tokenizer("embedded")
+    splits.prepare([embedded.resolve_raw_data("embedded")], work, tok, verbose=False, base_model="embedded")
+    params = dict(max_steps=60, eval_steps=20, save_steps=20, resume=False, lora_r=8, probe_prompts=0)
+    plan = notebook_recipe.plan_for(work, f"{work}/train", **params)  # 02's recipe, on labels without EOS
+    plan.train_ds = plan.train_ds.map(
         lambda r: {"labels": [-100 if t == tok.eos_token_id else lab for t, lab in zip(r["input_ids"], r["labels"])]})
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
     with contextlib.redirect_stdout(io.StringIO()):  # the Trainer's log lines are not part of the table
-        training.train(model, tok, train, splits.load_split(work, "eval"),
-                       TrainConfig(max_steps=60, eval_steps=20, save_steps=20, resume=False), f"{work}/train", progress="off")
-    return model.eval(), tok, splits.load_split(work, "eval")
+        model, tok, _ = notebook_recipe.train(work, f"{work}/train", plan=plan, run={"progress": "off"}, **params)
+    return model.eval(), tok, plan.eval_ds
 
 
 def run() -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from bench import machine
     from nbutils import embedded
+    from nbutils.data import chatformat
     from nbutils.eval import evaluation
+    from nbutils.harness import notebook_recipe
     from nbutils.train import modeling
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        tok = modeling.load_tokenizer("embedded")
+        tok = chatformat.load_tokenizer("embedded")
         tok.padding_side = "left"
         fp32 = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded")).eval()
         rows = overhead(fp32, tok, "fp32", repeats=30)
-        rows += overhead(modeling.load_base("embedded", "fp32", True).eval(), tok, "4-bit nf4, as 03 loads it", repeats=15)
+        nf4 = modeling.load_base("embedded", "fp32", notebook_recipe.configs()[0]).eval()  # 02's 4-bit config
+        rows += overhead(nf4, tok, "4-bit nf4, as 03 loads it", repeats=15)
         prompts, _ = _task_batch(tok, 64, seed=5)
         rows.append(savings(fp32, tok, prompts, "base model on the task prompts (greedy)", max_new_tokens=128))
         with tempfile.TemporaryDirectory() as work:
@@ -162,7 +163,6 @@ def run() -> list[dict]:
                                 max_new_tokens=128, eos_token_id=tok.unk_token_id))
     finally:
         torch.set_num_threads(threads)
-    machine.save("guard", rows, "python -m bench guard_bench")
     return rows
 
 

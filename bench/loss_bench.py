@@ -69,9 +69,7 @@ def run(batch: int = 2, seq: int = 2048, vocab: int = 128_256, hidden: int = 512
               "target": ">= 4"},
              {"bench": "loss", "metric": "loss plain vs chunked, relative difference", "value": f"{rel:.1e}",
               "target": "<= 1e-5", "note": f"loss {plain['loss']:.6f}; grad checksum rel. diff {grel:.1e}"}]
-    from bench import machine
 
-    machine.save("loss", rows, "python -m bench loss_bench")
     return rows
 
 

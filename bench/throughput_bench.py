@@ -4,7 +4,8 @@ Same model (4-bit nf4 + LoRA r=16 on all linear layers, gradient checkpointing),
 instruction data (lognormal lengths, a prompt whose labels are -100 and a response), one epoch each:
 - plain recipe, as users copy it: Trainer + DataCollatorForSeq2Seq padding to the longest example of
   each random batch, no packing, the model's own loss over full logits;
-- this suite: `nbutils.train.training.train` with the batching plan 01 would choose (length-grouped or packed)
+- this suite: 02's own recipe (nbutils.harness.notebook_recipe: its Trainer, TrainingArguments and callbacks) with
+  the batching plan 01 would choose (length-grouped or packed)
   and the loss `chunked_loss="auto"` picks (pure-torch chunked on the CPU; liger-kernel on CUDA when installed);
   and the same with `chunked_loss=False` (equal batching, full logits), to show what the loss alone gives.
 Measured: real target tokens (non-pad, labelled) per second of training (the Trainer's train_runtime,
@@ -68,13 +69,14 @@ def _train_one(recipe: str, model_path: str, rows: list[dict], batch: int, max_l
     import torch
     from datasets import Dataset
 
-    from nbutils.data import batching
-    from nbutils.train import modeling, training
-    from nbutils.train.trainconfig import TrainConfig
+    from nbutils.data import batching, chatformat
+    from nbutils.harness import notebook_recipe
+    from nbutils.train import loss, modeling
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    tok = modeling.load_tokenizer("embedded")  # pad id only: the ids are drawn at random below the vocab size
-    model = modeling.attach_lora(modeling.load_base(model_path, precision, True), r=16, seed=0)
+    tok = chatformat.load_tokenizer("embedded")  # pad id only: the ids are drawn at random below the vocab size
+    bnb, lora = notebook_recipe.configs(precision, lora_r=16)  # 02's 4-bit and LoRA configs, for both recipes
+    model = modeling.attach_lora(modeling.load_base(model_path, precision, bnb), lora, seed=0)
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -86,12 +88,14 @@ def _train_one(recipe: str, model_path: str, rows: list[dict], batch: int, max_l
             history, strategy = trainer.state.log_history, "random, padded to the longest"
         else:
             ds = Dataset.from_list(rows)
-            plan = batching.plan([r["length"] for r in rows], batch, max_len)
-            cfg = TrainConfig(max_steps=-1, num_epochs=1, per_device_batch_size=batch, learning_rate=2e-4,
-                              warmup_steps=0, eval_strategy="no", save_strategy="no", logging_steps=10**6,
-                              precision=precision, resume=False, max_seq_len=max_len, chunked_loss=chunked_loss)
-            history = training.train(model, tok, ds, ds.select(range(batch)), cfg, out, plan=plan).log_history
-            strategy = plan["strategy"]
+            batches = batching.plan([r["length"] for r in rows], batch, max_len)
+            plan = notebook_recipe.adhoc_plan(out, ds, ds.select(range(batch)), batches, model_path,
+                                              loss.choose(chunked_loss), learning_rate=2e-4, max_steps=-1)
+            _, _, session = notebook_recipe.train(
+                None, out, model, tok, plan=plan, max_steps=-1, num_epochs=1, per_device_batch_size=batch,
+                resume=False, chunked_loss=chunked_loss, probe_prompts=0, run={"progress": "off"},
+                arguments={"warmup_steps": 0, "eval_strategy": "no", "save_strategy": "no", "logging_steps": 10**6})
+            history, strategy = session.result.log_history, batches["strategy"]
     runtime = next(h["train_runtime"] for h in history if "train_runtime" in h)
     peak = torch.cuda.max_memory_allocated() if cuda else _status("VmHWM") - before
     return {"runtime_s": runtime, "peak_bytes": peak, "strategy": strategy}
@@ -134,10 +138,11 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
 
     The recipes take turns (A B C, A B C, ...) and each keeps its fastest run: on a shared machine the load
     changes within minutes, and the fastest run is the one least slowed by other jobs."""
-    from nbutils.train import memory, modeling
+    from nbutils.runtime import modelsource
+    from nbutils.train import memory
     from nbutils.train.loss import liger_available
 
-    rows = instruction_rows(n, modeling.load_config(model_path).vocab_size, max_len)
+    rows = instruction_rows(n, modelsource.load_config(model_path).vocab_size, max_len)
     targets = target_tokens(rows)
     variants = {"plain recipe": ("plain", "auto"), "this suite": ("ours", "chunked" if fused else "auto"),
                 "this suite, plain loss": ("ours", False)}
@@ -172,7 +177,7 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
                 {"bench": "throughput", "metric": f"ratio liger / plain recipe, tokens/s ({label})",
                  "value": round(liger["tokens_s"] / base["tokens_s"], 2), "target": ">= 2"}]
     if precision != "fp32":  # GPU: the plan beside the measurement, and what fits a T4
-        config = modeling.load_config(model_path)
+        config = modelsource.load_config(model_path)
         longest = max(r["length"] for r in rows)
         for name, kind in (("plain recipe", "plain"), ("this suite", "chunked")):
             width = max_len if runs[name]["strategy"] == "packed" else longest  # the widest batch fed
@@ -187,7 +192,6 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
 def run() -> list[dict]:
     import torch
 
-    from bench import machine
     from nbutils import embedded
 
     rows = compare("embedded model", embedded.resolve_model("embedded"), n=512, batch=16, max_len=256)
@@ -203,7 +207,6 @@ def run() -> list[dict]:
         else:
             rows.append({"bench": "throughput", "metric": "GPU rows (Llama-3.2-1B, Qwen2.5-1.5B dims, 4-bit, fp16)",
                          "value": "not run", "note": "no CUDA on this machine"})
-    machine.save("throughput", rows, "python -m bench throughput_bench")
     return rows
 
 

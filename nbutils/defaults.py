@@ -33,10 +33,11 @@ def learning_rate(value, model_config) -> tuple[float, str]:
     return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, the QLoRA range for real models"
 
 
-def max_seq_len(value, lengths: list[int], model_config=None, batch_size: int = 16, lora_r: int = 16,
-                gpu_memory_gb: float | None = None, coverage: float = 0.99) -> tuple[int, str]:
+def max_seq_len(value, lengths: list[int], model_config=None, cap: tuple[int, str] | None = None,
+                coverage: float = 0.99) -> tuple[int, str]:
     """value unless "auto"; else the length covering `coverage` of the records, rounded up to a multiple
-    of 64, capped by the model's positions and by the longest that fits `batch_size` on a T4."""
+    of 64, capped by the model's positions and by `cap` (the longest sequence that trains on the GPU, with
+    why: nbutils.train.memory.longest_sequence, which 01 passes in)."""
     if value != "auto":
         return int(value), "given"
     if not lengths:
@@ -47,13 +48,8 @@ def max_seq_len(value, lengths: list[int], model_config=None, batch_size: int = 
     positions = getattr(model_config, "max_position_embeddings", None) if model_config is not None else None
     if positions and n > positions:
         n, caps = positions, [f"the model's {positions} positions"]
-    if model_config is not None:
-        from nbutils.train import memory
-
-        gb = gpu_memory_gb or T4_MEMORY_GB
-        while n > 64 and not memory.plan(model_config, n, batch_size, lora_r, gb)["fits"]:
-            n -= 64
-            caps = [f"the memory of a {gb:g} GB GPU at batch size {batch_size}"]
+    if cap is not None and cap[0] < n:
+        n, caps = max(64, cap[0]), [cap[1]]
     cut = sum(x > n for x in lengths)
     why = (f"auto: {n} covers {coverage:.0%} of records (longest {s[-1]})" + (f", capped by {caps[0]}" if caps else "")
            + f"; {cut} of {len(lengths)} records are longer")

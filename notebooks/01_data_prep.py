@@ -49,7 +49,7 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # (explained here, not in the cell: papermill reads an `=` in a parameter's comment as a second assignment).
 
 # %% tags=["parameters"]
-base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
+base_model = "embedded"  # the model to fine-tune, named here once: hub id, local folder or Kaggle input; "embedded": the offline tiny model
 raw_data = "embedded"  # comma-separated: JSONL/JSON/CSV/TSV/Parquet/HTML/SQL files, saved HF folders, hub ids
 output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
@@ -83,20 +83,23 @@ env = preflight(load_in_4bit=False)
 # `<end_of_turn>`, or EOS), so the model learns to stop; the pad token is never EOS and never a new
 # token. A system message is merged into the first user turn where the template refuses it. Labels
 # cover the answers only (completion-only) unless `train_on_prompt=True`. `max_seq_len="auto"`
-# covers 99% of the records and says how many it leaves out.
+# covers 99% of the records, capped by the longest sequence a 15 GB T4 trains at `batch_size`, and says
+# how many it leaves out. The manifest records `base_model`: 02, 03 and 04 take it from there.
 
 # %%
-from nbutils import embedded
-from nbutils.data import splits
-from nbutils.runtime import environment
-from nbutils.train import modeling
+from nbutils import defaults, embedded
+from nbutils.data import chatformat, splits
+from nbutils.runtime import environment, modelsource
+from nbutils.train import memory
 
-tokenizer = modeling.load_tokenizer(base_model)
+tokenizer = chatformat.load_tokenizer(base_model)  # a model that cannot be reached says here what to attach
+longest = memory.longest_sequence(modelsource.load_config(base_model), batch_size, defaults.T4_MEMORY_GB)
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
-manifest = splits.prepare(inputs, out, tokenizer, max_seq_len=max_seq_len, eval_fraction=eval_fraction, seed=seed,
-                          max_records=200 if smoke else None, train_on_prompt=train_on_prompt, fmt=format,
-                          strict=strict, truncate=truncate, batch_size=batch_size, columns=splits.parse_columns(columns))
+manifest = splits.prepare(inputs, out, tokenizer, base_model=base_model, max_seq_len=max_seq_len, seq_len_cap=longest,
+                          eval_fraction=eval_fraction, seed=seed, max_records=200 if smoke else None,
+                          train_on_prompt=train_on_prompt, fmt=format, strict=strict, truncate=truncate,
+                          batch_size=batch_size, columns=splits.parse_columns(columns))
 
 # %% [markdown]
 # ## What was kept, and why the rest was not

@@ -15,8 +15,11 @@
 #
 # Second notebook of the suite. QLoRA keeps the base model frozen in 4-bit (nf4) and trains
 # low-rank adapters (LoRA) on top, so a 7B model fits a 16 GB T4. This notebook reads the data
-# written by 01, trains, and saves a checkpoint that 03 (and you) can load: adapter, tokenizer
-# and the run configuration.
+# 01 wrote (and the model 01 named), trains, and saves a checkpoint that 03 and 04 load: adapter,
+# tokenizer and the run configuration.
+#
+# Top to bottom: the parameters, one plan checked before anything loads, the recipe (4-bit config, LoRA
+# config, `Trainer`, `TrainingArguments`, `trainer.train()`), the run and its learning curves.
 
 # %% [markdown]
 # ## Install
@@ -40,9 +43,11 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% [markdown]
 # ## Parameters
+# The model is named once, in 01: `base_model` stays empty. `smoke=True` trains 10 steps, evaluating and
+# saving every 5: the whole chain in a minute.
 
 # %% tags=["parameters"]
-base_model = "embedded"  # hub id or local path; "embedded" means the offline tiny model
+base_model = ""  # empty: the model 01 named (its manifest); another one must share its tokenizer
 data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
 output_dir = ""  # empty: <working dir>/train_qlora
 seed = 0
@@ -70,147 +75,43 @@ num_processes = 0  # processes this notebook starts for DDP: 0 means one per GPU
 probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
 # %% [markdown]
-# ## Preflight
+# ## The plan, checked before anything loads
+# One table: the GPUs and the precision rule (fp16 on a T4, never its emulated bf16), the model and data from 01,
+# the loss (without the full logits: 6 GB for Llama-3 at 2 x 2048), the memory plan from the config alone, one
+# GPU or several, the learning rate, the steps, the disk. Every problem is listed at once, not at hour three.
 
 # %%
-from nbutils.runtime.preflight import check_disk, preflight
+from nbutils.train import planning
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit, multi_gpu=multi_gpu, num_processes=num_processes,
-                base_model=base_model, attn_implementation=attn_implementation)
+plan = planning.plan_run(
+    base_model=base_model, data_dir=data_dir, output_dir=output_dir, smoke=smoke, precision=precision,
+    load_in_4bit=load_in_4bit, attn_implementation=attn_implementation, multi_gpu=multi_gpu,
+    num_processes=num_processes, per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, lora_r=lora_r,
+    chunked_loss=chunked_loss, learning_rate=learning_rate, max_steps=max_steps, num_epochs=num_epochs,
+    eval_steps=eval_steps, save_steps=save_steps, save_total_limit=save_total_limit, resume=resume, progress=progress)
 
 # %% [markdown]
-# ## The data from 01
-# The prepared splits and their manifest: token lengths, `max_seq_len` and the batching plan 01 measured.
+# ## The QLoRA recipe: a frozen 4-bit base, small trainable adapters
+# Both configurations are here to change. The base (`AutoModelForCausalLM`) loads in 4-bit, then gets the
+# adapters: LoRA weights stay fp32 so the fp16 gradient scaler works on a T4, and gradient checkpointing uses
+# `use_reentrant=False` (the reentrant variant drops gradients of frozen inputs). These cells only define
+# functions: each training process runs them itself (see "More than one GPU").
 
 # %%
-from nbutils.data import splits
-from nbutils.runtime import environment
+from nbutils.train import modeling
 
-data_dir = environment.find_upstream("data_prep", data_dir)
-out = environment.stage_dir("train_qlora", output_dir)
-manifest = splits.load_manifest(data_dir)
-train_ds, eval_ds = splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval")
-print(f"{len(train_ds)} train / {len(eval_ds)} eval examples from {data_dir}; checkpoints go to {out}")
 
-# %% [markdown]
-# ## The loss, without the full logits
-# Next-token cross-entropy never builds the full logits here (batch x seq x vocab: 6 GB for Llama-3 at
-# 2 x 2048): it is computed in chunks from the last hidden states (`chunked_loss`), or by liger's fused
-# kernels on a GPU where they are installed. Chosen from the model's config alone, with no CUDA call
-# (see "More than one GPU"); each training process confirms the choice on its own device.
-
-# %%
-from nbutils.train import loss, memory, modeling
-
-model_config = modeling.load_config(base_model)
-loss_kind = loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)
-print(f"loss: {loss_kind} (chunked_loss={chunked_loss!r})")
-
-# %% [markdown]
-# ## Memory plan: will it fit?
-# Read from the model's config alone, before any weight loads: whether this batch size fits the GPU,
-# and the largest batch and longest sequence that do. With a chunked loss the plan counts one chunk.
-
-# %%
-memory_plan = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
-                          env.gpu_memory_gb, env.gpu_count, loss=loss_kind)
-print(memory.table(memory_plan))
-
-# %% [markdown]
-# ## One GPU or several
-# Data parallel (DDP) when one GPU holds the model, split across them when only all do (see "More than
-# one GPU" below).
-
-# %%
-from nbutils.train import launch
-
-launch_plan = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=memory_plan)
-print(f"mode: {launch_plan.mode}, {launch_plan.why}")
-
-# %% [markdown]
-# ## Learning rate
-# `learning_rate="auto"` picks by model size: 2e-4 for real models, higher for toys like the embedded one.
-
-# %%
-from nbutils import defaults
-
-lr, lr_why = defaults.learning_rate(learning_rate, model_config)
-print(f"learning rate {lr:g} ({lr_why})")
-
-# %% [markdown]
-# ## Training configuration
-# The choices, each with its reason:
-# - optimizer: AdamW (`adamw_torch`), on the LoRA weights only: they are a few MB, so its two states cost
-#   nothing, and unlike the paged 8-bit optimizers its state resumes exactly from a checkpoint;
-# - loss: next-token cross-entropy on the answer tokens only (01's completion-only labels), averaged over
-#   target tokens across gradient accumulation, so a batch of short answers weighs what it should;
-# - `smoke=True` trains 10 steps, evaluating and saving every 5: the whole chain in a minute.
-#
-# The LoRA settings are not here: the `LoraConfig` in "The QLoRA recipe" below is their one source.
-
-# %%
-from nbutils.train import trainconfig
-
-cfg = trainconfig.TrainConfig(
-    max_steps=10 if smoke else max_steps, num_epochs=num_epochs, learning_rate=lr, optim="adamw_torch",
-    per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, world_size=launch_plan.world_size,
-    eval_steps=5 if smoke else eval_steps, save_steps=5 if smoke else save_steps, save_total_limit=save_total_limit,
-    precision=env.precision, max_seq_len=manifest["max_seq_len"], chunked_loss=chunked_loss,
-    time_budget_min=time_budget_min, resume=resume, seed=seed)
-print(f"effective batch {cfg.effective_batch} (per-device {cfg.per_device_batch_size} x grad_accum {cfg.grad_accum} x "
-      f"{cfg.world_size} process(es)); {f'{cfg.max_steps} steps' if cfg.max_steps > 0 else f'{cfg.num_epochs:g} epoch(s)'}")
-
-# %% [markdown]
-# ## Checked before loading anything
-# Strategy mismatches, a paged optimizer with resume, a batch larger than the data, bf16 on a T4 ...
-# each is a clear message now instead of a crash at hour three.
-
-# %%
-trainconfig.validate(cfg, n_train=len(train_ds), gpu_capability=env.gpu_capability,
-                     model_max_positions=model_config.max_position_embeddings, data_max_seq_len=manifest["max_seq_len"])
-print("configuration checked: no problem found")
-
-# %% [markdown]
-# ## Disk
-# The filesystem of `output_dir` against the checkpoints the run will keep, before any hour is spent.
-
-# %%
-checkpoint_need_mb = check_disk(out, memory_plan["checkpoint_mb"], cfg.save_total_limit)
-
-# %% [markdown]
-# ## More than one GPU
-# Kaggle's 2xT4 and rented multi-GPU machines train data-parallel: one process per GPU, each
-# holding its own 4-bit copy; only the LoRA gradients are synchronised, the effective batch is
-# per-device batch x grad_accum x processes, and only the first process writes files and prints
-# the log. From this notebook, accelerate's notebook launcher starts the processes by forking this
-# kernel, so no cell above may touch the GPU: preflight reads it through `nvidia-smi`, and the
-# Trainer (which imports bitsandbytes) is imported only inside the functions below. From a shell,
-# run the notebook's `.py` as a script with the same parameter names:
-#
-#     accelerate launch --multi_gpu --num_processes 2 -m nbutils.train.launch notebooks/02_train_qlora.py --max_steps 200
-#     torchrun --nproc_per_node 2 -m nbutils.train.launch notebooks/02_train_qlora.py --config run.yaml
-#
-# A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads
-# its layers over all GPUs in one process: it fits, but is no faster (the GPUs take turns).
-#
-# The next four cells define the steps each process runs; the cell after them runs them.
-
-# %% [markdown]
-# ## The QLoRA recipe
-# The base model stays frozen in 4-bit; only small low-rank adapters (LoRA) on its linear layers train.
-# Both configurations are here to change. They are built inside a function, run by each training
-# process, because peft imports bitsandbytes, which touches the GPU (see "More than one GPU").
-
-# %%
-def qlora_configs():
+def load_model():
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig
+
+    from nbutils.data import chatformat
 
     bnb_config = BitsAndBytesConfig(
         load_in_4bit=True,  # frozen base weights in 4 bits: a 7B model takes ~4 GB of GPU memory instead of 14
         bnb_4bit_quant_type="nf4",  # NormalFloat4: 16 levels placed where normally distributed weights fall
         bnb_4bit_use_double_quant=True,  # quantize the per-block scales too: ~0.4 bit per weight saved
-        bnb_4bit_compute_dtype=modeling.DTYPES[env.precision],  # matmuls run in this: fp16 on a T4, bf16 from cc 8.0
+        bnb_4bit_compute_dtype=modeling.DTYPES[plan.precision],  # matmuls run in this: fp16 on a T4, bf16 from cc 8.0
     ) if load_in_4bit else None
     lora_config = LoraConfig(
         r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
@@ -220,104 +121,175 @@ def qlora_configs():
         use_rslora=use_rslora,  # scale by alpha / sqrt(r) instead: high ranks (64+) keep learning as fast
         task_type="CAUSAL_LM",
     )
-    return bnb_config, lora_config
-
-
-# %% [markdown]
-# ## Load the model
-# `AutoModelForCausalLM`: the base model with its next-token head, what writing answers needs; it
-# loads with the 4-bit config on this process's own GPU, then gets the adapters. LoRA
-# weights stay fp32 so the fp16 gradient scaler works on a T4; gradient checkpointing uses
-# `use_reentrant=False` (the reentrant variant drops gradients when the frozen inputs need none).
-
-# %%
-def load_model():
-    bnb_config, lora_config = qlora_configs()
-    tokenizer = modeling.load_tokenizer(base_model)
-    model = modeling.load_base(base_model, env.precision, bnb_config or False, env.attention,
-                               device_map="split" if launch_plan.mode == "split" else None)
-    model = modeling.attach_lora(model, config=lora_config, seed=seed)
+    tokenizer = chatformat.load_tokenizer(plan.base_model)  # the pad token 01 chose, never EOS
+    model = modeling.load_base(plan.base_model, plan.precision, bnb_config, attn_implementation,
+                               device_map=plan.device_map, preferred_attention=plan.env.attention)
+    model = modeling.attach_lora(model, lora_config, seed=seed)
     print(modeling.trainable_line(model))
     return model, tokenizer
 
 
 # %% [markdown]
-# ## Train
-# Batches follow the plan 01 measured (length-grouped, or packed with a per-example mask). A
-# complete checkpoint is saved every `save_steps`; the run stops and saves before the time
-# budget runs out, stops on a NaN loss keeping the last good checkpoint, and resumes from the
-# latest complete checkpoint when there is one. At each evaluation a few probe prompts are
-# generated under the degeneration guard; if most are garbage twice in a row, training stops
-# (`stopped_reason="degenerate"`) and the checkpoint is kept. Every stop is agreed by all processes.
+# ## The Trainer
+# transformers' `Trainer`: the model, the arguments (next cell), 01's batches (length-grouped, or packed with a
+# per-example mask) and the suite's callbacks: checkpoints marked complete once verified, a save before the time
+# budget runs out, a stop on NaN keeping the last good checkpoint, one progress line per interval, and a probe
+# that stops training when generations turn to garbage twice in a row. The loss is cross-entropy on the answer
+# tokens (01's labels); with the chunked loss, a subclass computes it without the full logits (same gradients).
 
 # %%
-def train_model(model, tokenizer):
-    from nbutils.train import training  # here, not above: the Trainer imports bitsandbytes (see "More than one GPU")
+from nbutils.data import batching
+from nbutils.train import loss as lm_loss
 
-    run_config = training.run_config(cfg, env.versions, manifest, base_model=base_model, load_in_4bit=load_in_4bit, smoke=smoke)
-    from nbutils.eval import evaluation
 
-    prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, probe_prompts)
-    probe = evaluation.probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0]) \
-        if probe_prompts else None
-    result = training.train(model, tokenizer, train_ds, eval_ds, cfg, out, plan=manifest["batching"],
-                            run_config=run_config, probe=probe, progress=training.progress_mode(progress),
-                            memory_estimate_gb=memory_plan["estimate_gb"])
-    if result.is_main and result.peak_memory_gb is not None:  # on a GPU: the measured peak beside the plan
-        print(memory.table({**memory_plan, "measured_peak_gb": result.peak_memory_gb}))
-    return result, run_config
+def make_trainer(model, tokenizer, run):
+    Trainer = lm_loss.trainer_class(lm_loss.choose(chunked_loss, model=model))  # the plan's loss, checked on the model
+    return Trainer(
+        model=model,
+        args=training_arguments(),
+        processing_class=tokenizer,  # saved into every checkpoint with its chat template
+        train_dataset=batching.rows(plan.train_ds, plan.batching),  # packed into blocks when 01's plan packs
+        eval_dataset=batching.rows(plan.eval_ds, plan.batching),
+        data_collator=batching.make_collator(plan.batching, tokenizer.pad_token_id, modeling.attention_of(model)),
+        callbacks=run.callbacks,  # the suite's: verified checkpoints, time budget, NaN guard, progress line, probe
+    )
 
 
 # %% [markdown]
-# ## Save, then verify the checkpoint
-# Adapter, tokenizer and run configuration together, written atomically (a temp folder, fsync,
-# then a rename; a manifest of every file's size and SHA-256, then a `COMPLETE` marker, are written
-# last); then the checkpoint is checked file by file against its manifest and reloaded to generate
-# a few tokens, so a broken save shows now. After a NaN stop the
-# last good checkpoint becomes the final one. `training_summary.json` says why training stopped
-# and where the checkpoint is (relative, so it still works where 03 mounts this folder).
+# ## Training arguments
+# Every argument of the HF Trainer's run, with its reason. Built inside each process: `TrainingArguments` sets up
+# the device (CUDA) as it is created. The suite rotates checkpoints itself (the newest that verify, by step), so
+# the Trainer's own `save_total_limit` stays off.
 
 # %%
-def save_and_verify(model, tokenizer, result, run_config):
+def training_arguments():
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(plan.out / "trainer"),  # Trainer checkpoints; the final adapter goes to checkpoint/ beside it
+        max_steps=plan.max_steps, num_train_epochs=num_epochs,  # max_steps -1: train num_train_epochs instead
+        per_device_train_batch_size=per_device_batch_size,  # the plan says whether it fits, and the largest that does
+        per_device_eval_batch_size=per_device_batch_size,
+        gradient_accumulation_steps=grad_accum,  # effective batch = per-device batch x accumulation x processes
+        learning_rate=plan.learning_rate,  # auto: 2e-4 for real models, higher for toy ones (see the plan)
+        lr_scheduler_type="cosine",  # decay to zero over the run: the last steps refine rather than jump
+        warmup_steps=5,  # a few small steps first, while Adam's moment estimates are still noise
+        optim="adamw_torch",  # on the LoRA weights only (a few MB of state); unlike paged 8-bit optimizers it resumes exactly
+        fp16=plan.precision == "fp16",  # the precision rule: fp16 on a T4 (its bf16 is emulated, slow or broken),
+        bf16=plan.precision == "bf16",  # bf16 from compute capability 8.0, fp32 on the CPU
+        eval_strategy="steps", eval_steps=plan.eval_steps,  # the eval loss, and the degeneration probe, every eval_steps
+        save_strategy="steps", save_steps=plan.save_steps,  # as evaluation: every checkpoint has an eval loss
+        save_total_limit=None,  # rotation is the suite's: it keeps the newest checkpoints that verify
+        logging_steps=10,
+        seed=seed, data_seed=seed,  # the LoRA initialisation and the shuffling: same seed, same run
+        train_sampling_strategy="random" if plan.packed else "group_by_length",  # similar lengths per batch: less padding
+        length_column_name="length",  # the token counts 01 stored, so grouping reads no token ids
+        remove_unused_columns=False,  # the collator needs the "length" column
+        include_num_input_tokens_seen="non_padding",  # tokens/s in the log counts real tokens, not padding
+        use_liger_kernel=plan.loss == "liger",  # liger's fused kernels where the plan found them (a GPU with liger-kernel)
+        ddp_find_unused_parameters=False,  # under DDP every LoRA weight gets a gradient: skip the search for unused ones
+        use_cpu=plan.env.gpu_count == 0,
+        disable_tqdm=plan.progress == "log",  # a batch run shows no widget: the suite prints one line per interval
+        dataloader_num_workers=0,  # the batches are tokenized already; workers would only fork the kernel
+        report_to=[],  # no tracker unless you add one ("wandb", "tensorboard")
+    )
+
+
+# %% [markdown]
+# ## Train, save, verify
+# The run takes the output folder's lock (one run per folder), checks the disk, and resumes from the newest
+# checkpoint that verifies and was trained with the same settings (another run's is refused, naming what
+# differs). Then `trainer.train()`. The final checkpoint (adapter, tokenizer, `run_config.json`: the base model,
+# this 4-bit config, this LoRA config and the training arguments, which 03 and 04 load exactly) is written
+# atomically, then checked file by file and reloaded to generate a few tokens. `training_summary.json`, written
+# last, says why training stopped and where the checkpoint is.
+
+# %%
+from nbutils.train import argcheck, checkpoints
+
+
+def train_on_this_process():
+    from nbutils.eval import evaluation
     from nbutils.train import training
 
-    ckpt = training.save_checkpoint(model, tokenizer, out, run_config, result)
-    assert ckpt is not None, f"no usable checkpoint: {result.stop_detail}"
-    check = training.checkpoints.verify(ckpt, base_model, load_in_4bit, env.precision)
-    assert check["ok"], f"checkpoint {ckpt} failed verification: {check['problems']}"
-    training.write_summary(out, result, cfg, ckpt, memory_plan)  # the stage's marker, last: 03 starts from a verified run
-    print(f"[checkpoint] {ckpt}: verified (every file against its manifest; reloaded, it generates {check['generated']!r})")
+    args = training_arguments()  # checked before the model loads: a mistake costs seconds, not hours
+    argcheck.validate(argcheck.of_arguments(args), n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
+                      resume=resume)
+    model, tokenizer = load_model()
+    run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=time_budget_min),
+                       time_budget_min=time_budget_min, save_total_limit=save_total_limit, resume=resume,
+                       probe=evaluation.training_probe(plan.eval_ds, tokenizer, probe_prompts), progress=plan.progress,
+                       memory_estimate_gb=plan.memory["estimate_gb"])
+    trainer = make_trainer(model, tokenizer, run)
+    with run.session(trainer) as resume_from:
+        if not run.finished:  # a rerun of a finished run has nothing left to train
+            trainer.train(resume_from_checkpoint=resume_from)
+    if run.is_main:
+        ckpt = run.save_final(model, tokenizer)
+        assert ckpt is not None, f"no usable checkpoint: {run.result.stop_detail}"
+        check = checkpoints.verify(ckpt, plan.precision)
+        assert check["ok"], f"checkpoint {ckpt} failed verification: {check['problems']}"
+        run.write_summary(ckpt, plan.memory)  # the stage's marker, last: 03 starts from a verified run
+        print(f"[checkpoint] {ckpt}: verified (every file against its checksums; reloaded, it generates "
+              f"{check['generated']!r})")
+    return model, tokenizer
 
 
 # %% [markdown]
-# ## Run: here, or once per GPU
-# With one process the steps run in this kernel (and `model` stays here to play with); with
-# several, each process runs them on its own GPU and the first one writes the files.
+# ## More than one GPU
+# Kaggle's 2xT4 and rented multi-GPU machines train data-parallel: one process per GPU, each holding its own
+# 4-bit copy; only the LoRA gradients are synchronised, the effective batch is per-device batch x accumulation x
+# processes, and only the first process writes files and prints the log. From this notebook, accelerate's
+# notebook launcher starts the processes by forking this kernel, so no cell above touches the GPU: the plan reads
+# the GPUs through `nvidia-smi`, and peft, bitsandbytes and the Trainer are imported inside the functions. From a
+# shell, run the notebook's `.py` as a script with the same parameter names:
+#
+#     accelerate launch --multi_gpu --num_processes 2 -m nbutils.train.launch notebooks/02_train_qlora.py --max_steps 200
+#     torchrun --nproc_per_node 2 -m nbutils.train.launch notebooks/02_train_qlora.py --config run.yaml
+#
+# A model too large for one T4: `multi_gpu="split"` (or `auto`, when the plan says so) spreads its layers over
+# all GPUs in one process: it fits, but is no faster (the GPUs take turns). With one process the run happens in
+# this kernel, and `model` stays here to play with.
 
 # %%
 import json
 
+from nbutils.train import launch
 
-def train_on_this_process():
-    model, tokenizer = load_model()
-    result, run_config = train_model(model, tokenizer)
-    if result.is_main:
-        save_and_verify(model, tokenizer, result, run_config)
-    return model, tokenizer
-
-
-trained = launch.run_in_processes(train_on_this_process, launch_plan.processes)
+trained = launch.run_in_processes(train_on_this_process, plan.launch.processes)
 if trained is not None:
     model, tokenizer = trained
-summary = json.loads((out / "training_summary.json").read_text())  # written by the first process
+summary = json.loads((plan.out / "training_summary.json").read_text())  # written by the first process
 print(f"step {summary['global_step']} ({summary['stopped_reason']}) on {summary['world_size']} process(es): "
       f"train loss {summary['train_loss']:.4f}, eval loss {summary['eval_loss']:.4f}")
+if summary["measured_peak_gb"] is not None:  # on a GPU: the measured peak beside the plan
+    print(f"memory: measured peak {summary['measured_peak_gb']:.2f} GB, planned {plan.memory['estimate_gb']:.2f} GB")
 
 # %% [markdown]
 # ## Learning curves
+# Train and eval loss over the steps, with a one-line diagnosis (learning, overfitting, too little, diverging).
 
 # %%
 from IPython.display import Image, display
 
-display(Image(str(out / "learning_curves.png")))
+display(Image(str(plan.out / "learning_curves.png")))
 print(summary["diagnosis"])
+
+# %% [markdown]
+# ## When a run stops early
+# `stopped_reason` in `training_summary.json` says why training ended, and what to do next:
+#
+# | stopped_reason | what happened | what to do |
+# |---|---|---|
+# | `max_steps`, `completed` | the run finished | run 03 |
+# | `time_budget` | saved before the session limit | run this notebook again with the output attached (Kaggle: Add Input > your earlier version); it resumes from the last verified checkpoint |
+# | `nan` | the loss became NaN; the last good checkpoint is the final one | lower `learning_rate`, or check the data for empty answers |
+# | `degenerate` | the probe's generations turned to loops or garbage twice in a row | check 01's rendered examples (does each answer end with its end-of-turn token?), lower the learning rate |
+# | `disk_full` | a save did not fit | lower `save_total_limit` or free space, then run again: it resumes |
+#
+# What the checkpoint folder holds, and what 03 and 04 read from it:
+
+# %%
+ckpt_dir = plan.out / summary["checkpoint_dir"]
+for f in sorted(ckpt_dir.iterdir()):
+    print(f"{f.name:<32} {f.stat().st_size / 2**20:8.2f} MB")

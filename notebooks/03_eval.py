@@ -42,14 +42,13 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # ## Parameters
 
 # %% tags=["parameters"]
-base_model = "embedded"  # must be the base model the adapter was trained on
+base_model = ""  # empty: the model 02 trained on (its checkpoint's run configuration); another one is refused
 data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
 adapter_dir = ""  # output of 02; empty: found the same way
 output_dir = ""  # empty: <working dir>/eval
 seed = 0
 smoke = False
-precision = "auto"
-load_in_4bit = True
+precision = ""  # empty: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
 attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
 max_new_tokens = "auto"  # auto: 1.5x the longest reference answer (in tokens), at least 16
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
@@ -66,8 +65,27 @@ chat_prompts = []  # prompts for the chat at the end; empty: the first eval ques
 # %%
 from nbutils.runtime.preflight import preflight
 
-env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_model,
-                attn_implementation=attn_implementation)
+env = preflight()
+
+# %% [markdown]
+# ## The model 02 trained, as it trained it
+# The checkpoint must match its checksums (sizes, SHA-256, step); a damaged final checkpoint falls back to the
+# newest Trainer checkpoint that verifies, and says so. Its `run_config.json` names the base model, the 4-bit
+# config and the precision 02 used: the base model is loaded exactly that way below.
+
+# %%
+from pathlib import Path
+
+from nbutils.runtime import environment
+from nbutils.train import checkpoints, recipe
+
+data_dir = environment.find_upstream("data_prep", data_dir)
+adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
+out = environment.stage_dir("eval", output_dir)
+ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
+trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision)
+print(f"adapter {ckpt} (step {summary['global_step']}) on {trained.base_model}: "
+      f"{'4-bit' if trained.quantization else 'full-precision'} base, computing in {trained.precision}")
 
 # %% [markdown]
 # ## The eval prompts
@@ -75,20 +93,14 @@ env = preflight(precision=precision, load_in_4bit=load_in_4bit, base_model=base_
 # longest reference answer, so generation stops near where a good answer would.
 
 # %%
-from pathlib import Path
-
 from nbutils import defaults
-from nbutils.data import splits
+from nbutils.data import chatformat, splits
 from nbutils.eval import evaluation, report
 from nbutils.eval.degeneration import CircuitBreaker
-from nbutils.runtime import environment
 from nbutils.train import modeling
 
-data_dir = environment.find_upstream("data_prep", data_dir)
-adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
-out = environment.stage_dir("eval", output_dir)
 eval_ds = splits.load_split(data_dir, "eval")
-tokenizer = modeling.load_tokenizer(base_model)
+tokenizer = chatformat.load_tokenizer(trained.base_model)
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 new_token_limit, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)  # the parameter may say "auto"
 print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new tokens each ({why})")
@@ -101,7 +113,8 @@ print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new toke
 # The base model is expected to do badly here: it is only flagged, never aborted.
 
 # %%
-model = modeling.load_base(base_model, env.precision, load_in_4bit, env.attention)
+model = modeling.load_base(trained.base_model, trained.precision, trained.quantization, attn_implementation,
+                           preferred_attention=env.attention)
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, new_token_limit,
                                   guard="off" if guard == "off" else "flag")
@@ -116,11 +129,6 @@ print(report.model_line("base", base))
 # %%
 from peft import PeftModel
 
-from nbutils.train import checkpoints
-
-# The summary must parse and the checkpoint must match its manifest (sizes, SHA-256, step); a damaged
-# final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so.
-ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
 tuned_model = PeftModel.from_pretrained(model, ckpt)  # the base model above, with the adapter on top
 tuned_model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None

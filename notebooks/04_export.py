@@ -43,7 +43,7 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # ## Parameters
 
 # %% tags=["parameters"]
-base_model = "embedded"  # must be the base model the adapter was trained on
+base_model = ""  # empty: the model 02 trained on (its checkpoint's run configuration); another one is refused
 data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
 adapter_dir = ""  # output of 02; empty: found the same way
 eval_dir = ""  # output of 03; empty: found the same way
@@ -97,9 +97,10 @@ decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rat
 from pathlib import Path
 
 from nbutils.export import merge
-from nbutils.train import checkpoints
+from nbutils.train import checkpoints, recipe
 
-ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its manifest, as in 03
+ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its checksums, as in 03
+base_model = recipe.from_checkpoint(ckpt, base_model).base_model  # what 02 trained on; another one is refused
 memory_plan = merge.memory_plan(base_model)
 print(merge.plan_text(memory_plan))
 if export_merged and memory_plan["device"] is None:

@@ -23,10 +23,10 @@ def prepared_data(tmp_path_factory, embedded_dir):
     """Output folder of splits.prepare on the embedded task data (train/eval splits + manifest)."""
     from nbutils import embedded
     from nbutils.data import splits
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     out = tmp_path_factory.mktemp("data_prep")
-    splits.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False)
+    splits.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False, base_model="embedded")
     return out
 
 
@@ -41,6 +41,6 @@ def twin():
 @pytest.fixture(scope="session")
 def tok(embedded_dir):
     """The embedded default's prepared tokenizer."""
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     return load_tokenizer("embedded")

@@ -3,7 +3,7 @@
 from transformers import LlamaConfig
 
 from nbutils import defaults
-from nbutils.train import curves
+from nbutils.train import curves, memory
 
 TINY = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, max_position_embeddings=256)
 REAL = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, vocab_size=128256,
@@ -18,16 +18,18 @@ def test_learning_rate_auto_by_size_and_given_values_kept():
 
 def test_max_seq_len_covers_99_percent_and_says_what_it_cuts():
     lengths = [100] * 990 + [5000] * 10
-    n, why = defaults.max_seq_len("auto", lengths, REAL, batch_size=4)
+    n, why = defaults.max_seq_len("auto", lengths, REAL)
     assert n == 128 and "10 of 1000 records are longer" in why
     assert defaults.max_seq_len(300, lengths) == (300, "given")
 
 
-def test_max_seq_len_capped_by_positions_and_by_t4_memory():
+def test_max_seq_len_capped_by_positions_and_by_what_trains_on_a_t4():
     n, why = defaults.max_seq_len("auto", [400] * 100, TINY)
     assert n == 256 and "256 positions" in why
-    n, why = defaults.max_seq_len("auto", [60000] * 100, REAL, batch_size=16)
-    assert 64 <= n < 60000 and "15 GB GPU at batch size 16" in why
+    cap = memory.longest_sequence(REAL, 16, defaults.T4_MEMORY_GB)
+    n, why = defaults.max_seq_len("auto", [60000] * 100, REAL, cap=cap)
+    assert 64 <= n == cap[0] < 60000 and "15 GB GPU at batch size 16" in why
+    assert defaults.max_seq_len("auto", [60000] * 100, REAL, cap=(0, "nothing fits"))[0] == 64
 
 
 def test_max_new_tokens_from_the_longest_reference(tok):

@@ -1,5 +1,6 @@
-"""The family matrix: for every family twin, 01 -> 02 -> 03 under `python -m nbutils.harness run` with
-smoke=True, then the checkpoint reloads with its own tokenizer and chat template.
+"""The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 under `python -m nbutils.harness run` with
+smoke=True, the model named in 01 alone (02, 03 and 04 take it from upstream, as a user's chain does), then the
+checkpoint reloads with its own tokenizer and chat template.
 
 Two chains run at a time (one per core; each process uses one math thread), at batch size 4: the
 real embedding sizes (up to 262144 x 64) make the logits the big cost. `pytest -m families` runs
@@ -19,12 +20,13 @@ from nbutils import chain
 from tests.twins.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAIN = [ROOT / nb for nb in chain.notebook_paths()[:3]]  # 04 exports: not needed to check a family
+CHAIN = [ROOT / nb for nb in chain.notebook_paths()]
 pytestmark = [pytest.mark.integration, pytest.mark.families]
 
 
 def _chain(name: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "base_model", str(folder),
+    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "01_data_prep:base_model", str(folder),
+           "-p", "04_export:force", "True",
            "-p", "smoke", "True", "-p", "batch_size", "4", "-p", "per_device_batch_size", "4", "--no-internet",
            "--out", str(out)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -60,7 +62,10 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     manifest = json.loads((work / "01_data_prep" / "working" / "data_prep" / "manifest.json").read_text())
     assert manifest["tokens"]["end_of_turn"] == FAMILIES[name].expect_stop
     assert manifest["tokens"]["pad_token"] == reloaded.pad_token == FAMILIES[name].expect_pad
-    model = PeftModel.from_pretrained(modeling.load_base(str(folder), "fp32", load_in_4bit=False), ckpt)
+    assert json.loads((ckpt / "run_config.json").read_text())["base_model"] == str(folder)  # named in 01 alone
+    model = PeftModel.from_pretrained(modeling.load_base(str(folder), "fp32"), ckpt)
     assert model.config._attn_implementation == FAMILIES[name].expect_attention
     report03 = json.loads((work / "03_eval" / "working" / "eval" / "eval_report.json").read_text())
     assert report03["tuned"]["n"] == 8
+    export = json.loads((work / "04_export" / "working" / "export" / "export_summary.json").read_text())
+    assert export["merged"]["same_argmax"] and export["adapter"]["files"], name

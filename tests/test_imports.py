@@ -1,5 +1,6 @@
-"""The import graph: every module imports in a fresh interpreter, module-level imports form no cycle, the
-runtime subpackages never import the build tools (harness, kaggle), and no notebook does either."""
+"""The import graph: every module imports in a fresh interpreter; every import, function-level included, goes down
+the layers (chain-wide modules < runtime < data < train < eval < export; harness and kaggle apart, above) and no
+import forms a cycle; the runtime subpackages never import the build tools, and no notebook does either."""
 
 import ast
 import json
@@ -87,9 +88,39 @@ def test_find_cycle_finds_one_and_only_one_that_exists():
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
-def test_no_module_level_import_cycle():
-    cycle = find_cycle(static_graph())
-    assert cycle is None, "import cycle at module level: " + " -> ".join(cycle)
+# Lower layers first. A module imports only from its own layer or below: what a lower layer needs from a higher one
+# is passed in (01 hands splits.prepare the memory cap; 02's plan hands the loss kind to the memory plan).
+LAYERS = (("nbutils", "nbutils.chain", "nbutils.embedded", "nbutils.plots", "nbutils.defaults"), ("nbutils.runtime",),
+          ("nbutils.data",), ("nbutils.train",), ("nbutils.eval",), ("nbutils.export",),
+          ("nbutils.harness", "nbutils.kaggle"))
+
+
+def layer(module: str) -> int:
+    for i, names in enumerate(LAYERS):
+        if any(module == n or module.startswith(n + ".") for n in names if n != "nbutils") or module == "nbutils":
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_imports.py: LAYERS")
+
+
+def test_every_module_is_in_a_layer():
+    assert all(layer(m) >= 0 for m in MODULES)
+
+
+def test_no_import_goes_up_a_layer_function_level_included():
+    up = [f"{MODULES[m].relative_to(ROOT)}: {m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+          for m, targets in static_graph(module_level_only=False).items() for t in sorted(targets) if layer(t) > layer(m)]
+    assert not up, "imports up the layers (pass the value in instead):\n" + "\n".join(up)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert layer("nbutils.data.splits") < layer("nbutils.train.memory") < layer("nbutils.harness.runner")
+    assert layer("nbutils.defaults") < layer("nbutils.runtime.preflight")
+
+
+def test_no_import_cycle_module_level_or_inside_functions():
+    for module_level_only in (True, False):
+        cycle = find_cycle(static_graph(module_level_only))
+        assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def test_runtime_never_imports_the_build_tools():

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", default="auto", choices=["auto", *readers.FORMATS])
     p.add_argument("--tokenizer", default="embedded", help="path or hub id; default: the embedded default's")
     p.add_argument("--max-seq-len", type=lambda v: v if v == "auto" else int(v), default="auto",
-                   help="auto: covers 99%% of records, capped by the model and a T4's memory")
+                   help="auto: covers 99%% of records, capped by the model's positions")
     p.add_argument("--eval-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-records", type=int, default=None)

@@ -108,6 +108,14 @@ def pack(rows: list[dict], block_size: int) -> list[dict]:
     return out
 
 
+def rows(ds, plan: dict):
+    """The columns the Trainer batches (input_ids, labels, length), packed into blocks when the plan packs."""
+    from datasets import Dataset
+
+    kept = ds.select_columns(["input_ids", "labels", "length"])
+    return Dataset.from_list(pack(list(kept), plan["block_size"])) if plan["strategy"] == "packed" else kept
+
+
 def block_causal_mask(seq_lens_batch: list[list[int]], width: int):
     """Boolean [batch, 1, width, width] mask, True = may attend: causal within each example, nothing across.
 

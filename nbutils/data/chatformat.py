@@ -14,7 +14,11 @@ same thing, and whatever it sets is saved with every checkpoint (`tokenizer.save
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+
+from nbutils.runtime import modelsource
 
 # Used when a tokenizer has no chat template (base models): plain markers, EOS right after each answer.
 FALLBACK_TEMPLATE = (
@@ -52,6 +56,21 @@ def choose_pad(tokenizer) -> tuple[str, str]:
     taken = set(specials)
     last = next(i for i in range(len(tokenizer) - 1, -1, -1) if i not in taken)
     return tokenizer.convert_ids_to_tokens(last), "the last ordinary token (checked absent from the data)"
+
+
+def load_tokenizer(base_model: str, verbose: bool = False):
+    """The model's tokenizer, prepared (`prepare_tokenizer`); the suite's message when the model cannot be reached."""
+    from transformers import AutoTokenizer
+
+    return prepare_tokenizer(modelsource.load(AutoTokenizer.from_pretrained, base_model), verbose)
+
+
+def fingerprint(tokenizer) -> str:
+    """A short hash of what decides the token ids and the chat format: the vocabulary, the special tokens, the
+    template. Two names for one model (a Hub id and its Kaggle input folder) give the same fingerprint."""
+    text = json.dumps([sorted(tokenizer.get_vocab().items()), sorted(map(str, tokenizer.all_special_tokens)),
+                       getattr(tokenizer, "chat_template", None) or ""])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def prepare_tokenizer(tokenizer, verbose: bool = False):

@@ -56,7 +56,7 @@ def check_tokenizer(tokenizer) -> None:
         raise DataError("the tokenizer has no EOS token: the model could never learn to stop.")
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
         raise DataError("pad token == EOS token: padding would mask the EOS the model must learn. "
-                        "Load the tokenizer with nbutils.train.modeling.load_tokenizer, which sets a distinct pad token.")
+                        "Load the tokenizer with nbutils.data.chatformat.load_tokenizer, which sets a distinct pad token.")
 
 
 def renderer(tokenizer, template: str):
@@ -184,11 +184,23 @@ def _no_progress_bars():
 def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int | str = "auto", eval_fraction: float = 0.1,
             seed: int = 0, max_records: int | None = None, train_on_prompt: bool = False, fmt: str = "auto",
             strict: bool = False, truncate: bool = False, batch_size: int = 16, columns: dict | None = None,
-            verbose: bool = True) -> dict:
-    """Read, validate, normalize, dedupe, tokenize and split; write the output folder; return the manifest."""
+            verbose: bool = True, base_model: str | None = None, seq_len_cap: tuple[int, str] | None = None) -> dict:
+    """Read, validate, normalize, dedupe, tokenize and split; write the output folder; return the manifest.
+
+    tokenizer: a prepared tokenizer or the model's name; base_model: the name recorded for 02, 03 and 04 (default:
+    the tokenizer's name); seq_len_cap: (longest sequence that trains, why) for max_seq_len="auto"."""
+    if isinstance(tokenizer, (str, Path)):
+        base_model = str(tokenizer) if base_model is None else base_model
+        tokenizer = chatformat.load_tokenizer(str(tokenizer))
+    base_model = getattr(tokenizer, "name_or_path", "") if base_model is None else base_model
     with _no_progress_bars():
-        return _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt,
-                        fmt, strict, truncate, batch_size, columns, verbose)
+        manifest = _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt,
+                            fmt, strict, truncate, batch_size, columns, verbose, seq_len_cap)
+    # 02, 03 and 04 take the model from here: it is named once, in 01. The fingerprint lets 02 accept another
+    # name for the same tokenizer (a Hub id here, its Kaggle input folder there) and refuse any other.
+    manifest.update(base_model=base_model, tokenizer_fingerprint=chatformat.fingerprint(tokenizer))
+    (Path(out_dir) / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))  # the stage's marker: last
+    return manifest
 
 
 class _Ledger:
@@ -294,15 +306,11 @@ def _write_splits(kept, out_dir: Path, eval_fraction, seed) -> tuple[dict, str]:
 
 
 def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
-             truncate, batch_size, columns, verbose) -> dict:
+             truncate, batch_size, columns, verbose, seq_len_cap) -> dict:
     from nbutils.data import batching
     from nbutils.plots import plot_length_histogram
 
     inputs = [inputs] if isinstance(inputs, (str, Path)) else [str(p) for p in inputs]
-    if isinstance(tokenizer, str):
-        from nbutils.train.modeling import load_tokenizer
-
-        tokenizer = load_tokenizer(tokenizer)
     check_tokenizer(tokenizer)
     template, template_name = template_for(tokenizer)
     if verbose:
@@ -315,7 +323,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     if rows:
         ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
         usable = [n for n, e in zip(ds["length"][:], ds["error"][:]) if not e]
-        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), batch_size)
+        max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), seq_len_cap)
         if verbose:
             print(f"[max_seq_len] {max_seq_len} ({seq_why})")
         plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
@@ -350,7 +358,6 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         "content_hash": content_hash,
         "batching": batching.plan(train_lengths or kept_lengths, batch_size, max_seq_len, seed),
     }
-    (out_dir / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))
     return manifest
 
 

@@ -127,6 +127,16 @@ def probe(tokenizer, prompts: list[str], max_new_tokens: int = 32, threshold: fl
     return run
 
 
+def training_probe(eval_ds, tokenizer, n: int):
+    """02's probe on the first n eval prompts, generating as many new tokens as 03's "auto"; None when n is 0."""
+    if not n:
+        return None
+    from nbutils import defaults
+
+    prompts, refs = prompts_and_references(eval_ds, tokenizer, n)
+    return probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0])
+
+
 def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
     """Rows for the per-sample table: prompt / reference / output / verdict, for both models."""
     rows = []

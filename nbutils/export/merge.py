@@ -11,8 +11,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from nbutils import embedded
 from nbutils.data import chatformat
+from nbutils.runtime import modelsource
 
 # A free session: Kaggle gives 29 GiB of RAM and a 15 GiB T4 (x2); Colab's free tier 12.7 GiB and one T4.
 FREE_SESSIONS = {"kaggle": {"ram_gb": 29.0, "gpu_gb": 15.0}, "colab": {"ram_gb": 12.7, "gpu_gb": 15.0}}
@@ -41,9 +41,9 @@ def _available() -> dict:
 def memory_plan(base_model: str, bytes_per_param: int = 2) -> dict:
     """Does the fp16 base fit here, and in a free Kaggle/Colab session? Parameter count from the config alone."""
     from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    cfg = AutoConfig.from_pretrained(embedded.resolve_model(base_model))
+    cfg = modelsource.load_config(base_model)
     with init_empty_weights():
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     need = params * bytes_per_param / 2**30 * HEADROOM
@@ -103,8 +103,8 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir)  # the checkpoint's: pad token and chat template as trained
-    base = AutoModelForCausalLM.from_pretrained(embedded.resolve_model(base_model), dtype=torch.float16,
-                                                device_map={"": device})
+    base = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model, dtype=torch.float16,
+                            device_map={"": device})
     model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
     reference = logits(model, tokenizer, prompts)
     merged = model.merge_and_unload()

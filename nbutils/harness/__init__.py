@@ -2,6 +2,7 @@
 
 - `runner`: run and check notebooks in the sandbox, in the project venv or a twin.
 - `cli`: the command line (`python -m nbutils.harness`: run, lint, check).
+- `notebook_recipe`: 02's recipe run from the notebook itself, for tests and benches that train outside a run.
 - `sandbox`: one Kaggle background run simulated locally (paths, internet switch, time budget).
 - `nbchecks`: static checks that find what kills a batch run without starting a kernel.
 - `install_lines`: install commands in cells, read the way a shell reads them.

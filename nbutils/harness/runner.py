@@ -228,6 +228,13 @@ def _twins():
     return twin
 
 
+def _scoped(params: dict, stem: str) -> dict:
+    """The parameters one notebook gets: the plain ones, and those named `<notebook stem>:<name>` for it alone
+    (`-p 01_data_prep:base_model X` names the model once, in 01, as a user does)."""
+    plain = {k: v for k, v in params.items() if ":" not in k}
+    return {**plain, **{k.split(":", 1)[1]: v for k, v in params.items() if k.split(":", 1)[0] == stem and ":" in k}}
+
+
 def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
         twin=None) -> list[Result]:
     """Run notebooks in order; each gets the outputs of its kernel_sources mounted read-only as inputs."""
@@ -247,8 +254,8 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
         # Kaggle mounts an upstream kernel's whole /kaggle/working under /kaggle/input/<slug>/.
         mounts = [(box.working, slug_of[up]) for up, box in done.items() if slug_of[up] in sources]
         accepted = _parameter_names(path)
-        unused -= accepted
-        nb_params = dict(params)
+        unused -= accepted | {k for k in unused if k.split(":", 1)[0] == path.stem and k.split(":", 1)[1] in accepted}
+        nb_params = _scoped(params, path.stem)
         for up, box in done.items():  # upstream folders go in as parameters, pointing into the read-only mounts
             stage = _stage(up)
             if stage and slug_of[up] in sources and stage.param in accepted and (box.working / stage.stage).exists():

@@ -1,6 +1,7 @@
 """Where the notebooks run (Kaggle, Colab, local) and what the install step leaves behind there.
 
 - `environment`: the platform, its run type and the input/working roots; stage folders.
+- `modelsource`: where the base model comes from, and one clear message when it cannot be reached.
 - `preflight`: accelerators, the precision rule, versions and disk, checked near each notebook's top.
 - `packages`: the package table: pins, minimums, what images preinstall, the torch stack, the version parser.
 - `install`: install only what the platform lacks, pinned, never torch.

@@ -39,9 +39,8 @@ class Environment:
     run_type: str  # "interactive" | "batch"
     gpus: str  # one line per GPU, "none" on the CPU
     gpu_count: int
-    parallel_mode: str  # how training will use the GPUs, and why
     precision: str  # "bf16" | "fp16" | "fp32"
-    attention: str  # the attention implementation the model will load with
+    attention: str  # what this hardware prefers (flash_attention_2 or sdpa); the model class may settle for eager
     versions: dict[str, str] = field(default_factory=dict)  # package -> installed version ("missing")
     working_dir: str = ""
     free_disk_gb: float = 0.0
@@ -50,12 +49,15 @@ class Environment:
 
     def table(self) -> str:
         """The printed table: one row per fact, versions one row each."""
-        rows = {"platform": self.platform, "run_type": self.run_type, "gpus": self.gpus, "gpu_count": self.gpu_count,
-                "parallel_mode": self.parallel_mode, "precision": self.precision, "attention": self.attention,
+        width = max(len(k) for k in self.rows())
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows().items())
+
+    def rows(self) -> dict:
+        """One entry per fact, versions one each: the table's rows (02's plan prints them with its own)."""
+        return {"platform": self.platform, "run_type": self.run_type, "gpus": self.gpus, "gpu_count": self.gpu_count,
+                "precision": self.precision, "attention": self.attention,
                 **{f"version.{k}": v for k, v in self.versions.items()},
                 "working_dir": self.working_dir, "free_disk_gb": self.free_disk_gb}
-        width = max(len(k) for k in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
 
 
 @dataclass(frozen=True)
@@ -121,15 +123,6 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
     return Precision(dtype, attn, reason)
 
 
-def parallel_mode(accels: list[Accelerator], multi_gpu: str = "auto", env: dict | None = None,
-                  num_processes: int = 0) -> str:
-    """How training will use the GPUs, before the memory plan: 'ddp', 'split' or 'single', and why."""
-    from nbutils.train.launch import decide
-
-    d = decide(multi_gpu, num_processes, len(accels), None, env)
-    return f"{d.mode}: {d.why}" + (" (unless the memory plan finds one GPU too small)" if d.processes > 1 else "")
-
-
 def versions() -> dict[str, str]:
     """Installed versions of the packages the notebooks rely on ('missing' when absent)."""
     out = {}
@@ -161,13 +154,10 @@ def _writable(path: Path) -> bool:
         return False
 
 
-def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
-              accels: list[Accelerator] | None = None, show: bool = True, multi_gpu: str = "auto",
-              num_processes: int = 0, base_model: str | None = None, attn_implementation: str = "auto") -> Environment:
-    """Print one table of where/what we run on; raise PreflightError for blockers.
-
-    With base_model, "attention" is the implementation that model will load with: attn_implementation
-    unless it is "auto", else what its class supports (nbutils.train.modeling.choose_attention)."""
+def inspect(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
+            accels: list[Accelerator] | None = None) -> tuple[Environment, list[str]]:
+    """What preflight finds, and its blockers (one message each), without printing or raising: 02's plan
+    prints them in its own table."""
     platform = platform or detect_platform()
     output.quiet_session(platform.is_batch)  # before transformers, peft and bitsandbytes load: see output.py
     accels = accelerators() if accels is None else accels
@@ -186,39 +176,20 @@ def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Plat
         problems.append(f"working dir {platform.working_root} is not writable: nothing could be saved. "
                         "Set NBUTILS_WORKING_ROOT to a writable folder.")
     free_gb = shutil.disk_usage(platform.working_root).free / 2**30 if platform.working_root.exists() else 0.0
-    try:
-        mode = parallel_mode(accels, multi_gpu, num_processes=num_processes)
-    except ValueError as e:
-        problems.append(str(e))
-        mode = "blocked"
-    attention = chosen.attn_implementation if chosen else "-"
-    if base_model is not None and chosen is not None:
-        from nbutils.train.modeling import choose_attention, load_config
-
-        try:
-            attention = choose_attention(load_config(base_model), attn_implementation, attention)
-        except (OSError, ValueError) as e:  # an unreachable hub id: the load itself will say more
-            attention = f"{attn_implementation} (config not readable: {str(e)[:80]})"
     gpus = "; ".join(f"{a.name} cc{a.capability[0]}.{a.capability[1]} {a.memory_gb} GB" for a in accels) or "none"
-    env = Environment(platform.name, platform.run_type, gpus, len(accels), mode,
-                      chosen.dtype if chosen else "blocked", attention, vers, str(platform.working_root),
+    env = Environment(platform.name, platform.run_type, gpus, len(accels), chosen.dtype if chosen else "blocked",
+                      chosen.attn_implementation if chosen else "-", vers, str(platform.working_root),
                       round(free_gb, 1), min(a.capability for a in accels) if accels else None,
                       min(a.memory_gb for a in accels) if accels else None)
+    return env, problems
+
+
+def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
+              accels: list[Accelerator] | None = None, show: bool = True) -> Environment:
+    """Print one table of where/what we run on; raise PreflightError for blockers."""
+    env, problems = inspect(precision, load_in_4bit, platform, accels)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         print(env.table())
     if problems:
         raise PreflightError("Preflight found blockers:\n- " + "\n- ".join(problems))
     return env
-
-
-def check_disk(output_dir: str | Path, checkpoint_mb: float, keep: int | None) -> float:
-    """Free space of the filesystem holding output_dir against the checkpoints the run keeps; PreflightError if short."""
-    from nbutils.train import diskspace
-
-    need = diskspace.needed_mb(checkpoint_mb, keep)
-    problem = diskspace.check(Path(output_dir), need, keep)
-    if problem:
-        raise PreflightError(problem)
-    print(f"disk: {diskspace.free_mb(Path(output_dir)):,.0f} MB free at {output_dir}; checkpoints need ~{need:,.0f} MB "
-          f"({keep} kept + one being written + the final adapter)")
-    return need

@@ -1,9 +1,11 @@
 """Training (02_train_qlora): the 4-bit model with LoRA, the memory plan, the Trainer run, checkpoints.
 
-- `modeling`: load the base model in 4-bit and attach LoRA, the QLoRA way, right for a T4.
+- `planning`: 02's plan before anything loads: one table, every problem at once.
+- `modeling`: load the base model (02's 4-bit config, or a checkpoint's) and attach LoRA, right for a T4.
+- `recipe`: the run's recipe: the base model from 01, what 02 built recorded, loaded as recorded by 03 and 04.
 - `memory`: the memory plan before loading: does it fit, and the largest batch that does.
-- `trainconfig`: the training settings, validated before any model is loaded.
-- `training`: the Trainer run: resumable, time-boxed, NaN-guarded.
+- `argcheck`: the training arguments checked before any model is loaded.
+- `training`: one run around 02's Trainer: its callbacks and session, resumable, time-boxed, NaN-guarded.
 - `callbacks`: Trainer callbacks for the 12-hour wall, NaNs, silent progress, garbage.
 - `loss`: chunked cross-entropy from the last hidden states (never the full logits), or liger's fused kernel.
 - `curves`: learning curves from the log history, a plot and a one-line diagnosis.

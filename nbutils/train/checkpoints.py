@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nbutils.chain import MARKERS
 from nbutils.train import checksums, diskspace, faultpoints, runsettings
+from nbutils.train.modeling import load_base, unwrap
 
 MARKER = checksums.MARKER
 ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
@@ -26,7 +27,7 @@ TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
 RUN_FILES = ["run_config.json", "trainer_state.json"]
 RESUME_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth"]  # Trainer checkpoints only: what resume restores
 # Settings a resume may change on purpose: training longer. The schedule is recomputed for the new length.
-EXTENDABLE = ("max_steps", "num_epochs")
+EXTENDABLE = ("training.max_steps", "training.num_train_epochs")
 
 
 class CheckpointError(RuntimeError):
@@ -72,19 +73,6 @@ def mark_complete(path: Path, step: int | None = None, settings: dict | None = N
 
 def is_complete(path: Path) -> bool:
     return (path / MARKER).exists()
-
-
-def unwrap(model):
-    """Strip accelerate/DDP/compile wrappers so save_pretrained reaches the PEFT model."""
-    try:
-        from accelerate.utils import extract_model_from_parallel
-
-        model = extract_model_from_parallel(model)
-    except ImportError:
-        pass
-    while hasattr(model, "module"):
-        model = model.module
-    return model
 
 
 def _tmp_name(dest: Path) -> Path:
@@ -159,8 +147,9 @@ def problems(path: Path, resumable: bool = False) -> list[str]:
     return [f"{name} missing" for name in missing] or checksums.problems(path)
 
 
-def verify(path: Path, base_model: str, load_in_4bit: bool = True, precision: str = "fp32") -> dict:
-    """Check files by name and against checksums.json; if they pass, reload base + adapter and generate a few tokens."""
+def verify(path: Path, precision: str = "") -> dict:
+    """Check files by name and against checksums.json; if they pass, reload the base model as the checkpoint's
+    run_config.json records it (4-bit recipe, precision), put the adapter on it and generate a few tokens."""
     missing = missing_files(path)
     found = [f"{name} missing" for name in missing] or checksums.problems(path)
     if found:
@@ -169,10 +158,11 @@ def verify(path: Path, base_model: str, load_in_4bit: bool = True, precision: st
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from nbutils.train.modeling import load_base
+    from nbutils.train.recipe import from_checkpoint
 
+    run = from_checkpoint(path, precision=precision)
     tok = AutoTokenizer.from_pretrained(path)
-    model = PeftModel.from_pretrained(load_base(base_model, precision, load_in_4bit), path).eval()
+    model = PeftModel.from_pretrained(load_base(run.base_model, run.precision, run.quantization), path).eval()
     prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False, add_generation_prompt=True) \
         if tok.chat_template else "hello"
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False).to(model.device)

@@ -27,13 +27,7 @@ import importlib.util
 import torch
 
 from nbutils.data.batching import IGNORE_INDEX
-
-CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk: the only large buffer of the loss step
-
-
-def chunk_rows(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Positions per chunk so that one chunk's fp32 logits take about chunk_bytes."""
-    return max(16, chunk_bytes // (4 * vocab))
+from nbutils.train.memory import chunk_rows
 
 
 def liger_available(cuda: bool | None = None) -> bool:
@@ -54,8 +48,14 @@ def unsupported(model_config=None, head=None) -> str | None:
     return None
 
 
-def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None) -> str:
-    """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits)."""
+def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None) -> str:
+    """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits).
+    Before loading (02's plan) from the config alone; in a training process from the loaded `model` (its config
+    and its lm_head), with cuda=None asking torch, which a process that trains may do."""
+    if model is not None:
+        from nbutils.train.modeling import unwrap
+
+        model_config, head = unwrap(model).config, unwrap(model).get_output_embeddings()
     if setting not in ("auto", True, False, "liger", "chunked", "plain"):
         raise ValueError(f"chunked_loss={setting!r}: use 'auto', True (chunked, liger where it runs), False (plain "
                          "full-logits loss), or one of 'liger', 'chunked', 'plain'")
@@ -130,7 +130,7 @@ def chunked_cross_entropy(hidden, weight, labels, num_items_in_batch=None, ignor
 @contextlib.contextmanager
 def lm_head_input(model):
     """While open, lm_head keeps its input (the final hidden states) and computes logits for none of it."""
-    from nbutils.train.checkpoints import unwrap
+    from nbutils.train.modeling import unwrap
 
     head = unwrap(model).get_output_embeddings()
     kept = {}
@@ -146,12 +146,25 @@ def lm_head_input(model):
         handle.remove()
 
 
-def trainer_class():
-    """A transformers Trainer whose loss is `chunked_cross_entropy` on lm_head's input."""
+def kind_of(trainer) -> str:
+    """The loss a Trainer trains with: 'chunked' (trainer_class's), 'liger' (use_liger_kernel) or 'plain'."""
+    if getattr(trainer, "chunked_loss", False):
+        return "chunked"
+    return "liger" if getattr(trainer.args, "use_liger_kernel", False) else "plain"
+
+
+def trainer_class(kind: str = "chunked"):
+    """transformers' Trainer, or for kind 'chunked' its subclass whose loss is `chunked_cross_entropy` on lm_head's
+    input (same value and gradients, no full logits); 'liger' is transformers' Trainer with use_liger_kernel."""
     from transformers import Trainer
+
+    if kind != "chunked":
+        return Trainer
 
     class ChunkedLossTrainer(Trainer):
         """Trainer computing the causal-LM loss without full logits (see nbutils.train.loss)."""
+
+        chunked_loss = True
 
         def __init__(self, *args, **kwargs):
             # As a compute_loss_func, the Trainer pops the labels (the model computes no loss) and

@@ -29,7 +29,12 @@ from dataclasses import dataclass
 GB = 2**30
 OVERHEAD = 0.6 * GB
 LOSSES = ("plain", "chunked", "liger")
-CHUNK_BYTES = 128 * 2**20  # = nbutils.train.loss.CHUNK_BYTES (not imported: this module stays torch-free)
+CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk of the chunked loss (nbutils.train.loss): its only large buffer
+
+
+def chunk_rows(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Positions per chunk of the chunked loss, so that one chunk's fp32 logits take about chunk_bytes."""
+    return max(16, chunk_bytes // (4 * vocab))
 
 
 def logits_bytes(batch: int, seq_len: int, vocab: int, hidden: int, loss: str = "plain", compute_bytes: int = 2) -> float:
@@ -40,7 +45,7 @@ def logits_bytes(batch: int, seq_len: int, vocab: int, hidden: int, loss: str = 
     if loss == "plain":
         return tokens * vocab * 12
     low = compute_bytes if compute_bytes < 4 else 0  # a chunk's 16-bit logits or gradient beside the fp32 ones
-    rows = min(tokens, max(16, CHUNK_BYTES // (4 * vocab)))
+    rows = min(tokens, chunk_rows(vocab))
     return rows * vocab * (4 + low) + tokens * hidden * compute_bytes * 4
 
 
@@ -113,6 +118,14 @@ def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if estimate(shape, mid * step, batch, lora_r, loss)["total"] <= budget else (lo, mid - 1)
     return lo * step
+
+
+def longest_sequence(model_config, batch: int, gpu_memory_gb: float, lora_r: int = 16, loss: str = "plain") -> tuple[int, str]:
+    """The longest sequence (a multiple of 64) that trains at this batch size on a GPU of this memory, and why:
+    01's cap on max_seq_len="auto" (02's LoRA rank and loss are not chosen yet: r=16 and the plain loss, the
+    larger of the losses, are assumed)."""
+    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, gpu_memory_gb * GB * 0.92)
+    return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch}"
 
 
 def table(p: dict) -> str:

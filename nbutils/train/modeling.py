@@ -1,8 +1,8 @@
-"""Loading the base model in 4-bit and attaching LoRA, the QLoRA way, right for a T4.
+"""Loading the base model for QLoRA and attaching LoRA, right for a T4.
 
-- nf4 with double quantization (`nf4_config`; 02 spells the same config out in view, and
-  tests/train/test_modeling.py keeps the two equal); compute dtype from the
-  precision rule (fp16 on a T4).
+The 4-bit recipe and the LoRA settings are written once, in 02 (`BitsAndBytesConfig`, `LoraConfig`, each
+argument with its reason); the checkpoint records what 02 built (run_config.json: "quantization", "lora",
+"precision"), and 03, 04 and the checkpoint check load exactly that (`checkpoints.recipe`).
 - Trainable parameters (LoRA) stay fp32 even when compute is fp16: the fp16 grad scaler refuses
   to unscale fp16 gradients ("Attempting to unscale FP16 gradients").
 - Gradient checkpointing with use_reentrant=False: the reentrant variant silently drops
@@ -11,25 +11,10 @@
 
 from __future__ import annotations
 
-from nbutils import embedded
+from nbutils.runtime import modelsource
+from nbutils.train import faultpoints
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
-
-def load_tokenizer(base_model: str, verbose: bool = False):
-    """Tokenizer prepared by nbutils.data.chatformat: a pad that is not EOS (and not new), a chat template always."""
-    from transformers import AutoTokenizer
-
-    from nbutils.data import chatformat
-
-    return chatformat.prepare_tokenizer(AutoTokenizer.from_pretrained(embedded.resolve_model(base_model)), verbose)
-
-
-def load_config(base_model: str):
-    """The model's config only (no weights): for validation and the memory plan before loading."""
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(embedded.resolve_model(base_model))
 
 
 def choose_attention(config, requested: str = "auto", preferred: str = "sdpa") -> str:
@@ -48,26 +33,26 @@ def choose_attention(config, requested: str = "auto", preferred: str = "sdpa") -
     return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
 
 
-def nf4_config(precision: str = "fp32"):
-    """The QLoRA 4-bit recipe (02 spells it out as code to change; 03, 04 and the checkpoint check load with this)."""
+def quantization_config(quantization):
+    """A BitsAndBytesConfig from what a checkpoint records (its to_dict()), or the one given; None: full precision."""
+    if quantization is None or not isinstance(quantization, dict):
+        return quantization
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=DTYPES[precision])
+    return BitsAndBytesConfig.from_dict(dict(quantization))
 
 
-def load_base(base_model: str, precision: str = "fp32", load_in_4bit=True,
-              attn_implementation: str = "auto", device_map=None, preferred_attention: str = "sdpa"):
+def load_base(base_model: str, precision: str = "fp32", quantization=None, attn_implementation: str = "auto",
+              device_map=None, preferred_attention: str = "sdpa"):
     """Base causal LM with the compute dtype of the precision rule.
 
-    load_in_4bit: True loads with nf4_config(precision), a BitsAndBytesConfig loads with that one (02's), False
-    loads the full-precision weights. attn_implementation="auto" picks per model class (see choose_attention);
-    preferred_attention is preflight's env["attention"]."""
+    quantization: 02's BitsAndBytesConfig (or the dict a checkpoint recorded of it), None for the full-precision
+    weights. attn_implementation="auto" picks per model class (see choose_attention); preferred_attention is
+    preflight's env.attention."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    attn_implementation = choose_attention(load_config(base_model), attn_implementation, preferred_attention)
-    quant = nf4_config(precision) if load_in_4bit is True else (load_in_4bit or None)
+    attn_implementation = choose_attention(modelsource.load_config(base_model), attn_implementation, preferred_attention)
     if device_map is None and torch.cuda.is_available():
         import os
 
@@ -75,22 +60,21 @@ def load_base(base_model: str, precision: str = "fp32", load_in_4bit=True,
         device_map = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     elif device_map == "split":
         device_map = "auto"  # one process, layers spread over all visible GPUs: bigger models, no speed-up
-    return AutoModelForCausalLM.from_pretrained(
-        embedded.resolve_model(base_model), quantization_config=quant, dtype=getattr(torch, DTYPES[precision]),
-        attn_implementation=attn_implementation, device_map=device_map,
-    )
+    model = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model,
+                             quantization_config=quantization_config(quantization),
+                             dtype=getattr(torch, DTYPES[precision]), attn_implementation=attn_implementation,
+                             device_map=device_map)
+    faultpoints.point("load")
+    return model
 
 
-def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0.0, use_rslora: bool = False,
-                gradient_checkpointing: bool = True, seed: int = 0, config=None):
-    """k-bit preparation, then LoRA: `config` (a peft LoraConfig, as 02 builds it) or, without one, on all linear
-    layers with rank r (alpha = r by default); trainables in fp32."""
+def attach_lora(model, config, seed: int = 0, gradient_checkpointing: bool = True):
+    """k-bit preparation (for a 4-bit model), then the adapters of `config` (02's LoraConfig); trainables in fp32."""
     import torch
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import set_seed
 
     set_seed(seed)  # LoRA's A matrices are drawn from the global RNG: same seed, same run
-
     if getattr(model, "is_loaded_in_4bit", False):
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=gradient_checkpointing,
@@ -99,15 +83,29 @@ def attach_lora(model, r: int = 16, alpha: int | None = None, dropout: float = 0
     elif gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    config = config or LoraConfig(
-        r=r, lora_alpha=alpha or r, lora_dropout=dropout, use_rslora=use_rslora,
-        target_modules="all-linear", task_type="CAUSAL_LM",
-    )
     model = get_peft_model(model, config)
     for p in model.parameters():
         if p.requires_grad:
             p.data = p.data.to(torch.float32)
     return model
+
+
+def unwrap(model):
+    """Strip accelerate/DDP/compile wrappers so save_pretrained reaches the PEFT model."""
+    try:
+        from accelerate.utils import extract_model_from_parallel
+
+        model = extract_model_from_parallel(model)
+    except ImportError:
+        pass
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def attention_of(model) -> str:
+    """The attention implementation the model loaded with: the packed mask differs for eager (Gemma-2) and sdpa."""
+    return getattr(getattr(unwrap(model), "config", None), "_attn_implementation", None) or "sdpa"
 
 
 def trainable_summary(model) -> dict:

@@ -1,4 +1,13 @@
-"""QLoRA training with the HF Trainer: resumable, time-boxed, NaN-guarded, and never losing the adapter.
+"""One QLoRA training run around the notebook's own Trainer: resumable, time-boxed, NaN-guarded, never losing the adapter.
+
+02 builds the recipe itself (BitsAndBytesConfig, LoraConfig, TrainingArguments, Trainer) and hands this module
+the Trainer; a `Run` supplies the callbacks it passes in and the session around `trainer.train()`:
+    run = Run(out, record, time_budget_min=..., probe=...)
+    trainer = Trainer(..., callbacks=run.callbacks)
+    with run.session(trainer) as resume_from:   # the output_dir lock, the disk, the checkpoint to resume
+        if not run.finished:
+            trainer.train(resume_from_checkpoint=resume_from)
+    run.save_final(model, tokenizer); run.write_summary(...)
 
 Output folder layout (what 03 and people read):
   trainer/checkpoint-N/   Trainer checkpoints (adapter, optimizer, scheduler, RNG, trainer state,
@@ -11,6 +20,7 @@ Under several processes (accelerate/torchrun) only the main process writes these
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -20,20 +30,17 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from nbutils.chain import MARKERS
-from nbutils.data import batching
-from nbutils.train import checkpoints, curves, diskspace, faultpoints, runlock, runsettings
+from nbutils.train import checkpoints, curves, diskspace, faultpoints, recipe, runlock, runsettings
 from nbutils.train import loss as lm_loss
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
-from nbutils.train.checkpoints import unwrap
-from nbutils.train.trainconfig import TrainConfig
+from nbutils.train.modeling import unwrap
 
-__all__ = ["TrainResult", "train", "training_arguments", "run_config", "progress_mode", "write_summary",
-           "save_checkpoint"]
+__all__ = ["TrainResult", "Run", "write_summary", "save_checkpoint"]
 
 
 @dataclass
 class TrainResult:
-    """What `train` hands the notebook's later steps; write_summary turns the JSON part into training_summary.json."""
+    """What a run hands the notebook's later steps; write_summary turns the JSON part into training_summary.json."""
 
     global_step: int
     stopped_reason: str  # max_steps | completed | time_budget | nan | degenerate | disk_full
@@ -44,7 +51,7 @@ class TrainResult:
     seconds: float
     log_history: list[dict]
     settings: dict  # every setting that changes the weights (its hash goes in the summary)
-    cfg: TrainConfig | None = None
+    run_config: dict = field(default_factory=dict)  # what every checkpoint of the run records
     peak_memory_gb: float | None = None  # after the first steps, on a GPU
     run_peak_memory_gb: float | None = None
     replica_checksums: list[float] | None = None  # one per process: equal means the replicas stayed in sync
@@ -52,56 +59,13 @@ class TrainResult:
     trainer: object = field(default=None, repr=False)  # the live Trainer (its state goes into the final checkpoint)
 
 
-def training_arguments(cfg: TrainConfig, output_dir: str | Path, grouped: bool = True, progress: str = "log",
-                       loss_kind: str = "plain"):
-    """TrainingArguments from our config: fp16/bf16 from the precision rule, never both."""
-    import torch
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=str(output_dir), max_steps=cfg.max_steps, num_train_epochs=cfg.num_epochs,
-        per_device_train_batch_size=cfg.per_device_batch_size, per_device_eval_batch_size=cfg.per_device_batch_size,
-        gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.learning_rate, optim=cfg.optim,
-        lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps,
-        eval_strategy=cfg.eval_strategy, eval_steps=cfg.eval_steps, save_strategy=cfg.save_strategy,
-        save_steps=cfg.save_steps, save_total_limit=None,  # our rotation: by step, verified (MarkComplete)
-        load_best_model_at_end=cfg.load_best_model_at_end,
-        fp16=cfg.precision == "fp16", bf16=cfg.precision == "bf16", seed=cfg.seed, data_seed=cfg.seed,
-        train_sampling_strategy="group_by_length" if grouped else "random", length_column_name="length",
-        report_to=[], disable_tqdm=progress not in ("widgets", "both"), remove_unused_columns=False, dataloader_num_workers=0,
-        include_num_input_tokens_seen="non_padding", use_cpu=not torch.cuda.is_available(),
-        ddp_find_unused_parameters=False, use_liger_kernel=loss_kind == "liger",
-    )
-
-
-def run_config(cfg: TrainConfig, versions: dict, manifest: dict, **parameters) -> dict:
-    """What a checkpoint carries about its run: every parameter, package versions (preflight's env.versions),
-    the data's hash."""
-    from dataclasses import asdict
-
-    return {"parameters": {**parameters, **asdict(cfg)}, "versions": dict(versions),
-            "data_manifest_hash": manifest.get("content_hash")}
-
-
-def progress_mode(progress: str = "auto") -> str:
-    """'log' (plain lines: step, loss, tokens/s, ETA) in a batch run, where widgets show nothing;
-    'both' (widgets and the lines) in an interactive session: a local papermill run looks
-    interactive (papermill sets nothing the kernel can see), and the lines keep its log readable."""
-    if progress not in ("auto", "widgets", "log", "both"):
-        raise ValueError(f"progress={progress!r} is not one of auto, widgets, log, both")
-    if progress != "auto":
-        return progress
-    from nbutils.runtime.environment import detect_platform
-
-    return "log" if detect_platform().is_batch else "both"
-
-
 class MarkComplete(TrainerCallback):
     """After the Trainer wrote checkpoint-N: add the run config, the checksums and the COMPLETE marker, then
-    rotate by step keeping the newest `keep` verified checkpoints (main process only)."""
+    rotate by step keeping the newest `keep` verified checkpoints (main process only). The run config and the
+    settings are the Run's, known once its session starts."""
 
-    def __init__(self, run_config: dict, settings: dict | None = None, keep: int | None = 2):
-        self.run_config, self.settings, self.keep, self.verified = run_config, settings or {}, keep, set()
+    def __init__(self, run: Run):
+        self.run, self.verified = run, set()
 
     def on_save(self, args, state, control, **kw):
         import torch.distributed as dist
@@ -111,11 +75,86 @@ class MarkComplete(TrainerCallback):
         if not state.is_world_process_zero:
             return
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        (path / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str))
+        (path / "run_config.json").write_text(json.dumps(self.run.run_config, indent=2, default=str))
         faultpoints.point("save")
-        checkpoints.mark_complete(path, state.global_step, self.settings)
+        checkpoints.mark_complete(path, state.global_step, self.run.settings)
         self.verified.add(str(path))  # just hashed into checksums.json
-        checkpoints.rotate(args.output_dir, self.keep, state.best_model_checkpoint, self.verified)
+        checkpoints.rotate(args.output_dir, self.run.save_total_limit, state.best_model_checkpoint, self.verified)
+
+
+class Run:
+    """The suite's side of one training run: the callbacks 02 passes to its Trainer and the session around
+    `trainer.train()` (one run per output_dir, the disk checked, resume from the newest verified checkpoint of
+    the same settings, a full disk as one clear error, the stop reason and the final evaluation).
+
+    record: what the checkpoints record beyond what is read off the model and the Trainer (planning.record:
+    base model, precision, the data's hash, versions). probe(model) -> True at an evaluation means degenerate
+    generations; clock/session_start drive the time budget (tests fake them); callbacks: extra TrainerCallbacks."""
+
+    def __init__(self, output_dir: str | Path, record: dict, *, time_budget_min: float, save_total_limit: int | None = 2,
+                 resume: bool = True, probe=None, progress: str = "log", memory_estimate_gb: float | None = None,
+                 clock=time.time, session_start: float | None = None, callbacks: list | None = None):
+        self.output_dir, self.record, self.resume = Path(output_dir), dict(record), resume
+        self.save_total_limit = save_total_limit
+        self.run_config, self.settings = dict(record), {}
+        self.stop, self.progress = StopReason(), progress
+        self.peak = PeakMemory(estimate_gb=memory_estimate_gb)
+        self.probe = Probe(probe, self.stop) if probe is not None else None
+        self.callbacks = [MarkComplete(self), TimeBudget(time_budget_min, self.stop, session_start, clock),
+                          NanGuard(self.stop), self.peak, *([ProgressLog()] if progress in ("log", "both") else []),
+                          *([self.probe] if self.probe else []), *(callbacks or [])]
+        self.finished, self.resume_step, self.result, self.is_main = False, None, None, True
+
+    @contextlib.contextmanager
+    def session(self, trainer):
+        """Yields the checkpoint to resume from (None: from the start); on leaving, `result` holds the run's."""
+        self.run_config = {**recipe.run_config(trainer.model, trainer.args, self.record), "loss": lm_loss.kind_of(trainer)}
+        self.settings = runsettings.settings(self.run_config)
+        _one_progress_line(trainer)
+        self.is_main = trainer.is_world_process_zero()
+        if self.is_main:  # one log: ranks above 0 print nothing
+            print(f"[train] loss: {self.run_config['loss']}", flush=True)
+        _lock(self.output_dir, self.is_main)
+        t0 = time.time()
+        try:
+            resume = _pick_resume(self.output_dir, self.resume, self.save_total_limit, self.settings, trainer.model,
+                                  self.is_main)
+            self.resume_step = checkpoints.checkpoint_step(resume) if resume else None  # now: rotation may delete it
+            faultpoints.point("train")
+            max_steps = trainer.args.max_steps
+            if resume is not None and 0 < max_steps <= self.resume_step:
+                # Nothing left to train (a rerun after the run finished); the Trainer would still take one more step.
+                restore_finished(trainer, resume)
+                self.finished = True
+            yield resume
+        except BaseException as e:  # KeyboardInterrupt too: an interrupted cell must not keep output_dir locked
+            if self.is_main and diskspace.is_no_space(e):
+                _stop_on_disk_full(trainer, self, e)
+            if self.is_main:
+                runlock.release(self.output_dir)
+            raise
+        self.result = self._finish(trainer, time.time() - t0)
+
+    def _finish(self, trainer, seconds: float) -> TrainResult:
+        reason = self.stop.reason
+        if reason is None:
+            max_steps = trainer.args.max_steps
+            reason = "max_steps" if max_steps > 0 and trainer.state.global_step >= max_steps else "completed"
+        if self.probe is not None:
+            trainer.remove_callback(self.probe)  # the final evaluation is for the numbers, not for stopping
+        metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
+        return TrainResult(
+            trainer.state.global_step, reason, self.stop.detail, self.resume_step, run_loss(trainer.state.log_history),
+            metrics["eval_loss"], round(seconds, 1), trainer.state.log_history, self.settings, self.run_config,
+            self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer)
+
+    def save_final(self, model, tokenizer) -> Path | None:
+        """The final checkpoint in <output_dir>/checkpoint (see save_checkpoint)."""
+        return save_checkpoint(model, tokenizer, self.output_dir, self.result)
+
+    def write_summary(self, checkpoint_dir: Path | None, memory_plan: dict | None = None) -> dict:
+        """training_summary.json and learning_curves.png (see write_summary); releases the output_dir lock."""
+        return write_summary(self.output_dir, self.result, checkpoint_dir, memory_plan)
 
 
 class _BarOnly(TrainerCallback):
@@ -153,88 +192,6 @@ def _one_progress_line(trainer) -> None:
         trainer.add_callback(_BarOnly())
 
 
-def train(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: str | Path, plan: dict | None = None,
-          run_config: dict | None = None, probe=None, progress: str = "log", clock=time.time,
-          session_start: float | None = None, memory_estimate_gb: float | None = None,
-          callbacks: list | None = None) -> TrainResult:
-    """Train (resuming from the newest verified checkpoint if any) and return what the summary needs.
-
-    The main process holds the output_dir lock until write_summary. probe(model) -> True at an evaluation means
-    degenerate generations; `callbacks`: extra TrainerCallbacks; clock/session_start drive the time budget."""
-    output_dir = Path(output_dir)
-    plan = plan or {"strategy": "length_grouped"}
-    run_config = runsettings.with_lora(run_config, model)  # the LoraConfig 02 built: an edit there reaches the resume check
-    settings = runsettings.settings(cfg, run_config)
-    stop = StopReason()
-    peak = PeakMemory(estimate_gb=memory_estimate_gb)
-    probe_cb = Probe(probe, stop) if probe is not None else None
-    callbacks = [MarkComplete(run_config, settings, cfg.save_total_limit),
-                 TimeBudget(cfg.time_budget_min, stop, session_start, clock),
-                 NanGuard(stop), peak, *([ProgressLog()] if progress in ("log", "both") else []),
-                 *([probe_cb] if probe_cb else []), *(callbacks or [])]
-    trainer, loss_kind = _make_trainer(model, tokenizer, train_ds, eval_ds, cfg, output_dir, plan, progress, callbacks)
-    main = trainer.is_world_process_zero()
-    if main:  # one log: ranks above 0 print nothing
-        print(f"[train] loss: {loss_kind} (chunked_loss={cfg.chunked_loss!r})", flush=True)
-    _lock(output_dir, main)
-    try:
-        resume = _pick_resume(cfg, output_dir, settings, model, main)
-        resume_step = checkpoints.checkpoint_step(resume) if resume else None  # read now: rotation may delete it
-        faultpoints.point("train")
-        t0 = time.time()
-        if resume is not None and 0 < cfg.max_steps <= resume_step:
-            # Nothing left to train (a rerun after the run finished); Trainer would still take one more step.
-            restore_finished(trainer, resume)
-        else:
-            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    except BaseException as e:  # KeyboardInterrupt too: an interrupted cell must not keep output_dir locked
-        if main and diskspace.is_no_space(e):
-            _stop_on_disk_full(trainer, cfg, output_dir, settings, e)
-        if main:
-            runlock.release(output_dir)
-        raise
-    reason = stop.reason
-    if reason is None:
-        reason = "max_steps" if cfg.max_steps > 0 and trainer.state.global_step >= cfg.max_steps else "completed"
-    if probe_cb is not None:
-        trainer.remove_callback(probe_cb)  # the final evaluation is for the numbers, not for stopping
-    metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
-    return TrainResult(
-        trainer.state.global_step, reason, stop.detail, resume_step, run_loss(trainer.state.log_history),
-        metrics["eval_loss"], round(time.time() - t0, 1), trainer.state.log_history, settings, cfg,
-        peak.peak_gb, peak.run_peak_gb, replica_checksums(model), main, trainer)
-
-
-def _make_trainer(model, tokenizer, train_ds, eval_ds, cfg: TrainConfig, output_dir: Path, plan: dict, progress: str,
-                  callbacks: list):
-    """The Trainer (or the chunked-loss Trainer) over the planned batches; returns it and the loss it trains with."""
-    from transformers import Trainer
-
-    loss_kind = lm_loss.choose(cfg.chunked_loss, model_config=unwrap(model).config,
-                               head=unwrap(model).get_output_embeddings())
-    trainer = (lm_loss.trainer_class() if loss_kind == "chunked" else Trainer)(
-        model=model, processing_class=tokenizer,
-        args=training_arguments(cfg, output_dir / "trainer", grouped=plan["strategy"] != "packed", progress=progress,
-                                loss_kind=loss_kind),
-        train_dataset=_rows(train_ds, plan), eval_dataset=_rows(eval_ds, plan),  # eval packed too: one collator for both
-        data_collator=batching.make_collator(plan, tokenizer.pad_token_id, _attention(model)), callbacks=callbacks,
-    )
-    _one_progress_line(trainer)
-    return trainer, loss_kind
-
-
-def _rows(ds, plan: dict):
-    from datasets import Dataset
-
-    rows = ds.select_columns(["input_ids", "labels", "length"])
-    return Dataset.from_list(batching.pack(list(rows), plan["block_size"])) if plan["strategy"] == "packed" else rows
-
-
-def _attention(model) -> str:
-    """The model's attention implementation: the packed mask differs for eager (Gemma-2) and sdpa."""
-    return getattr(getattr(checkpoints.unwrap(model), "config", None), "_attn_implementation", None) or "sdpa"
-
-
 def _lock(output_dir: Path, main: bool) -> None:
     """The main process takes the output_dir lock; if it is refused, every rank stops (the others would wait forever)."""
     refused = None
@@ -247,23 +204,23 @@ def _lock(output_dir: Path, main: bool) -> None:
         raise refused or runlock.RunLockedError(f"{output_dir} is in use by another run (see the first process's error)")
 
 
-def _pick_resume(cfg: TrainConfig, output_dir: Path, settings: dict, model, main: bool) -> Path | None:
+def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dict, model, main: bool) -> Path | None:
     """The newest verified checkpoint of this same run, or None; refuses one trained with other settings."""
     trainer_dir = output_dir / "trainer"
     need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)),
-                               cfg.save_total_limit)
-    problem = diskspace.check(output_dir, need, cfg.save_total_limit) if main else None
+                               keep)
+    problem = diskspace.check(output_dir, need, keep) if main else None
     if agree(problem is not None):  # every rank stops, as for the lock
         raise diskspace.DiskFullError(problem or f"disk full at {output_dir} (see the first process's error)")
-    if not cfg.resume:
+    if not resume:
         if main and checkpoints.checkpoint_dirs(trainer_dir):
             aside = trainer_dir.with_name(f"trainer.before-{time.strftime('%Y%m%d-%H%M%S')}")
             trainer_dir.rename(aside)
             print(f"[train] resume=False: the earlier checkpoints moved to {aside}; delete it if not needed")
         return None
-    resume = checkpoints.find_resumable(output_dir)
-    if resume is not None:
-        changed = checkpoints.resume_mismatch(resume, settings)
+    found = checkpoints.find_resumable(output_dir)
+    if found is not None:
+        changed = checkpoints.resume_mismatch(found, settings)
         longer = [c for c in changed if c.split(":")[0] in checkpoints.EXTENDABLE]
         if longer:
             print(f"[train] training longer ({'; '.join(longer)}): the learning-rate schedule is recomputed for the new "
@@ -271,30 +228,30 @@ def _pick_resume(cfg: TrainConfig, output_dir: Path, settings: dict, model, main
         changed = [c for c in changed if c not in longer]
         if changed:
             raise checkpoints.ResumeMismatchError(
-                f"{resume} was trained with other settings, and resuming it would mix two runs:\n- "
+                f"{found} was trained with other settings, and resuming it would mix two runs:\n- "
                 + "\n- ".join(changed) + "\nUse a new output_dir to keep both, or resume=False to start over in this one.")
-        print(f"[train] resuming from {resume} (step {checkpoints.checkpoint_step(resume)}, verified)")
+        print(f"[train] resuming from {found} (step {checkpoints.checkpoint_step(found)}, verified)")
     if main:
-        checkpoints.clean_unverified(trainer_dir, checkpoints.checkpoint_step(resume) if resume else None)
-    return resume
+        checkpoints.clean_unverified(trainer_dir, checkpoints.checkpoint_step(found) if found else None)
+    return found
 
 
-def _stop_on_disk_full(trainer, cfg: TrainConfig, output_dir: Path, settings: dict, error: BaseException) -> None:
+def _stop_on_disk_full(trainer, run: Run, error: BaseException) -> None:
     """A save ran out of disk: remove the partial checkpoint, write the summary (stopped_reason="disk_full")
     and raise one clear DiskFullError instead of the writer's traceback."""
-    trainer_dir = output_dir / "trainer"
+    trainer_dir = run.output_dir / "trainer"
     last, _ = checkpoints.newest_verified(trainer_dir)
     checkpoints.clean_unverified(trainer_dir, checkpoints.checkpoint_step(last) if last else None)
     size = sum(p.stat().st_size for p in last.rglob("*") if p.is_file()) / diskspace.MB if last else \
         diskspace.checkpoint_mb(sum(p.numel() for p in trainer.model.parameters() if p.requires_grad))
     kept = f"{last} (step {checkpoints.checkpoint_step(last)}) is intact" if last else "no checkpoint was saved yet"
-    msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, cfg.save_total_limit), cfg.save_total_limit,
+    msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, run.save_total_limit), run.save_total_limit,
                             f". {kept}; rerun after freeing space to resume. (The writer said: {error})")
     history = [h for h in trainer.state.log_history if not last or h.get("step", 0) <= checkpoints.checkpoint_step(last)]
     result = TrainResult(checkpoints.checkpoint_step(last) if last else 0, "disk_full", msg, None, run_loss(history),
-                         float("nan"), 0.0, history, settings)
+                         float("nan"), 0.0, history, run.settings, run.run_config)
     try:
-        write_summary(output_dir, result, cfg, None)
+        write_summary(run.output_dir, result, None)
     except OSError as e:
         print(f"[train] could not write the summary either: {e}", flush=True)
     raise diskspace.DiskFullError(msg) from None
@@ -315,7 +272,7 @@ def restore_finished(trainer, checkpoint: Path) -> None:
     from safetensors.torch import load_file
     from transformers import TrainerState
 
-    set_peft_model_state_dict(checkpoints.unwrap(trainer.model), load_file(Path(checkpoint) / "adapter_model.safetensors"))
+    set_peft_model_state_dict(unwrap(trainer.model), load_file(Path(checkpoint) / "adapter_model.safetensors"))
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
     print(f"[train] {checkpoint.name} already reached max_steps={trainer.state.max_steps}: nothing left to train")
 
@@ -335,8 +292,7 @@ def replica_checksums(model) -> list[float]:
     return [g.item() for g in gathered]
 
 
-def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict,
-                    result: TrainResult | None = None) -> Path | None:
+def save_checkpoint(model, tokenizer, output_dir: str | Path, result: TrainResult | None = None) -> Path | None:
     """The final checkpoint in <output_dir>/checkpoint; after a NaN stop, a copy of the last verified
     Trainer checkpoint instead (None when there is none: NaN weights are never saved as final).
     A full disk: the summary is written with stopped_reason="disk_full", then one DiskFullError."""
@@ -354,20 +310,18 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, run_config: dict,
 
     state = asdict(result.trainer.state) if result and result.trainer is not None else None
     try:
-        return checkpoints.save_final(model, tokenizer, dest, runsettings.with_lora(run_config, model), state,
+        return checkpoints.save_final(model, tokenizer, dest, result.run_config if result else {}, state,
                                       result.settings if result else None)
     except diskspace.DiskFullError as e:
-        if result and result.cfg is not None:
-            write_summary(output_dir, replace(result, stopped_reason="disk_full", stop_detail=str(e)), result.cfg, None)
+        if result:
+            write_summary(output_dir, replace(result, stopped_reason="disk_full", stop_detail=str(e)), None)
         raise
 
 
-def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig, checkpoint_dir: Path | None,
+def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: Path | None,
                   memory_plan: dict | None = None) -> dict:
     """training_summary.json and learning_curves.png: the facts 03 and people read about this run.
     The end of the run: the output_dir lock is released here."""
-    from dataclasses import asdict
-
     output_dir = Path(output_dir)
     curves.plot(result.log_history, output_dir / "learning_curves.png")
     summary = {
@@ -381,7 +335,7 @@ def write_summary(output_dir: str | Path, result: TrainResult, cfg: TrainConfig,
         "settings_hash": runsettings.settings_hash(result.settings or {}),
         "diagnosis": curves.diagnose(result.log_history), "seconds": result.seconds,
         "memory_plan": memory_plan, "measured_peak_gb": result.peak_memory_gb,
-        "run_peak_gb": result.run_peak_memory_gb, "config": asdict(cfg),
+        "run_peak_gb": result.run_peak_memory_gb, "config": result.run_config,
         "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
     }
     try:

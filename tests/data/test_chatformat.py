@@ -9,9 +9,13 @@ from transformers import AutoConfig, AutoTokenizer, LogitsProcessor, LogitsProce
 from nbutils.data import chatformat, splits
 from nbutils.eval import evaluation
 from nbutils.train import checkpoints, modeling
+from tests import recipe
 from tests.twins.families import FAMILIES
 
-NAMES = sorted(FAMILIES)
+# The quick loop (make test-fast) checks three families that differ most (an instruct template with its own
+# end-of-turn token, a template that refuses the system role, a base model without a template); make test, all.
+QUICK = ("llama-3.2-instruct", "gemma-2", "pythia-base")
+NAMES = [name if name in QUICK else pytest.param(name, marks=pytest.mark.integration) for name in sorted(FAMILIES)]
 CONVS = [
     [{"role": "system", "content": "answer in one word ."}, {"role": "user", "content": "what kind of word is oslo ?"},
      {"role": "assistant", "content": "city"}, {"role": "user", "content": "and bread ?"},
@@ -26,7 +30,7 @@ def _prepared(twin, name, tmp_path):
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVS))
-    tok = modeling.load_tokenizer(twin(name))
+    tok = chatformat.load_tokenizer(twin(name))
     m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
     return tok, m, list(splits.load_split(tmp_path / "out", "train")) + list(splits.load_split(tmp_path / "out", "eval"))
 
@@ -63,7 +67,7 @@ def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, 
 @pytest.mark.parametrize("name", NAMES)
 def test_pad_is_not_eos_and_inside_the_embeddings(twin, name):
     fam = FAMILIES[name]
-    tok = modeling.load_tokenizer(twin(name))
+    tok = chatformat.load_tokenizer(twin(name))
     assert tok.pad_token == fam.expect_pad and tok.pad_token_id != tok.eos_token_id
     assert len(tok) == fam.tok_size  # nothing added
     assert tok.pad_token_id < AutoConfig.from_pretrained(twin(name)).vocab_size
@@ -95,8 +99,8 @@ class ForceAfter(LogitsProcessor):
 @pytest.mark.parametrize("name", NAMES)
 def test_generation_stops_on_the_end_of_turn_token(twin, name):
     fam = FAMILIES[name]
-    tok = modeling.load_tokenizer(twin(name))
-    model = modeling.load_base(twin(name), "fp32", load_in_4bit=False).eval()
+    tok = chatformat.load_tokenizer(twin(name))
+    model = modeling.load_base(twin(name), "fp32").eval()
     assert model.config._attn_implementation == fam.expect_attention
     prompts = [tok.apply_chat_template([{"role": "user", "content": "what kind of word is oslo ?"}], tokenize=False,
                                        add_generation_prompt=True)]
@@ -109,7 +113,7 @@ def test_generation_stops_on_the_end_of_turn_token(twin, name):
 
 
 def test_gemma2_loads_eager_in_4bit_and_auto_follows_the_class(twin):
-    model = modeling.load_base(twin("gemma-2"), "fp32", load_in_4bit=True)
+    model = modeling.load_base(twin("gemma-2"), "fp32", recipe.nf4())
     assert model.config._attn_implementation == "eager"
     cfg = AutoConfig.from_pretrained(twin("qwen3"))
     assert modeling.choose_attention(cfg) == "sdpa" and modeling.choose_attention(cfg, "eager") == "eager"
@@ -119,9 +123,9 @@ def test_gemma2_loads_eager_in_4bit_and_auto_follows_the_class(twin):
 def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_path):
     tok, _, rows = _prepared(twin, name, tmp_path)
     assert splits.load_manifest(tmp_path / "out")["template"] == "fallback"
-    model = modeling.attach_lora(modeling.load_base(twin(name), "fp32", load_in_4bit=False), r=4,
+    model = modeling.attach_lora(modeling.load_base(twin(name), "fp32"), recipe.lora(4),
                                  gradient_checkpointing=False)
-    ckpt = checkpoints.save_final(model, tok, tmp_path / "ckpt", {})
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "ckpt", {"base_model": str(twin(name))})
     reloaded = AutoTokenizer.from_pretrained(ckpt)
     assert reloaded.chat_template == chatformat.FALLBACK_TEMPLATE and reloaded.pad_token == tok.pad_token
     row = rows[0]
@@ -129,9 +133,9 @@ def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_
     assert reloaded(text, add_special_tokens=False)["input_ids"] == row["input_ids"]
 
 
-def test_preflight_shows_the_attention_the_model_loads_with(twin):
-    from nbutils.runtime.preflight import preflight
+def test_the_plan_shows_the_attention_the_model_loads_with(twin):
+    from nbutils.runtime.modelsource import load_config
 
-    assert preflight(accels=[], show=False, base_model=twin("gemma-2")).attention == "eager"
-    assert preflight(accels=[], show=False, base_model=twin("qwen3")).attention == "sdpa"
-    assert preflight(accels=[], show=False, base_model=twin("qwen3"), attn_implementation="eager").attention == "eager"
+    assert modeling.choose_attention(load_config(twin("gemma-2"))) == "eager"  # 02's plan prints this row
+    assert modeling.choose_attention(load_config(twin("qwen3"))) == "sdpa"
+    assert modeling.choose_attention(load_config(twin("qwen3")), "eager") == "eager"

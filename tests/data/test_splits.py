@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nbutils.data import chatformat, readers, records, splits
-from nbutils.train.modeling import load_tokenizer
+from nbutils.data.chatformat import load_tokenizer
 
 GALLERY = Path(__file__).parents[1] / "data_gallery"
 EXPECTED = json.loads((GALLERY / "expected.json").read_text())["files"]

@@ -10,7 +10,7 @@ def model_and_tokenizer(embedded_dir):
     from transformers import AutoModelForCausalLM
 
     from nbutils import embedded
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     return AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded")).eval(), load_tokenizer("embedded")
 

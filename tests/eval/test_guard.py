@@ -4,6 +4,7 @@ change, finished rows are not rechecked; and on a model that never learnt EOS, t
 import pytest
 import torch
 
+from nbutils.data import chatformat
 from nbutils.eval.degeneration import CircuitBreaker, DegenerationError
 from nbutils.eval.guard import DegenerationGuard, GenerationObserver
 
@@ -11,20 +12,18 @@ from nbutils.eval.guard import DegenerationGuard, GenerationObserver
 @pytest.fixture(scope="module")
 def broken(prepared_data, tmp_path_factory):
     """An adapter trained with EOS masked out of the loss (what pad == EOS does), on the embedded default."""
-    from nbutils.data import splits
-    from nbutils.train import modeling, training
-    from nbutils.train.trainconfig import TrainConfig
+    from nbutils.harness import notebook_recipe
 
-    tok = modeling.load_tokenizer("embedded")
-    train = splits.load_split(prepared_data, "train").map(
-        lambda r: {"labels": [-100 if t == tok.eos_token_id else lab for t, lab in zip(r["input_ids"], r["labels"])]})
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
-    training.train(model, tok, train, splits.load_split(prepared_data, "eval"),
-                   TrainConfig(max_steps=60, eval_steps=20, save_steps=20, resume=False),
-                   tmp_path_factory.mktemp("broken"), progress="off")
-    return model.eval(), tok, splits.load_split(prepared_data, "eval")
+    out, eos = tmp_path_factory.mktemp("broken"), chatformat.load_tokenizer("embedded").eos_token_id
+    params = dict(max_steps=60, eval_steps=20, save_steps=20, resume=False, lora_r=8, probe_prompts=0)
+    plan = notebook_recipe.plan_for(prepared_data, out, **params)  # 02's recipe, on labels without EOS
+    plan.train_ds = plan.train_ds.map(
+        lambda r: {"labels": [-100 if t == eos else lab for t, lab in zip(r["input_ids"], r["labels"])]})
+    model, tok, _ = notebook_recipe.train(prepared_data, out, plan=plan, run={"progress": "off"}, **params)
+    return model.eval(), tok, plan.eval_ds
 
 
+@pytest.mark.integration  # trains an adapter first (the `broken` fixture)
 def test_broken_model_guard_saves_tokens_and_breaker_stops(broken):
     from nbutils.eval import evaluation
 
@@ -189,9 +188,9 @@ def test_guard_waits_for_a_counted_template_to_outnumber_a_healthy_menu():
 
 
 def test_guard_lets_role_headers_before_an_answer_run_on_and_stops_markers_that_go_on():
+    from nbutils.data.chatformat import load_tokenizer
     from nbutils.eval.detect import detect
     from nbutils.eval.guard import GUARD_SPECIAL_CHARS, settled
-    from nbutils.train.modeling import load_tokenizer
 
     # What the embedded base model wrote on task prompts (guard_bench): the guard stopped 10 of 64 such rows at their
     # first check, as special-tokens-only, and cut the answer that followed.
@@ -241,9 +240,9 @@ def test_guard_stops_a_loop_longer_than_its_id_check_at_the_first_check_detect_w
     """A cycle of sentences of ~100 tokens is too long for the exact-repeat check on ids (64); the long-repeat
     trigger makes the guard run detect at every check once the second copy is under way, not every 32 tokens.
     A README that shows the same code example twice trips the trigger too, and detect leaves it alone."""
+    from nbutils.data.chatformat import load_tokenizer
     from nbutils.eval.detect import detect
     from nbutils.eval.guard import settled
-    from nbutils.train.modeling import load_tokenizer
 
     tok = load_tokenizer("embedded")
     unit = ("The adapter is saved next to the tokenizer so the next notebook finds both. "
@@ -289,7 +288,7 @@ def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
     """The guard judges up to the last whole character (a byte-level tokenizer may split one over tokens); the
     decoded prefix ends in U+FFFD there, which detect reads as a character not yet written."""
     from nbutils.eval.detect import detect
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     tok = load_tokenizer("embedded")
     for text in ["中, " * 12, "🚀 " + "看看 " * 10, "\ufeff" + "=" * 130, "「好」。" * 12]:

@@ -37,7 +37,7 @@ def trained_adapter(tmp_path_factory, embedded_dir):
     from transformers import AutoModelForCausalLM
 
     from nbutils import embedded
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float32)

@@ -82,25 +82,9 @@ def test_preflight_blocks_unwritable_working_dir(tmp_path):
         preflight(platform=_platform(tmp_path, working=blocker / "sub"), accels=[], show=False)
 
 
-def test_parallel_mode_reported():
-    from nbutils.runtime.preflight import parallel_mode, preflight
+def test_inspect_returns_the_blockers_without_printing_or_raising(tmp_path, capsys):
+    from nbutils.runtime.preflight import inspect
 
-    assert parallel_mode([T4], env={}).startswith("single: one GPU")
-    two = parallel_mode([T4, T4], env={})
-    assert two.startswith("ddp: one process per GPU (2) through the notebook launcher") and "memory plan" in two
-    assert parallel_mode([T4, T4], "split", env={}).startswith("split")
-    assert parallel_mode([T4, T4], "single", env={}).startswith("single")
-    assert parallel_mode([T4, T4], env={"WORLD_SIZE": "2"}).startswith("ddp: one of 2 processes started by accelerate")
-    with pytest.raises(PreflightError, match="num_processes=3 but 2 GPU"):
-        preflight(accels=[T4, T4], num_processes=3, show=False)
-
-
-def test_disk_check_reads_the_output_dir_filesystem(tmp_path, monkeypatch):
-    from nbutils.runtime.preflight import check_disk
-    from nbutils.train import diskspace
-
-    assert check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2) == 40
-    monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
-    with pytest.raises(PreflightError, match=r"disk full at .*train_qlora: needs ~40 MB, 25 MB free; free space or "
-                                             r"lower save_total_limit \(now 2\)"):
-        check_disk(tmp_path / "train_qlora", checkpoint_mb=10, keep=2)
+    env, problems = inspect("bf16", platform=_platform(tmp_path), accels=[T4])
+    assert env.precision == "blocked" and len(problems) == 1 and "bf16" in problems[0]
+    assert capsys.readouterr().out == ""

@@ -5,17 +5,24 @@ import json
 import pytest
 import torch
 
+from nbutils.data import chatformat
 from nbutils.runtime.environment import detect_platform
 from nbutils.train import checkpoints, modeling
+from tests import recipe
 from tests.train.conftest import trainer_checkpoints
 
 STATE = {"global_step": 3, "log_history": []}
 
 
+def _run_config():
+    """What 02's checkpoint records about how to load the base: verify reloads it that way."""
+    return {"base_model": "embedded", "precision": "fp32", "quantization": recipe.nf4().to_dict()}
+
+
 @pytest.fixture(scope="module")
 def lora(embedded_dir):
-    tok = modeling.load_tokenizer("embedded")
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=4, gradient_checkpointing=False)
+    tok = chatformat.load_tokenizer("embedded")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", recipe.nf4()), recipe.lora(4), gradient_checkpointing=False)
     return model, tok
 
 
@@ -29,19 +36,19 @@ class Wrapper(torch.nn.Module):
 
 def test_save_final_unwraps_writes_everything_and_verifies(lora, tmp_path):
     model, tok = lora
-    ckpt = checkpoints.save_final(Wrapper(Wrapper(model)), tok, tmp_path / "checkpoint", {"p": 1}, STATE)
+    ckpt = checkpoints.save_final(Wrapper(Wrapper(model)), tok, tmp_path / "checkpoint", _run_config(), STATE)
     assert checkpoints.missing_files(ckpt) == [] and checkpoints.is_complete(ckpt)
     assert not (tmp_path / "checkpoint.tmp").exists()
-    report = checkpoints.verify(ckpt, "embedded")
+    report = checkpoints.verify(ckpt)
     assert report["ok"] and isinstance(report["generated"], str)
 
 
 def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
     model, tok = lora
-    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE)
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)
     (ckpt / "tokenizer.json").unlink()
     (ckpt / "tokenizer_config.json").unlink()
-    report = checkpoints.verify(ckpt, "embedded")
+    report = checkpoints.verify(ckpt)
     assert not report["ok"] and report["missing"] == ["tokenizer_config.json", "tokenizer.json"]
 
 
@@ -56,11 +63,11 @@ def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
 ])
 def test_checksums_catch_damage_the_marker_alone_would_miss(lora, tmp_path, damage, reason):
     model, tok = lora
-    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE, {"learning_rate": 1e-3})
-    assert checkpoints.problems(ckpt) == [] and checkpoints.verify(ckpt, "embedded")["ok"]
+    ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE, {"learning_rate": 1e-3})
+    assert checkpoints.problems(ckpt) == [] and checkpoints.verify(ckpt)["ok"]
     damage(ckpt)
     assert checkpoints.is_complete(ckpt)  # the marker is still there: only checksums.json can tell
-    report = checkpoints.verify(ckpt, "embedded")
+    report = checkpoints.verify(ckpt)
     assert not report["ok"] and any(reason in p for p in report["problems"]), report["problems"]
 
 
@@ -101,7 +108,7 @@ def test_summary_errors_name_the_file_and_03_falls_back_to_a_verified_checkpoint
         checkpoints.for_eval(tmp_path)
     (tmp_path / "training_summary.json").write_text(json.dumps({"global_step": 3, "checkpoint_dir": "checkpoint",
                                                                 "checkpoint_complete": True}))
-    final = checkpoints.save_final(model, tok, tmp_path / "checkpoint", {}, STATE)
+    final = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)
     assert checkpoints.for_eval(tmp_path)[0] == final
     (final / "adapter_model.safetensors").write_bytes(b"x")
     with pytest.raises(checkpoints.CheckpointError, match="no checkpoint .* verifies"):

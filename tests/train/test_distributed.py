@@ -91,7 +91,7 @@ def test_notebook_launcher_trains_two_processes_like_one(runs, prepared_data, tm
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint"]
     assert two["checkpoint_complete"]
     assert log.count("[model] LoRA: ") == 1 and log.count("[train] step 40/40") == 1  # one log, not one per process
-    assert "mode: ddp, 2 CPU processes (gloo) through the notebook launcher" in log
+    assert "ddp: 2 CPU processes (gloo) through the notebook launcher" in log  # the plan's mode row
 
 
 def test_notebook_launcher_processes_agree_on_the_time_budget(prepared_data, tmp_path, monkeypatch):

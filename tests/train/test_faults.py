@@ -27,7 +27,9 @@ from nbutils.train import checkpoints, faultpoints, runlock
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 STEPS, SAVE = 12, 4  # checkpoints at 4, 8, 12; rotation (keep 2) deletes checkpoint-4 at step 12
-CFG = dict(max_steps=STEPS, save_steps=SAVE, eval_strategy="no", logging_steps=2, warmup_steps=0)
+# 02's parameters and the TrainingArguments these runs change (evaluation off: bit-identical resumes).
+PARAMS = dict(max_steps=STEPS, save_steps=SAVE, eval_steps=SAVE, lora_r=8, probe_prompts=0)
+ARGS = dict(eval_strategy="no", logging_steps=2, warmup_steps=0)
 N_RANDOM_KILLS = 12
 # (fault point, how many times it is passed in one uninterrupted run): where a kill can land.
 # "write": inside one of the Trainer's torch.save calls (optimizer, scheduler, RNG state; 3 per save), half
@@ -36,15 +38,16 @@ POINTS = {"load": 1, "train": 1, "step": STEPS, "write": 9, "save": 3, "checksum
           "final_save": 1, "verify": 1}
 
 
-def _cfg(**kw):
-    from nbutils.train.trainconfig import TrainConfig
-
-    return TrainConfig(**{**CFG, **kw})
+def _split(cfg_kw: dict) -> tuple[dict, dict]:
+    """(02's parameters, TrainingArguments overrides) for one run: a key of ARGS is an argument, the rest parameters."""
+    return {**PARAMS, **{k: v for k, v in cfg_kw.items() if k not in ARGS}}, \
+        {**ARGS, **{k: v for k, v in cfg_kw.items() if k in ARGS}}
 
 
 def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log: str | None = None,
              step_sleep: float = 0.0) -> None:
-    """What notebook 02 does: load, train (resuming), final save, summary, verify. Runs in a child process."""
+    """What notebook 02 does, with its own recipe: load, train (resuming), final save, verify, summary.
+    Runs in a child process."""
     if log:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.dup2(fd, 1)
@@ -55,26 +58,17 @@ def pipeline(data: str, out: str, cfg_kw: dict, kill_at: str | None = None, log:
             _kill_mid_write(int(kill_at.split(":")[1]))
     from transformers import TrainerCallback
 
-    from nbutils.data import splits
-    from nbutils.train import modeling, training
+    from nbutils.harness import notebook_recipe
 
     class StepPoint(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
             faultpoints.point("step")
             time.sleep(step_sleep)
 
-    cfg = _cfg(**cfg_kw)
-    tok = modeling.load_tokenizer("embedded")
-    base = modeling.load_base("embedded", "fp32", True)
-    faultpoints.point("load")
-    model = modeling.attach_lora(base, r=8, seed=cfg.seed)
-    train_ds, eval_ds = splits.load_split(Path(data), "train"), splits.load_split(Path(data), "eval")
-    rc = training.run_config(cfg, {}, {"content_hash": "faults"}, base_model="embedded", load_in_4bit=True)
-    result = training.train(model, tok, train_ds, eval_ds, cfg, Path(out), run_config=rc, callbacks=[StepPoint()])
-    ckpt = training.save_checkpoint(model, tok, Path(out), rc, result)
-    training.write_summary(Path(out), result, cfg, ckpt)
-    check = checkpoints.verify(ckpt, "embedded")
-    assert check["ok"], check
+    params, arguments = _split(cfg_kw)
+    model, tok, session = notebook_recipe.train(data, out, arguments=arguments, run={"callbacks": [StepPoint()]},
+                                                **params)
+    notebook_recipe.finish(session, model, tok)
 
 
 def _kill_mid_write(nth: int) -> None:
@@ -100,8 +94,9 @@ def _kill_mid_write(nth: int) -> None:
 @pytest.fixture(scope="module")
 def ctx():
     c = multiprocessing.get_context("forkserver")
-    c.set_forkserver_preload(["torch", "transformers", "peft", "bitsandbytes", "datasets", "nbutils.train.training",
-                              "nbutils.train.modeling", "nbutils.data"])
+    c.set_forkserver_preload(["torch", "transformers", "peft", "bitsandbytes", "datasets", "jupytext",
+                              "nbutils.train.training", "nbutils.train.modeling", "nbutils.train.planning",
+                              "nbutils.harness.notebook_recipe", "nbutils.data"])
     return c
 
 
@@ -225,17 +220,13 @@ def test_resume_with_evaluation_on_without_4bit_is_bit_identical(prepared_data, 
     so the drift comes from the 4-bit path. (A time-budget stop, in process: no kill needed to show it.)"""
     import itertools
 
-    from nbutils.data import splits
-    from nbutils.train import modeling, training
+    from nbutils.harness import notebook_recipe
 
-    def train(out, budget_min=690.0, **kw):
-        tok = modeling.load_tokenizer("embedded")
-        model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=8, seed=0)
-        split = lambda name: splits.load_split(prepared_data, name)  # noqa: E731
-        result = training.train(model, tok, split("train"), split("eval"), _cfg(eval_strategy="steps", eval_steps=SAVE,
-                                                                               time_budget_min=budget_min),
-                                out, run_config={}, **kw)
-        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, result
+    def train(out, budget_min=690.0, **run):
+        params, arguments = _split({"eval_strategy": "steps"})
+        model, _, session = notebook_recipe.train(prepared_data, out, arguments=arguments, run=run, load_in_4bit=False,
+                                                  time_budget_min=budget_min, **params)
+        return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}, session.result
 
     reference, _ = train(tmp_path / "reference")
     ticks = itertools.count()  # a fake clock: the 7 s budget runs out after a few steps
@@ -258,7 +249,7 @@ def test_second_run_into_the_same_output_dir_is_refused(ctx, prepared_data, tmp_
             time.sleep(0.2)
         assert (out / runlock.HOLDER).exists(), "the first run never took the lock"
         with pytest.raises(runlock.RunLockedError) as err:
-            _train(prepared_data, out, _cfg())
+            _train(prepared_data, out)
         msg = str(err.value)
         assert f"pid {p.pid}" in msg and "host " in msg and "started " in msg, msg
         assert "another output_dir" in msg and f"delete {out.resolve() / runlock.LOCK}" in msg, msg
@@ -276,7 +267,8 @@ def test_changed_learning_rate_on_resume_is_refused_with_the_difference(ctx, pre
     log = tmp_path / "rerun.log"
     assert run(ctx, prepared_data, out, cfg_kw={"learning_rate": 1e-4}, log=str(log)) == 1
     text = log.read_text()
-    assert "ResumeMismatchError" in text and "learning_rate: checkpoint has 0.003, this run 0.0001" in text, text[-3000:]
+    assert "ResumeMismatchError" in text and "training.learning_rate: checkpoint has 0.003, this run 0.0001" in text, \
+        text[-3000:]
     assert "new output_dir" in text and "resume=False" in text
     assert run(ctx, prepared_data, out, cfg_kw={}) == 0  # the same settings again: it resumes
     finished(out)
@@ -305,10 +297,10 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
         return real_save(obj, f, *a, **k)
 
     out = tmp_path / "run"
-    rc = {"parameters": {"base_model": "embedded"}}
+    params, arguments = _split({})
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(DiskFullError) as err:
-        _train(prepared_data, out, _cfg(), run_config=rc)
+        _train(prepared_data, out, arguments, **params)
     msg = str(err.value)
     assert msg.startswith(f"disk full at {out / 'trainer'}: needs ~") and "MB free; free space or lower save_total_limit" \
         in msg and "checkpoint-4 (step 4) is intact" in msg, msg
@@ -317,29 +309,28 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
     summary = checkpoints.read_summary(out)
     assert summary["stopped_reason"] == "disk_full" and summary["global_step"] == 4 and not summary["checkpoint_complete"]
     monkeypatch.setattr(torch, "save", real_save)  # space freed
-    _, _, resumed = _train(prepared_data, out, _cfg(), run_config=rc)
+    _, _, resumed = _train(prepared_data, out, arguments, **params)
     assert resumed.resumed_from_step == 4 and resumed.global_step == STEPS
 
 
 def test_full_disk_during_the_final_save(prepared_data, tmp_path, monkeypatch):
-    from test_training import _train
-
-    from nbutils.train import training
+    from nbutils.harness import notebook_recipe
     from nbutils.train.diskspace import DiskFullError
 
     out = tmp_path / "run"
-    model, tok, result = _train(prepared_data, out, _cfg())
+    params, arguments = _split({})
+    model, tok, session = notebook_recipe.train(prepared_data, out, arguments=arguments, **params)
 
     def full_disk(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(type(tok), "save_pretrained", full_disk)
     with pytest.raises(DiskFullError, match=r"disk full at .*run: needs ~\d+ MB, \d+ MB free; .*final checkpoint was not saved"):
-        training.save_checkpoint(model, tok, out, {}, result)
+        session.save_final(model, tok)
     assert not list(out.glob("checkpoint*")) and checkpoints.read_summary(out)["stopped_reason"] == "disk_full"
     assert checkpoints.problems(out / "trainer" / f"checkpoint-{STEPS}", resumable=True) == []
     monkeypatch.undo()  # space freed: the rerun finds the finished run and saves the final checkpoint
-    model, tok, again = _train(prepared_data, out, _cfg())
-    assert again.resumed_from_step == STEPS
-    assert training.save_checkpoint(model, tok, out, {}, again) == out / "checkpoint"
+    model, tok, again = notebook_recipe.train(prepared_data, out, arguments=arguments, **params)
+    assert again.result.resumed_from_step == STEPS
+    assert again.save_final(model, tok) == out / "checkpoint"
     assert checkpoints.problems(out / "checkpoint") == []

@@ -4,8 +4,9 @@ import pytest
 import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
-from nbutils.data import batching
+from nbutils.data import batching, chatformat
 from nbutils.train import loss, modeling
+from tests import recipe
 
 
 def _case(batch=3, seq=37, dim=24, vocab=301, seed=0):
@@ -58,8 +59,8 @@ def test_frozen_head_and_no_grad_paths():
 def test_packed_batch_through_the_model_matches_the_plain_loss(embedded_dir):
     """Embedded model + LoRA, a packed batch with the block-diagonal mask: the hook's hidden states give the
     model's own loss and the same LoRA gradients, and lm_head computes no logits."""
-    tok = modeling.load_tokenizer("embedded")
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, gradient_checkpointing=False)
+    tok = chatformat.load_tokenizer("embedded")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32"), recipe.lora(4), gradient_checkpointing=False)
     for name, p in model.named_parameters():
         if "lora_B" in name:
             p.data.normal_(0, 0.02, generator=torch.Generator().manual_seed(1))
@@ -95,7 +96,14 @@ def test_choice_of_loss(monkeypatch):
         loss.choose("yes")
     monkeypatch.setattr(loss, "liger_available", lambda cuda=None: True)
     assert loss.choose("auto") == "liger" and loss.choose("chunked") == "chunked"
-    assert loss.chunk_rows(128_256) == 261 and loss.chunk_rows(100) >= 16
+
+
+def test_the_trainer_class_follows_the_loss():
+    from transformers import Trainer
+
+    assert loss.trainer_class("plain") is Trainer and loss.trainer_class("liger") is Trainer
+    chunked = loss.trainer_class("chunked")
+    assert issubclass(chunked, Trainer) and chunked.chunked_loss
 
 
 def test_models_whose_logits_are_not_lm_head_output_keep_the_plain_loss(monkeypatch):

@@ -3,7 +3,7 @@ not the whole sequence's)."""
 
 import pytest
 
-from nbutils.train import loss, memory
+from nbutils.train import memory
 from tests.train.conftest import LLAMA_8B
 
 
@@ -21,8 +21,7 @@ def test_logits_part_is_one_chunk_not_the_sequence():
     parts = {b: memory.estimate(shape, 2048, b, 16, "chunked")["logits"] for b in (1, 8)}
     kept = 2048 * 4096 * 2 * 4  # hidden states, their gradient, scaled, scattered back: per row of the batch
     assert parts[8] - parts[1] == pytest.approx(7 * kept)
-    assert parts[1] - kept == loss.chunk_rows(128_256) * 128_256 * 6
-    assert memory.CHUNK_BYTES == loss.CHUNK_BYTES
+    assert parts[1] - kept == memory.chunk_rows(128_256) * 128_256 * 6
     with pytest.raises(ValueError, match="loss='fused'"):
         memory.logits_bytes(1, 1, 1, 1, "fused")
 
@@ -36,6 +35,7 @@ def test_longest_sequence_is_the_edge_of_the_budget(kind):
     assert memory.estimate(shape, longest, 2, 16, kind)["total"] <= budget
     assert memory.estimate(shape, longest + 64, 2, 16, kind)["total"] > budget
     assert p["fits"] == (longest >= 2048)
+    assert memory.longest_sequence(LLAMA_8B, 2, 15.0, loss=kind) == (longest, "the memory of a 15 GB GPU at batch size 2")
 
 
 def test_memory_plan_on_a_t4_decides_the_mode():
@@ -65,8 +65,12 @@ def test_memory_plan_grows_with_what_drives_it():
 
 
 def test_memory_plan_reads_the_config_without_weights(embedded_dir, no_model_loading):
-    from nbutils.train.modeling import load_config
+    from nbutils.runtime.modelsource import load_config
 
     p = memory.plan(load_config("embedded"), seq_len=64, batch=16, lora_r=16, gpu_memory_gb=15.0)
     assert p["fits"] and p["largest_batch_that_fits"] == 256
     assert no_model_loading == []
+
+
+def test_a_chunk_of_the_chunked_loss_holds_about_128_mb_of_logits():
+    assert memory.chunk_rows(128_256) == 261 and memory.chunk_rows(100) >= 16

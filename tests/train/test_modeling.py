@@ -1,14 +1,14 @@
 """Loading the 4-bit base and attaching LoRA the QLoRA way, right for a T4."""
 
-import ast
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from nbutils.data import chatformat
 from nbutils.runtime.preflight import Accelerator, choose_precision
 from nbutils.train import modeling
+from tests import recipe
 
 T4 = Accelerator(0, "Tesla T4", (7, 5), 15.0)
 A100 = Accelerator(0, "NVIDIA A100", (8, 0), 40.0)
@@ -23,7 +23,7 @@ def test_precision_rule_fp16_on_t4_bf16_from_capability_8():
 
 def test_t4_path_is_fp16_compute_with_fp32_trainables(embedded_dir):
     precision = choose_precision([T4])
-    model = modeling.attach_lora(modeling.load_base("embedded", precision.dtype, True), r=8)
+    model = modeling.attach_lora(modeling.load_base("embedded", precision.dtype, recipe.nf4(precision.dtype)), recipe.lora(8))
     quant = model.base_model.model.config.quantization_config
     assert quant.load_in_4bit and quant.bnb_4bit_quant_type == "nf4" and quant.bnb_4bit_use_double_quant
     assert str(quant.bnb_4bit_compute_dtype).endswith("float16") and "bfloat" not in str(quant.bnb_4bit_compute_dtype)
@@ -32,7 +32,7 @@ def test_t4_path_is_fp16_compute_with_fp32_trainables(embedded_dir):
 
 
 def test_lora_on_all_linear_layers_alpha_r_no_dropout(embedded_dir):
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8)
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", recipe.nf4()), recipe.lora(8))
     cfg = model.peft_config["default"]
     assert cfg.r == 8 and cfg.lora_alpha == 8 and cfg.lora_dropout == 0.0 and not cfg.use_rslora
     wrapped = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "lora_A")}
@@ -52,20 +52,23 @@ def test_the_notebooks_own_configs_are_the_ones_used(embedded_dir):
     bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False,
                              bnb_4bit_compute_dtype="float32")
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1, task_type="CAUSAL_LM")
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", bnb), config=lora, r=16)
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", bnb), lora)
     quant = model.base_model.model.config.quantization_config
     assert quant.bnb_4bit_quant_type == "fp4" and not quant.bnb_4bit_use_double_quant
     cfg = model.peft_config["default"]
     assert cfg.r == 4 and cfg.lora_alpha == 8 and cfg.lora_dropout == 0.1
     assert {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "lora_A")} == {"q_proj", "v_proj"}
     assert modeling.trainable_line(model).startswith("[model] LoRA: ") and "float32" in modeling.trainable_line(model)
-    # the library default is the recipe 02 spells out
-    default = modeling.nf4_config("fp16")
-    assert default.bnb_4bit_quant_type == "nf4" and default.bnb_4bit_use_double_quant and default.load_in_4bit
 
+
+def test_a_checkpoints_recorded_4bit_config_loads_as_it_was_built(embedded_dir):
+    """03, 04 and the checkpoint check load the dict 02's run_config.json records: the same config, key for key."""
+    built = recipe.nf4("fp16")
+    again = modeling.quantization_config(built.to_dict())
+    assert again.to_dict() == built.to_dict() and modeling.quantization_config(None) is None
 
 def test_rslora_option_scales_by_sqrt_r(embedded_dir):
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=16, use_rslora=True,
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32"), recipe.lora(16, rslora=True),
                                  gradient_checkpointing=False)
     layer = model.base_model.model.model.layers[0].self_attn.q_proj
     assert model.peft_config["default"].use_rslora
@@ -73,7 +76,7 @@ def test_rslora_option_scales_by_sqrt_r(embedded_dir):
 
 
 def test_pad_token_is_not_eos(embedded_dir):
-    tok = modeling.load_tokenizer("embedded")
+    tok = chatformat.load_tokenizer("embedded")
     assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
 
 
@@ -88,43 +91,24 @@ def test_pad_token_fixed_when_it_is_eos(embedded_dir, monkeypatch):
         return tok
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", eos_as_pad)
-    tok = modeling.load_tokenizer("embedded")
+    tok = chatformat.load_tokenizer("embedded")
     assert tok.pad_token_id != tok.eos_token_id
 
 
 def test_lora_init_is_seeded(embedded_dir):
     def lora_a(seed):
-        model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=seed,
+        model = modeling.attach_lora(modeling.load_base("embedded", "fp32"), recipe.lora(4), seed=seed,
                                      gradient_checkpointing=False)
         return next(p for n, p in model.named_parameters() if "lora_A" in n).detach().clone()
 
     assert torch.equal(lora_a(0), lora_a(0)) and not torch.equal(lora_a(0), lora_a(1))
 
 
-NOTEBOOK_02 = Path(__file__).resolve().parents[2] / "notebooks" / "02_train_qlora.py"
+def test_the_nf4_values_are_written_once_in_the_repository():
+    """The 4-bit recipe lives in 02 alone: the library, tests and benches read it (nbutils.harness.notebook_recipe)."""
+    import re
 
-
-def _notebook_call(name: str) -> ast.Call:
-    calls = [n for n in ast.walk(ast.parse(NOTEBOOK_02.read_text())) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Name) and n.func.id == name]
-    assert len(calls) == 1, f"{NOTEBOOK_02}: expected one {name}(...) call, found {len(calls)}"
-    return calls[0]
-
-
-@pytest.mark.parametrize("precision", sorted(modeling.DTYPES))
-def test_the_notebooks_nf4_recipe_is_nf4_config(precision):
-    """02 spells BitsAndBytesConfig out for the learner; 03, 04 and the checkpoint check load with nf4_config.
-    The two must build the same config, key for key (defaults included: quant storage and the rest)."""
-    from transformers import BitsAndBytesConfig
-
-    call = _notebook_call("BitsAndBytesConfig")
-    assert not call.args, f"{NOTEBOOK_02}:{call.lineno}: pass BitsAndBytesConfig keywords only"
-    # Its keyword values are evaluated with the names the cell uses (env.precision from preflight).
-    names = {"modeling": modeling, "env": SimpleNamespace(precision=precision), "torch": torch}
-    kwargs = {kw.arg: eval(compile(ast.Expression(kw.value), str(NOTEBOOK_02), "eval"), names)  # noqa: S307
-              for kw in call.keywords}
-    notebook, library = BitsAndBytesConfig(**kwargs).to_dict(), modeling.nf4_config(precision).to_dict()
-    differ = {k: (notebook.get(k), library.get(k)) for k in notebook.keys() | library.keys()
-              if str(notebook.get(k)) != str(library.get(k))}
-    assert not differ, (f"{NOTEBOOK_02}:{call.lineno} (BitsAndBytesConfig) and nbutils/train/modeling.py nf4_config "
-                        f"disagree on {differ} (notebook, nf4_config): change both, they are one recipe")
+    root = Path(__file__).resolve().parents[2]
+    found = [str(p.relative_to(root)) for folder in ("nbutils", "tests", "bench", "tools", "notebooks")
+             for p in (root / folder).rglob("*.py") if re.search(r"bnb_4bit_quant_type\s*=\s*[\"']nf4", p.read_text())]
+    assert found == ["notebooks/02_train_qlora.py"], found

@@ -6,18 +6,24 @@ import pytest
 from peft import LoraConfig
 
 from nbutils.train import runsettings
-from nbutils.train.trainconfig import TrainConfig
 
 
 def _lora(**kw):
     return LoraConfig(**{"r": 16, "lora_alpha": 16, "target_modules": "all-linear", "task_type": "CAUSAL_LM", **kw})
 
 
-def test_settings_flatten_parameters_and_leave_out_what_does_not_change_the_weights():
-    run_config = {"parameters": {"base_model": "embedded", "time_budget_min": 5}, "data_manifest_hash": "abc"}
-    got = runsettings.settings(TrainConfig(max_steps=7), run_config)
-    assert got["base_model"] == "embedded" and got["data_manifest_hash"] == "abc" and got["max_steps"] == 7
-    assert not {"time_budget_min", "resume", "eval_steps", "save_steps", "logging_steps"} & set(got)
+RUN = {"base_model": "embedded", "precision": "fp32", "data_manifest_hash": "abc", "time_budget_min": 5, "smoke": False,
+       "versions": {"torch": "2.6.0"}, "loss": "chunked", "training": {"max_steps": 7, "learning_rate": 3e-3},
+       "quantization": {"bnb_4bit_quant_type": "nf4", "load_in_4bit": True, "llm_int8_threshold": 6.0,
+                        "quant_method": "bitsandbytes"}}
+
+
+def test_settings_flatten_the_sections_and_leave_out_what_does_not_change_the_weights():
+    got = runsettings.settings(RUN)
+    assert got["base_model"] == "embedded" and got["data_manifest_hash"] == "abc" and got["training.max_steps"] == 7
+    assert got["quantization.bnb_4bit_quant_type"] == "nf4" and got["quantization.load_in_4bit"] is True
+    assert not {"time_budget_min", "smoke", "versions", "loss"} & set(got)
+    assert "quantization.llm_int8_threshold" not in got and "quantization.quant_method" not in got  # 8-bit, bookkeeping
     assert got == json.loads(json.dumps(got))  # JSON as it goes into checksums.json
 
 
@@ -40,20 +46,10 @@ def test_lora_settings_are_json_safe_sorted_and_leave_the_machine_out():
 @pytest.mark.parametrize("change, key", [({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules"),
                                          ({"lora_alpha": 32}, "lora.lora_alpha"), ({"r": 8}, "lora.r")])
 def test_two_lora_configs_give_two_settings_and_the_difference_names_the_key(change, key):
-    cfg = TrainConfig()
-    old = runsettings.settings(cfg, {"lora": runsettings.lora_settings(_lora())})
-    new = runsettings.settings(cfg, {"lora": runsettings.lora_settings(_lora(**change))})
+    old = runsettings.settings({**RUN, "lora": runsettings.lora_settings(_lora())})
+    new = runsettings.settings({**RUN, "lora": runsettings.lora_settings(_lora(**change))})
     assert runsettings.settings_hash(old) != runsettings.settings_hash(new)
     assert [line.split(":")[0] for line in runsettings.differences(old, new)] == [key]
-
-
-def test_with_lora_reads_the_models_own_config_and_keeps_an_explicit_one():
-    class Model:  # what get_peft_model returns keeps the LoraConfig it was given under "default"
-        peft_config = {"default": _lora(lora_alpha=8)}
-
-    assert runsettings.with_lora({"parameters": {}}, Model())["lora"]["lora_alpha"] == 8
-    assert runsettings.with_lora({"lora": {"r": 2}}, Model())["lora"] == {"r": 2}
-    assert runsettings.with_lora(None, object()) == {}  # no adapters: nothing to add
 
 
 def test_differences_say_missing_on_one_side():
@@ -63,15 +59,6 @@ def test_differences_say_missing_on_one_side():
 
 def test_package_versions_and_smoke_do_not_refuse_a_resume():
     """A Kaggle image updated between sessions (or smoke toggled) trains the same weights from the checkpoint on."""
-    base = {"parameters": {"lora_r": 8, "smoke": False}, "versions": {"torch": "2.6.0", "peft": "0.18.1"}}
-    later = {"parameters": {"lora_r": 8, "smoke": True}, "versions": {"torch": "2.7.0", "peft": "0.21.2"}}
-    assert runsettings.settings(run_config=base) == runsettings.settings(run_config=later) == {"lora_r": 8}
-    assert runsettings.settings(run_config=base) != runsettings.settings(run_config={**base, "parameters": {"lora_r": 16}})
-
-
-def test_a_checkpoint_from_before_the_lora_fields_were_retired_still_resumes():
-    """Checkpoints saved while TrainConfig still carried lora_r/lora_dropout/use_rslora: lora.* compares them now."""
-    before = {"lora_r": 16, "lora_dropout": 0.0, "use_rslora": False, "lora.r": 16, "learning_rate": 0.003}
-    now = {"lora.r": 16, "learning_rate": 0.003}
-    assert runsettings.differences(before, now) == []
-    assert runsettings.differences(before, {**now, "lora.r": 8}) == ["lora.r: checkpoint has 16, this run 8"]
+    later = {**RUN, "smoke": True, "versions": {"torch": "2.7.0", "peft": "0.21.2"}, "time_budget_min": 600}
+    assert runsettings.settings(RUN) == runsettings.settings(later)
+    assert runsettings.settings(RUN) != runsettings.settings({**RUN, "training": {"max_steps": 7, "learning_rate": 1e-4}})

@@ -1,4 +1,5 @@
-"""QLoRA training: resumable, time-boxed, NaN-guarded, probed, and the summary 03 reads."""
+"""QLoRA training with 02's own recipe (its load_model, Trainer and TrainingArguments, run through
+nbutils.harness.notebook_recipe): resumable, time-boxed, NaN-guarded, probed, and the summary 03 reads."""
 
 import json
 import math
@@ -7,43 +8,47 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
-from nbutils.data import splits
-from nbutils.train import checkpoints, curves, modeling, runsettings, training
-from nbutils.train.trainconfig import TrainConfig
+from nbutils.harness import notebook_recipe
+from nbutils.train import checkpoints, curves, runsettings, training
 from tests.train.conftest import trainer_checkpoints
 
+# Most tests here train for real (seconds each): they run in make test, not in the quick loop (make test-fast),
+# which keeps the packed-plan run as its one end-to-end training.
+trains = pytest.mark.integration
 
-def _train(prepared, out, cfg, **kw):
-    tok = modeling.load_tokenizer("embedded")
-    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", True), r=8, seed=cfg.seed)
-    train_ds, eval_ds = splits.load_split(prepared, "train"), splits.load_split(prepared, "eval")
-    kw.setdefault("run_config", {"test": True})
-    kw.setdefault("progress", "log")
-    result = training.train(model, tok, train_ds, eval_ds, cfg, out, **kw)
-    return model, tok, result
+# 02's parameters for these runs (lora_r 8: a smaller adapter), and TrainingArguments a test reads more often.
+PARAMS = dict(max_steps=40, eval_steps=10, save_steps=10, learning_rate=3e-3, lora_r=8, probe_prompts=0)
+ARGS = dict(logging_steps=5, warmup_steps=0)
 
 
-def _cfg(**kw):
-    base = dict(max_steps=40, eval_steps=10, save_steps=10, logging_steps=5, learning_rate=3e-3, warmup_steps=0)
-    return TrainConfig(**{**base, **kw})
+def _train(prepared, out, arguments=None, run=None, **params):
+    """(model, tokenizer, TrainResult) of 02's recipe on the prepared data, into out."""
+    model, tok, session = notebook_recipe.train(prepared, out, arguments={**ARGS, **(arguments or {})}, run=run,
+                                                **{**PARAMS, **params})
+    return model, tok, session.result
 
 
 def _train_losses(result, after_step=0):
     return {h["step"]: h["loss"] for h in result.log_history if "loss" in h and h["step"] > after_step}
 
 
-def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
-    _, _, full = _train(prepared_data, tmp_path / "full", _cfg())
+def _clock():
+    """A fake clock: one "second" per call."""
     ticks = iter(range(10**6))
-    # A fake clock: one "second" per call; the 24 s budget runs out a little after step 20.
-    _, _, stopped = _train(prepared_data, tmp_path / "cut", _cfg(time_budget_min=0.4), clock=lambda: next(ticks),
-                           session_start=0)
+    return {"clock": lambda: next(ticks), "session_start": 0}
+
+
+@trains
+def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
+    _, _, full = _train(prepared_data, tmp_path / "full")
+    # The 24 s budget of the fake clock runs out a little after step 20.
+    _, _, stopped = _train(prepared_data, tmp_path / "cut", time_budget_min=0.4, run=_clock())
     assert stopped.stopped_reason == "time_budget" and 10 < stopped.global_step < 40
     last = trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
     assert last.name == f"checkpoint-{stopped.global_step}"  # saved at the stop, not only at save_steps
     assert checkpoints.missing_files(last, resumable=True) == []
 
-    _, _, resumed = _train(prepared_data, tmp_path / "cut", _cfg())
+    _, _, resumed = _train(prepared_data, tmp_path / "cut")
     assert resumed.resumed_from_step == stopped.global_step
     assert resumed.global_step == full.global_step == 40
     # Same data order, optimizer, scheduler and adapter weights: the losses logged after the resume
@@ -73,14 +78,16 @@ class Poison(TrainerCallback):
     (19, 100, "checkpoint-10"),  # no log line before the save at step 20: caught by the weight check
     (3, 100, None),  # NaN before the first checkpoint: nothing is saved as final
 ])
+@trains
 def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poison_step, logging_steps, last_good):
-    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=30, logging_steps=logging_steps),
-                                callbacks=[Poison(poison_step)])
+    model, tok, session = notebook_recipe.train(prepared_data, tmp_path, arguments={**ARGS, "logging_steps": logging_steps},
+                                                run={"callbacks": [Poison(poison_step)]}, **{**PARAMS, "max_steps": 30})
+    result = session.result
     assert result.stopped_reason == "nan" and result.global_step < 30, result.stop_detail
     good = trainer_checkpoints(tmp_path / "trainer")
     assert (good[-1].name if good else None) == last_good
-    ckpt = training.save_checkpoint(model, tok, tmp_path, {}, result)
-    summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
+    ckpt = session.save_final(model, tok)
+    summary = session.write_summary(ckpt)
     assert summary["stopped_reason"] == "nan" and summary["checkpoint_dir"] == "checkpoint"
     assert summary["checkpoint_complete"] is (last_good is not None)
     if last_good:
@@ -88,9 +95,10 @@ def test_nan_stops_and_keeps_last_good_checkpoint(prepared_data, tmp_path, poiso
 
         weights = load_file(ckpt / "adapter_model.safetensors")
         assert all(bool(w.isfinite().all()) for w in weights.values())
-        assert checkpoints.verify(ckpt, "embedded")["ok"]
+        assert checkpoints.verify(ckpt)["ok"]
 
 
+@trains
 def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_path):
     verdicts = iter([True, False, True, True, True, True])  # streak broken once, then two in a row
     seen = []
@@ -99,14 +107,15 @@ def test_probe_hook_stops_after_two_degenerate_evaluations(prepared_data, tmp_pa
         seen.append(model)
         return next(verdicts)
 
-    model, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=60, eval_steps=5, save_steps=5), probe=probe)
+    model, _, result = _train(prepared_data, tmp_path, max_steps=60, eval_steps=5, save_steps=5, run={"probe": probe})
     assert result.stopped_reason == "degenerate" and result.global_step == 20
     assert len(seen) == 4 and all(m is model for m in seen)  # the model being trained, at each evaluation
     assert trainer_checkpoints(tmp_path / "trainer")[-1].name == "checkpoint-20"
     assert next(verdicts) is True  # the final evaluation did not call the probe again
 
 
-def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embedded_dir):
+@trains
+def test_loss_is_normalized_by_target_tokens_across_accumulation(prepared_data, tmp_path):
     """grad_accum=2 over micro-batches with 13 and 11 target tokens == one batch of all four examples,
     with the chunked loss (the default on the CPU) and with the plain one: all four runs, one update.
 
@@ -116,7 +125,11 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
     import torch
     from datasets import Dataset
 
-    tok = modeling.load_tokenizer("embedded")
+    from nbutils.data import chatformat
+    from nbutils.train import modeling
+    from tests import recipe
+
+    tok = chatformat.load_tokenizer("embedded")
     ids = tok("the city is oslo . the pet is cat . the food is rice .", add_special_tokens=False)["input_ids"]
     rows = []
     for n_targets in (1, 12, 2, 9):
@@ -126,17 +139,20 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
     weights, eval_losses = {}, {}
     for chunked in (True, False):
         for bs, accum in ((4, 1), (2, 2)):
-            model = modeling.attach_lora(modeling.load_base("embedded", "fp32", False), r=4, seed=0,
+            model = modeling.attach_lora(modeling.load_base("embedded", "fp32"), recipe.lora(4), seed=0,
                                          gradient_checkpointing=False)
             for name, p in model.named_parameters():  # make B non-zero so A gets a gradient too
                 if "lora_B" in name:
                     p.data.normal_(0, 0.01, generator=torch.Generator().manual_seed(1))
-            cfg = TrainConfig(max_steps=1, per_device_batch_size=bs, grad_accum=accum, learning_rate=1.0,
-                              warmup_steps=0, eval_strategy="no", save_strategy="no", optim="sgd", resume=False,
-                              chunked_loss=chunked)
-            plan = {"strategy": "random"}  # keep the given order: micro-batches (1, 12) and (2, 9) targets
-            result = training.train(model, tok, ds, ds, cfg, tmp_path / f"{bs}x{accum}{chunked}", plan=plan)
-            eval_losses[bs, chunked] = result.eval_loss
+            out = tmp_path / f"{bs}x{accum}{chunked}"
+            # keep the given order: micro-batches (1, 12) and (2, 9) targets
+            plan = notebook_recipe.adhoc_plan(out, ds, ds, {"strategy": "random"}, max_steps=1, learning_rate=1.0,
+                                              loss="chunked" if chunked else "plain")
+            _, _, session = notebook_recipe.train(
+                prepared_data, out, model, tok, plan=plan, per_device_batch_size=bs, grad_accum=accum, resume=False,
+                chunked_loss=chunked, arguments={"warmup_steps": 0, "eval_strategy": "no", "save_strategy": "no",
+                                                 "optim": "sgd", "train_sampling_strategy": "sequential"})
+            eval_losses[bs, chunked] = session.result.eval_loss
             weights[bs, chunked] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     first = weights[4, False]
     moved = [n for n in first if "lora_A" in n]
@@ -148,8 +164,10 @@ def test_loss_is_normalized_by_target_tokens_across_accumulation(tmp_path, embed
         assert eval_losses[bs, True] == pytest.approx(eval_losses[bs, False], rel=1e-5)
 
 
+@trains
 def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
-    model, tok, result = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    model, tok, session = notebook_recipe.train(prepared_data, tmp_path, arguments=ARGS, **{**PARAMS, "max_steps": 20})
+    result = session.result
     out = capsys.readouterr().out
     lines = [x for x in out.splitlines() if x.startswith("[train] step")]
     assert [x.split()[2] for x in lines] == ["5/20", "10/20", "15/20", "20/20"]  # one line per logging interval
@@ -157,8 +175,8 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     # one line per evaluation (the final evaluate() at step 20 is not a second one), and no Trainer dict logs
     assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["10/20", "20/20"]
     assert "{'" not in out and "train_runtime" not in out, out
-    ckpt = training.save_checkpoint(model, tok, tmp_path, {"p": 1}, result)
-    summary = training.write_summary(tmp_path, result, _cfg(), ckpt)
+    ckpt = session.save_final(model, tok)
+    summary = session.write_summary(ckpt)
     assert json.loads((tmp_path / "training_summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
     assert summary["global_step"] == 20 and summary["stopped_reason"] == "max_steps"
     assert summary["resumed_from_step"] is None and summary["checkpoint_dir"] == "checkpoint"
@@ -166,49 +184,49 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     # the summary carries the diagnosis of this run's own curves (each verdict: tests/train/test_curves.py)
     assert summary["diagnosis"] == curves.diagnose(result.log_history) and not summary["diagnosis"].startswith("not")
     assert (tmp_path / "learning_curves.png").stat().st_size > 1000
-    # the run config as given, plus the LoraConfig the model trained with (the settings compare its keys on resume)
-    lora = runsettings.lora_settings(model.peft_config["default"])
-    assert json.loads((ckpt / "run_config.json").read_text()) == {"p": 1, "lora": lora}
-    assert result.settings["lora.r"] == 8 and result.settings["lora.target_modules"] == lora["target_modules"]
+    # what 02 built, read off the live model and Trainer: the 4-bit config, the LoraConfig, the training arguments
+    recorded = json.loads((ckpt / "run_config.json").read_text())
+    assert recorded["lora"] == runsettings.lora_settings(model.peft_config["default"]) and recorded["lora"]["r"] == 8
+    assert recorded["quantization"]["bnb_4bit_quant_type"] == "nf4" and recorded["base_model"] == "embedded"
+    assert recorded["training"]["learning_rate"] == 3e-3 and recorded["training"]["max_steps"] == 20
+    assert result.settings["lora.r"] == 8 and result.settings["training.max_steps"] == 20
     assert checkpoints.missing_files(ckpt) == []
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 20
     # Rerunning a finished run trains nothing more (Trainer alone would take one extra step).
-    _, _, again = _train(prepared_data, tmp_path, _cfg(max_steps=20))
+    _, _, again = _train(prepared_data, tmp_path, max_steps=20)
     assert again.global_step == 20 and again.resumed_from_step == 20
     assert again.eval_loss == pytest.approx(result.eval_loss, rel=5e-3)  # same weights; CPU 4-bit noise
 
 
+@trains
 def test_widget_progress_survives_a_stop_in_the_first_steps(prepared_data, tmp_path, monkeypatch):
     import transformers.trainer
     from transformers.utils.notebook import NotebookProgressCallback
 
     monkeypatch.setattr(transformers.trainer, "DEFAULT_PROGRESS_CALLBACK", NotebookProgressCallback)  # as in Jupyter
-    ticks = iter(range(10**6))
-    _, _, result = _train(prepared_data, tmp_path, _cfg(time_budget_min=0.03), clock=lambda: next(ticks),
-                          session_start=0, progress="widgets")
+    _, _, result = _train(prepared_data, tmp_path, time_budget_min=0.03, run={**_clock(), "progress": "widgets"},
+                          arguments={"disable_tqdm": False})
     assert result.stopped_reason == "time_budget" and result.global_step <= 2
 
 
+@trains
 def test_the_bar_comes_without_the_trainers_dict_logs(prepared_data, tmp_path, capsys):
-    _train(prepared_data, tmp_path, _cfg(max_steps=10), progress="both")
+    _train(prepared_data, tmp_path, max_steps=10, run={"progress": "both"}, arguments={"disable_tqdm": False})
     out = capsys.readouterr()
     assert "[train] step 10/10" in out.out and "{'" not in out.out + out.err, out
     assert "10/10" in out.err  # the tqdm bar (text outside Jupyter) reached the end
 
 
+@trains
 def test_resume_refuses_a_checkpoint_of_another_run(prepared_data, tmp_path):
-    cfg = _cfg(max_steps=10, eval_strategy="no", save_steps=5)
-    run_config = training.run_config(cfg, {}, {"content_hash": "abc"}, base_model="embedded")
-    _train(prepared_data, tmp_path, cfg, run_config=run_config)
-    other = _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3)
-    changed = training.run_config(other, {}, {"content_hash": "xyz"}, base_model="embedded")
+    no_eval = {"eval_strategy": "no"}
+    _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, arguments=no_eval)
     with pytest.raises(checkpoints.ResumeMismatchError) as err:
-        _train(prepared_data, tmp_path, other, run_config=changed)
+        _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, learning_rate=1e-3, arguments=no_eval)
     msg = str(err.value)
-    for line in ("data_manifest_hash: checkpoint has 'abc', this run 'xyz'", "learning_rate: checkpoint has 0.003, this run 0.001",
-                 "new output_dir", "resume=False"):
+    for line in ("training.learning_rate: checkpoint has 0.003, this run 0.001", "new output_dir", "resume=False"):
         assert line in msg, msg
-    assert "time_budget_min" not in msg  # settings that do not change the weights are not compared
+    assert "time_budget_min" not in msg and "save_steps" not in msg  # what does not change the weights is not compared
 
 
 @pytest.mark.parametrize("change, key", [({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules"),
@@ -220,72 +238,61 @@ def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_check
 
     lora = lambda **kw: {"lora": runsettings.lora_settings(LoraConfig(**{"r": 16, "lora_alpha": 16,  # noqa: E731
                                                                "target_modules": "all-linear", **kw}))}
-    cfg = _cfg()
-    trained = runsettings.settings(cfg, lora())
+    trained = runsettings.settings(lora())
     ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
     model = torch.nn.Linear(2, 2)  # only its trainable parameter count is read (for the disk check)
     with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- {key}: checkpoint has ") as err:
-        training._pick_resume(cfg, tmp_path, runsettings.settings(cfg, lora(**change)), model, main=True)
+        training._pick_resume(tmp_path, True, 2, runsettings.settings(lora(**change)), model, main=True)
     assert len(str(err.value).split("\n- ")) == 2, str(err.value)  # that key alone
-    assert training._pick_resume(cfg, tmp_path, trained, model, main=True) == ckpt
+    assert training._pick_resume(tmp_path, True, 2, trained, model, main=True) == ckpt
 
 
+@trains
 def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
-    _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5))
-    _, _, fresh = _train(prepared_data, tmp_path, _cfg(max_steps=10, eval_strategy="no", save_steps=5, learning_rate=1e-3,
-                                                      resume=False))
+    no_eval = {"eval_strategy": "no"}
+    _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, arguments=no_eval)
+    _, _, fresh = _train(prepared_data, tmp_path, max_steps=10, eval_steps=5, save_steps=5, learning_rate=1e-3, resume=False,
+                         arguments=no_eval)
     assert fresh.resumed_from_step is None and fresh.global_step == 10
     aside = list(tmp_path.glob("trainer.before-*"))
     assert len(aside) == 1 and [p.name for p in checkpoints.checkpoint_dirs(aside[0])] == ["checkpoint-5", "checkpoint-10"]
     assert checkpoints.resume_mismatch(tmp_path / "trainer" / "checkpoint-10", fresh.settings) == []
 
 
-def test_run_config_carries_parameters_versions_and_data_hash():
-    cfg = training.run_config(_cfg(), {"torch": "2.5"}, {"content_hash": "abc"},
-                              base_model="embedded")
-    assert cfg["parameters"]["base_model"] == "embedded" and cfg["parameters"]["max_steps"] == 40
-    # LoRA settings are recorded once, from the LoraConfig the model trains with (run_config's "lora", runsettings.with_lora)
-    assert not {"lora_r", "lora_dropout", "use_rslora"} & set(cfg["parameters"])
-    assert cfg["versions"] == {"torch": "2.5"} and cfg["data_manifest_hash"] == "abc"
-
-
 def test_packed_plan_trains(prepared_data, tmp_path):
-    plan = {"strategy": "packed", "block_size": 256, "batch_size": 4}
-    _, _, result = _train(prepared_data, tmp_path, _cfg(max_steps=6, per_device_batch_size=4, eval_steps=6,
-                                                        save_steps=6), plan=plan)
-    assert result.global_step == 6 and math.isfinite(result.eval_loss)
+    from nbutils.data import splits
+
+    plan = notebook_recipe.plan_for(prepared_data, tmp_path, **{**PARAMS, "max_steps": 6, "eval_steps": 6, "save_steps": 6})
+    plan.manifest["batching"] = {"strategy": "packed", "block_size": 256, "batch_size": 4}
+    _, _, session = notebook_recipe.train(prepared_data, tmp_path, plan=plan, arguments=ARGS,
+                                          **{**PARAMS, "max_steps": 6, "per_device_batch_size": 4})
+    assert session.result.global_step == 6 and math.isfinite(session.result.eval_loss)
+    assert len(splits.load_split(prepared_data, "train")) > 6 * 4  # packed rows: fewer than the examples
 
 
-def test_progress_mode_follows_the_platform(monkeypatch):
-    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
-    assert training.progress_mode("auto") == "log"
-    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
-    assert training.progress_mode("auto") == "both"
-    assert training.progress_mode("log") == "log" and training.progress_mode("widgets") == "widgets"
-    with pytest.raises(ValueError):
-        training.progress_mode("bars")
-
-
+@trains
 def test_memory_plan_checkpoint_size_matches_a_saved_checkpoint(prepared_data, tmp_path):
+    from nbutils.runtime import modelsource
     from nbutils.train import diskspace, memory
 
-    _train(prepared_data, tmp_path, _cfg(max_steps=5, eval_strategy="no", save_steps=5))
+    _train(prepared_data, tmp_path, max_steps=5, eval_steps=5, save_steps=5, arguments={"eval_strategy": "no"})
     ckpt = tmp_path / "trainer" / "checkpoint-5"
     weights = sum((ckpt / n).stat().st_size for n in ("adapter_model.safetensors", "optimizer.pt")) / diskspace.MB
-    planned = memory.plan(modeling.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
+    planned = memory.plan(modelsource.load_config("embedded"), 64, 4, 8, None)["checkpoint_mb"] - diskspace.TOKENIZER_ALLOWANCE_MB
     assert 0.8 < weights / planned < 1.25, (weights, planned)  # LoRA weights + two Adam states, 12 bytes a parameter
 
 
 def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
-    result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {"lora_r": 16},
-                                  trainer=object())
-    summary = training.write_summary(tmp_path, result, _cfg(), None)
+    result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {"lora.r": 16},
+                                  {"base_model": "embedded"}, trainer=object())
+    summary = training.write_summary(tmp_path, result, None)
     assert set(summary) == {"global_step", "stopped_reason", "stop_detail", "resumed_from_step", "train_loss", "eval_loss",
                             "checkpoint_dir", "checkpoint_complete", "settings_hash", "diagnosis", "seconds", "memory_plan",
                             "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums"}
     assert summary["world_size"] == 1 and summary["replica_checksums"] is None and not summary["checkpoint_complete"]
     on_disk = json.loads((tmp_path / "training_summary.json").read_text())
     assert on_disk["global_step"] == 6 and on_disk["eval_loss"] == 1.25 and "trainer" not in on_disk
+    assert on_disk["config"] == {"base_model": "embedded"}
 
 
 def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch):
@@ -295,5 +302,5 @@ def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch
     written, real = [], Path.write_text
     monkeypatch.setattr(Path, "write_text", lambda self, *a, **kw: (written.append(self.name), real(self, *a, **kw))[1])
     result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {}, trainer=None)
-    training.write_summary(tmp_path, result, _cfg(), None)
+    training.write_summary(tmp_path, result, None)
     assert "log_history.json" in written and written[-1] == MARKERS["train_qlora"] == "training_summary.json", written

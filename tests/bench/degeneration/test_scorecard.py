@@ -24,7 +24,7 @@ def test_score_counts_recall_per_cut_false_positives_and_latency():
 
 @pytest.mark.integration  # builds a stress sample (every document on the machine) and streams it: about 30 s
 def test_streaming_guard_and_detect_agree_on_the_same_texts(small):
-    from nbutils.train.modeling import load_tokenizer
+    from nbutils.data.chatformat import load_tokenizer
 
     healthy, bad = small
     loops = [s for s in bad if s.cls in stress.LOOP_CLASSES and s.cut % 2 == 0]

@@ -1,0 +1,180 @@
+"""02's plan, made before anything loads: one table, and every problem found listed at once.
+
+Where it runs (preflight), the model (01's manifest names it; a given one must use the same tokenizer), the data
+01 wrote, the loss, the memory plan (whether this batch fits the GPU, the largest batch and the longest sequence
+that do), one GPU or several, the learning rate, the steps and the disk the checkpoints need. Nothing here loads
+weights, imports bitsandbytes or touches CUDA: with several GPUs the notebook forks its kernel afterwards
+(nbutils.train.launch), and each training process builds the recipe itself.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbutils import defaults
+from nbutils.data import chatformat, splits
+from nbutils.runtime import environment, modelsource
+from nbutils.runtime.preflight import Environment, inspect
+from nbutils.train import argcheck, diskspace, launch, memory, modeling, recipe
+from nbutils.train import loss as lm_loss
+
+SMOKE = {"max_steps": 10, "eval_steps": 5, "save_steps": 5}  # smoke=True: the whole chain in a minute
+
+
+class PlanError(ValueError):
+    """What the plan found wrong, every problem with what to do (the table above it shows the numbers)."""
+
+
+@dataclass
+class RunPlan:
+    """What 02's later cells read: plan.base_model, plan.train_ds, plan.max_steps, plan.learning_rate ..."""
+
+    env: Environment
+    base_model: str
+    base_model_why: str
+    data_dir: Path
+    out: Path
+    manifest: dict
+    train_ds: object
+    eval_ds: object
+    model_config: object
+    attention: str
+    loss: str
+    memory: dict
+    launch: launch.Launch
+    learning_rate: float
+    learning_rate_why: str
+    max_steps: int
+    eval_steps: int
+    save_steps: int
+    save_total_limit: int | None
+    progress: str
+    checkpoint_need_mb: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> str:
+        return self.env.precision
+
+    @property
+    def batching(self) -> dict:
+        return self.manifest["batching"]
+
+    @property
+    def packed(self) -> bool:
+        return self.batching["strategy"] == "packed"
+
+    @property
+    def device_map(self) -> str | None:
+        return "split" if self.launch.mode == "split" else None
+
+    def record(self, **extra) -> dict:
+        """What every checkpoint records beyond what the model and the Trainer carry (recipe.run_config)."""
+        return {"base_model": self.base_model, "precision": self.precision, "max_seq_len": self.manifest["max_seq_len"],
+                "data_manifest_hash": self.manifest.get("content_hash"), "versions": dict(self.env.versions), **extra}
+
+    def rows(self) -> dict:
+        """The table's rows after preflight's: the model, the data, the loss, memory, mode, schedule, disk."""
+        m, b = self.manifest, self.batching
+        steps = f"{self.max_steps} steps" if self.max_steps > 0 else "by epochs"
+        return {
+            "base_model": f"{self.base_model} ({self.base_model_why})",
+            "model_attention": self.attention,
+            "data": f"{len(self.train_ds)} train / {len(self.eval_ds)} eval from {self.data_dir}; max_seq_len "
+                    f"{m['max_seq_len']}; batching {b['strategy']}",
+            "loss": self.loss,
+            **{f"memory.{k}": v for k, v in _memory_rows(self.memory).items()},
+            "mode": f"{self.launch.mode}: {self.launch.why}",
+            "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
+            "steps": f"{steps}; eval every {self.eval_steps}, save every {self.save_steps}, keep {self.save_total_limit}",
+            "output": f"{self.out}: checkpoints need ~{self.checkpoint_need_mb:,.0f} MB, "
+                      f"{diskspace.free_mb(self.out):,.0f} MB free",
+        }
+
+    def table(self) -> str:
+        rows = {**self.env.rows(), **self.rows(), "problems": len(self.problems) or "none"}
+        width = max(len(k) for k in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
+
+
+def progress_mode(progress: str = "auto") -> str:
+    """'log' (plain lines: step, loss, tokens/s, ETA) in a batch run, where widgets show nothing;
+    'both' (widgets and the lines) in an interactive session: a local papermill run looks
+    interactive (papermill sets nothing the kernel can see), and the lines keep its log readable."""
+    if progress not in ("auto", "widgets", "log", "both"):
+        raise ValueError(f"progress={progress!r} is not one of auto, widgets, log, both")
+    if progress != "auto":
+        return progress
+    from nbutils.runtime.environment import detect_platform
+
+    return "log" if detect_platform().is_batch else "both"
+
+
+def _memory_rows(plan: dict) -> dict:
+    rows = {k: f"{v:.3f} GB" for k, v in plan["parts_gb"].items()}
+    rows["peak"] = f"{plan['estimate_gb']:.2f} GB at batch {plan['batch_size']} x seq {plan['seq_len']}"
+    if plan.get("gpu_memory_gb"):
+        rows["gpu"] = (f"{plan['gpu_memory_gb']} GB: {'fits' if plan['fits'] else 'DOES NOT FIT'}; largest batch "
+                       f"that fits {plan['largest_batch_that_fits']}; longest sequence {plan['longest_seq_that_fits']}")
+    else:
+        rows["gpu"] = "no GPU: the plan is what a GPU run would need"
+    return rows
+
+
+def _base_model(manifest: dict, given: str) -> tuple[str, str]:
+    """01's model unless another with the same tokenizer is given; reachable, or the suite's message now."""
+    name, why = recipe.base_model_for_training(
+        manifest, given, tokenizer_fingerprint=lambda other: chatformat.fingerprint(chatformat.load_tokenizer(other)))
+    modelsource.check(name)
+    return name, why
+
+
+def plan_run(*, base_model: str = "", data_dir: str = "", output_dir: str = "", smoke: bool = False,
+             precision: str = "auto", load_in_4bit: bool = True, attn_implementation: str = "auto",
+             multi_gpu: str = "auto", num_processes: int = 0, per_device_batch_size: int = 16, grad_accum: int = 1,
+             lora_r: int = 16, chunked_loss="auto", learning_rate="auto", max_steps: int = 80, num_epochs: float = 1.0,
+             eval_steps: int = 20, save_steps: int = 20, save_total_limit: int | None = 2, resume: bool = True,
+             progress: str = "auto", show: bool = True) -> RunPlan:
+    """Plan 02's run from its parameters; print one table; raise PlanError listing every problem found."""
+    env, problems = inspect(precision, load_in_4bit)
+    data_dir = environment.find_upstream("data_prep", data_dir)
+    manifest = splits.load_manifest(data_dir)
+    name, why = _base_model(manifest, base_model)
+    model_config = modelsource.load_config(name)
+    loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)
+    mem = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
+                      env.gpu_memory_gb, env.gpu_count, loss=loss)
+    try:
+        run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
+    except ValueError as e:
+        problems.append(str(e))
+        run_launch = launch.Launch("single", 1, 1, "blocked: see the problems")
+    lr, lr_why = defaults.learning_rate(learning_rate, model_config)
+    steps = SMOKE if smoke else {"max_steps": max_steps, "eval_steps": eval_steps, "save_steps": save_steps}
+    plan = RunPlan(env, name, why, Path(data_dir), environment.stage_dir("train_qlora", output_dir), manifest,
+                   splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval"), model_config,
+                   modeling.choose_attention(model_config, attn_implementation, env.attention), loss, mem, run_launch,
+                   lr, lr_why, steps["max_steps"], steps["eval_steps"], steps["save_steps"], save_total_limit,
+                   progress_mode(progress))
+    plan.problems = problems + _checks(plan, per_device_batch_size, grad_accum, num_epochs, resume)
+    if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
+        print(plan.table())
+    if plan.problems:
+        raise PlanError("02's plan found problems, before anything loaded:\n- " + "\n- ".join(plan.problems))
+    return plan
+
+
+def _checks(plan: RunPlan, per_device_batch_size: int, grad_accum: int, num_epochs: float, resume: bool) -> list[str]:
+    """The parameters against the data and the model (argcheck's rules), and the disk against the checkpoints."""
+    values = {"per_device_train_batch_size": per_device_batch_size, "gradient_accumulation_steps": grad_accum,
+              "world_size": plan.launch.world_size, "max_steps": plan.max_steps, "num_train_epochs": num_epochs,
+              "eval_strategy": "steps", "save_strategy": "steps", "eval_steps": plan.eval_steps,
+              "save_steps": plan.save_steps}
+    found = argcheck.problems(values, n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
+                              resume=resume, max_seq_len=plan.manifest["max_seq_len"],
+                              model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))
+    plan.checkpoint_need_mb = diskspace.needed_mb(plan.memory["checkpoint_mb"], plan.save_total_limit)
+    disk = diskspace.check(plan.out, plan.checkpoint_need_mb, plan.save_total_limit)
+    return found + ([disk] if disk else [])

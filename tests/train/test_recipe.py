@@ -1,0 +1,57 @@
+"""The run's recipe: named once upstream, recorded from what 02 built, loaded as recorded, contradictions refused."""
+
+import json
+
+import pytest
+
+from nbutils.train import recipe
+
+
+def _checkpoint(tmp_path, **run_config):
+    folder = tmp_path / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / "run_config.json").write_text(json.dumps({"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "precision": "fp16",
+                                                        "quantization": {"bnb_4bit_quant_type": "nf4"}, **run_config}))
+    return folder
+
+
+def test_03_and_04_take_the_checkpoints_model_and_4bit_config(tmp_path):
+    run = recipe.from_checkpoint(_checkpoint(tmp_path), machine_precision="fp16")
+    assert run.base_model == "Qwen/Qwen2.5-0.5B-Instruct" and run.quantization == {"bnb_4bit_quant_type": "nf4"}
+    assert run.precision == run.trained_precision == "fp16"
+
+
+@pytest.mark.parametrize("trained, machine, expected", [
+    ("fp16", "fp32", "fp32"),  # a T4-trained adapter evaluated on a CPU
+    ("fp16", "bf16", "fp16"),  # on an A100: as trained
+    ("bf16", "fp16", "fp16"),  # an A100-trained adapter on a T4: its bf16 is emulated
+    ("fp32", "fp16", "fp32"),
+])
+def test_precision_is_the_trained_one_where_this_machine_has_it(tmp_path, trained, machine, expected):
+    assert recipe.from_checkpoint(_checkpoint(tmp_path, precision=trained), machine_precision=machine).precision == expected
+
+
+def test_another_base_model_is_refused_naming_both(tmp_path):
+    with pytest.raises(recipe.UpstreamMismatch) as err:
+        recipe.from_checkpoint(_checkpoint(tmp_path), base_model="embedded")
+    msg = str(err.value)
+    assert "base_model='embedded' here" in msg and "trained on 'Qwen/Qwen2.5-0.5B-Instruct'" in msg
+    assert recipe.from_checkpoint(_checkpoint(tmp_path / "b"), base_model="Qwen/Qwen2.5-0.5B-Instruct").base_model
+
+
+def test_02_takes_01s_model_or_one_with_the_same_tokenizer():
+    manifest = {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "tokenizer_fingerprint": "abc"}
+    assert recipe.base_model_for_training(manifest, "") == ("Qwen/Qwen2.5-0.5B-Instruct", "from 01's manifest")
+    same = recipe.base_model_for_training(manifest, "/kaggle/input/qwen", tokenizer_fingerprint=lambda name: "abc")
+    assert same[0] == "/kaggle/input/qwen" and "its tokenizer is the one 01 used" in same[1]
+    with pytest.raises(recipe.UpstreamMismatch, match=r"base_model='other/model' here, but 01 prepared the data with "
+                                                      r"'Qwen/Qwen2.5-0.5B-Instruct'"):
+        recipe.base_model_for_training(manifest, "other/model", tokenizer_fingerprint=lambda name: "xyz")
+
+
+def test_a_damaged_run_config_names_the_file(tmp_path):
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "run_config.json").write_text("{not json")
+    with pytest.raises(recipe.UpstreamMismatch, match=r"run_config.json cannot be read .*re-run 02_train_qlora"):
+        recipe.from_checkpoint(folder)
