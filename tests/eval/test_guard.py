@@ -287,8 +287,8 @@ def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
 def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
     """The guard judges up to the last whole character (a byte-level tokenizer may split one over tokens); the
     decoded prefix ends in U+FFFD there, which detect reads as a character not yet written."""
-    from nbutils.eval.detect import detect
     from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
 
     tok = load_tokenizer("embedded")
     for text in ["中, " * 12, "🚀 " + "看看 " * 10, "\ufeff" + "=" * 130, "「好」。" * 12]:
@@ -299,3 +299,44 @@ def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
     for text in ["🚀 Getting started\n\nInstall it first.", "\ufeff====\nTitle\n====\nText follows here.",
                  "「注意」：请先安装。"]:
         assert not _observe(tok, text)[1]["reasons"], text
+
+
+# ---- the embedded base model's rows: field echoes, role markers and blank lines, then an answer or EOS ---------------
+
+def test_markers_after_healthy_text_wait_until_they_are_a_model_saying_nothing():
+    """What the embedded base model wrote on a task prompt (guard_bench, greedy): a field echoed, six role markers,
+    a word, EOS. The guard stopped it at its second check (token 16 of 19) as a run of markers; detect on the whole
+    row says healthy. Markers after healthy text stop a row only once they reach GUARD_SPECIAL_CHARS characters."""
+    from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import GUARD_SPECIAL_CHARS, marker_tail, markers_pending
+
+    tok = load_tokenizer("embedded")
+    row = " : name : bob\n" + "<|assistant|>\n" * 6 + " is\n"
+    assert not detect(row).degenerate and not _observe(tok, row)[1]["reasons"]
+    assert marker_tail(row[:-4]) == len("\n" + "<|assistant|>\n" * 6) and marker_tail(row) == 0
+    assert marker_tail("a <|assistant|>\n<|assis") == len(" <|assistant|>\n<|assis") and marker_tail("a <b") == 0
+    assert markers_pending(row[:-4]) and detect(row[:-4]).degenerate  # post hoc, cut there: a run of markers
+    ids, state = _observe(tok, " : job : judge\n" + "<|assistant|>\n\n\n" * 24)  # one that never answers
+    prefix = tok.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
+    assert state["reasons"] and detect(prefix).degenerate and marker_tail(prefix) >= GUARD_SPECIAL_CHARS
+    assert not markers_pending("the the the the the the the the the the the " + "<|assistant|>\n" * 2)
+
+
+def test_the_embedded_base_model_rows_that_end_are_never_stopped(embedded_dir):
+    """Real generations: the embedded base model on task prompts (greedy, as 03 runs its baseline). A row that ends
+    with EOS without the guard, and that detect calls healthy, comes out of the guarded run token for token."""
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+    from nbutils.eval import evaluation
+
+    tok = chatformat.load_tokenizer("embedded")
+    model = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded")).eval()
+    prompts = [tok.apply_chat_template([{"role": "user", "content": r["instruction"]}], tokenize=False,
+                                       add_generation_prompt=True) for r in embedded.task_records(32, seed=5)]
+    off = evaluation.generate(model, tok, prompts, max_new_tokens=32, guard="off")
+    flag = evaluation.generate(model, tok, prompts, max_new_tokens=32, guard="flag")
+    ended = [k for k, o in enumerate(off) if o["eos"] and not o["verdict"].degenerate]
+    assert len(ended) >= 16, "the base model should end most rows"
+    assert [(flag[k]["text"], flag[k]["guard_stopped"]) for k in ended] == [(off[k]["text"], False) for k in ended]
