@@ -70,8 +70,9 @@ class Stop:
 
 
 def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int = 8) -> dict[int, Stop]:
-    """Feed every text token by token through DegenerationGuard (observe mode), calling it after every token as
-    `generate` does; id(sample) -> Stop."""
+    """Feed every text token by token through DegenerationGuard, calling it after every token as `generate` does;
+    id(sample) -> Stop. The texts go on after a stop (the feed is fixed), but the guard never checks a stopped row
+    again, as in `generate`."""
     import torch
 
     from nbutils.eval.detect import detect
@@ -86,7 +87,7 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
         width = max(len(ids) for _, ids in chunk) + 1
         rows = [[bos] + ids + [eos] * (width - len(ids)) for _, ids in chunk]
         seq = torch.tensor(rows, dtype=torch.long)
-        guard = DegenerationGuard(tokenizer, prompt_length=1, check_every=check_every, eos_token_id=eos, stop=False)
+        guard = DegenerationGuard(tokenizer, prompt_length=1, check_every=check_every, eos_token_id=eos)
         for end in range(2, seq.shape[1] + 1):
             guard(seq[:, :end], None)
         for (s, ids), state in zip(chunk, guard.report()):
