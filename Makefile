@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest keeps its rewritten test modules, and Python its compiled modules, as bytecode in __pycache__; an
+# environment that turns bytecode off makes every pytest process compile them again (about 3 s each).
+unexport PYTHONDONTWRITEBYTECODE
 # The chain's notebooks, in order, from their one source (nbutils/chain.py: stdlib only, no venv needed).
 NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 # papermill-check runs the chain in the project venv, then in each Kaggle image twin (kaggle-image/*.txt).

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "nbutils"
 TOOLS = ("nbutils.harness", "nbutils.kaggle")
@@ -168,6 +170,9 @@ print(json.dumps({"failed": failed, "edges": sorted(e for e in edges if e[0] != 
 """
 
 
+# Starting an interpreter that imports every module takes about 9 s: make test runs it, the quick loop keeps the
+# static checks below (module level and inside functions), which read the same imports without running them.
+@pytest.mark.integration
 def test_every_module_imports_in_a_fresh_interpreter_without_a_cycle():
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(sorted(MODULES))], capture_output=True, text=True,
                          cwd=ROOT, timeout=600)
