@@ -96,4 +96,5 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
                 prefix = tokenizer.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
                 at, agreed = len(prefix), detect(prefix).degenerate
             out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at, agreed)
+    stream.tokens = sum(len(ids) for _, ids in encoded)  # what was streamed, for a cost per token
     return out
