@@ -250,9 +250,11 @@ def _early_cycle(tail: str, m: dict) -> bool:
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     starts = (before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
               or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
-    if r >= q or len(LETTER_RE.findall(again)) < 0.5 * r or not starts:
-        return False  # two copies (the loop rules judge them), or no prose (a table, rulers)
-        return False
+    if tail.count("```", 0, len(tail) - r - q) % 2:
+        return False  # inside a code block, opened before the first copy: a program's output said again
+    prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
+    if r > q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
+        return False  # more than two copies (the loop rules judge them), or no prose (a table, rulers)
     code = len(CODE_RE.findall(tail, len(tail) - r))
     if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(tail, len(tail) - r)):
         return False  # code, which repeats its lines and blocks
@@ -350,7 +352,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     tokens = _tokens(tail)
     last = tail[-1:]
     loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
-    if not loop and tail.count("```") % 2 == 0 and _early_cycle(tail, m):  # code blocks show output said again
+    if not loop and _early_cycle(tail, m):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

@@ -305,6 +305,16 @@ def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
     assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
 
 
+def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
+    lines = ["Set focus on the main window (in order to collect key events)",
+             "Check the adapter files before the export starts again",
+             "The tokenizer is saved next to the weights in the output folder"]
+    unit = "\n".join(lines) + "\n"
+    assert "loop" in detect("Notes:\n" + unit + unit.rstrip()).reasons  # two whole copies, the last line end unsaid
+    fenced = unit + "```\npython train.py\n```\n"  # the cycle opens a code block: the cycle is not inside one
+    assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
+
+
 def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
     msg = " घटक के लिए डिफ़ॉल्ट चमक के लिए एक परिवर्तन का प्रतिनिधित्व करता है. शून्य कोई परिवर्तन नहीं दर्शाता है"
     text = "\n\n".join(colour + msg for colour in ("लाल", "हरी", "नीले"))
