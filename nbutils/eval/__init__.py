@@ -1,6 +1,6 @@
 """Evaluation (03_eval): generation under the degeneration guard, task metrics, the report.
 
-- `detect`, `soup`: whether a generation is degenerate (loops, token soup, junk, empty).
+- `detect`, `soup`, `junk`: whether a generation is degenerate (loops, token soup, unicode junk, empty).
 - `guard`: `detect` inside `model.generate`, stopping only the rows that degenerate.
 - `degeneration`: the circuit breaker for whole runs, summaries, and `python -m nbutils.eval.degeneration check`.
 - `evaluation`: guarded batched generation on a bounded sample, the task metric, the eval loss.
