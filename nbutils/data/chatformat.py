@@ -68,9 +68,14 @@ def load_tokenizer(base_model: str, verbose: bool = False):
 def fingerprint(tokenizer) -> str:
     """A short hash of what decides the token ids and the chat format: the vocabulary, the special tokens, the
     template. Two names for one model (a Hub id and its Kaggle input folder) give the same fingerprint."""
-    text = json.dumps([sorted(tokenizer.get_vocab().items()), sorted(map(str, tokenizer.all_special_tokens)),
-                       getattr(tokenizer, "chat_template", None) or ""])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    vocab = tokenizer.get_vocab()
+    by_id = [""] * (max(vocab.values(), default=-1) + 1)  # placed by id: sorting 256k items took 1.5 s
+    for token, i in vocab.items():
+        by_id[i] = token
+    digest = hashlib.sha256("\0".join(by_id).encode())
+    digest.update(json.dumps([sorted(map(str, tokenizer.all_special_tokens)),
+                              getattr(tokenizer, "chat_template", None) or ""]).encode())
+    return digest.hexdigest()[:16]
 
 
 def prepare_tokenizer(tokenizer, verbose: bool = False):
