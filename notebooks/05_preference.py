@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -146,8 +151,8 @@ def trainer_arguments():
         warmup_steps=2,
         optim="adamw_torch",  # on the LoRA weights only; resumes exactly
         fp16=plan.precision == "fp16", bf16=plan.precision == "bf16",  # the precision rule: fp16 on a T4
-        gradient_checkpointing=True,  # activations recomputed in backward: two sequences per pair still fit a T4
-        gradient_checkpointing_kwargs={"use_reentrant": False},  # the reentrant variant drops frozen inputs' gradients
+        activation_checkpointing=True,  # activations recomputed in backward: two sequences per pair still fit a T4
+        activation_checkpointing_kwargs={"use_reentrant": False},  # the reentrant variant drops frozen inputs' gradients
         eval_strategy="no",  # 05 judges the result itself, against 02's adapter, after training
         save_strategy="steps", save_steps=plan.save_steps,
         save_total_limit=None,  # rotation is the suite's: it keeps the newest checkpoints that verify
