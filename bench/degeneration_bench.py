@@ -1,15 +1,18 @@
-"""Degeneration on the stress set: post-hoc `detect`, the streaming guard, and Whisper's compression rule beside them.
+"""Degeneration on the stress set: post-hoc `detect` beside Whisper's compression rule, and the streaming guard under
+three tokenizers (the embedded one, Qwen2's and Llama-3's).
 
     python -m bench degeneration_bench
 
-The stress set (bench/degeneration/stress.py) is built from text shipped with Python, installed packages
-and the system's gettext catalogs. Headline figures come from the REPORTED sample (seed
-REPORTED_SEED, the reported half of the documents); the TUNING sample (seed TUNING_SEED, the other
-half) is what the rules were tuned on and is shown beside them. Every degenerate text is cut at 8
-offsets of its last period; "min over cuts" is the worst of the 8. Latency: characters after the
-onset until `detect` first fires on a growing prefix (8 characters at a time), first cut only. The
-guard is fed each text token by token (embedded tokenizer) as `generate` runs it, in observe mode:
-a stop of a healthy text at any prefix counts as a false positive.
+The stress set (bench/degeneration/) is built from text shipped with Python, installed packages, the system's
+gettext catalogs and package lists. Headline figures come from the REPORTED sample (seed REPORTED_SEED, the
+reported half of the documents); the TUNING sample (seed TUNING_SEED, the other half) is what the rules were tuned
+on and is shown beside them. Every degenerate text is cut at 8 offsets of its end; "min cut" is the worst of the 8.
+Latency: characters after the onset until `detect` first fires on a growing prefix (8 characters at a time), first
+cut only. The guard is fed each text token by token, called after every token as `generate` calls it, in observe
+mode; a stop of a healthy text at any prefix counts as a false stop, and every stop is checked against `detect` on
+the prefix decoded up to it. Empty output is left out of the stream: a row that says nothing ends at once.
+The real tokenizers come from llama-cpp-python's source distribution (bench/real_vocab.py); where PyPI cannot be
+reached their rows say so. Rows are kept in bench/results/<machine>.json.
 """
 
 from __future__ import annotations
@@ -17,10 +20,16 @@ from __future__ import annotations
 import time
 
 from bench.degeneration import scorecard
-from bench.degeneration.stress import LOOP_CLASSES, REPORTED_SEED, TUNING_SEED, build
+from bench.degeneration.stress import CUTS, REPORTED_SEED, TUNING_SEED, build
 from nbutils.eval.detect import detect, whisper_rule
 
-N_HEALTHY, PER_CLASS = 2500, 40  # about 100 healthy samples per script or kind; 320 texts per class
+N_HEALTHY, PER_CLASS = 2500, 40  # about 80 healthy samples per script or kind; 320 texts per class
+# The guard is streamed token by token (about 5 texts a second per tokenizer on the shared 2-core machine), so each
+# tokenizer streams a subsample of the reported sample drawn with its own seed: STREAM_HEALTHY healthy texts and
+# STREAM_CUTS of the 8 cuts (picked at random) of every degenerate generation (the same subsample for all three tokenizers).
+STREAM_SEED, STREAM_HEALTHY, STREAM_CUTS = 2, 800, 1
+TOKENIZERS = ("embedded", "qwen2", "llama-3")
+COMMAND = "python -m bench degeneration_bench"
 
 
 def _flag(text: str) -> bool:
@@ -36,53 +45,94 @@ def _worst(groups: dict[str, float]) -> str:
     return f"worst {g} {groups[g]:.3f}"
 
 
+def _row(metric: str, value, target: str = "", note: str = "") -> dict:
+    return {"bench": "degeneration", "metric": metric, "value": value, "target": target, "note": note}
+
+
+def detect_rows(healthy: list, bad: list, tune: dict) -> list[dict]:
+    """Per class: recall, its worst cut, latency, Whisper beside; then recall, false positives and latency overall."""
+    flags = {id(s): _flag(s.text) for s in healthy + bad}
+    ours = scorecard.score(healthy, bad, flags, _flag)
+    whisper = scorecard.score(healthy, bad, {id(s): whisper_rule(s.text) for s in healthy + bad})
+    rows = [_row(f"detect recall {cls} (n={c['n']}, 8 cuts)", round(c["recall"], 3), ">= 0.97",
+                 f"min over cuts {c['min_cut']:.3f}; median latency {_fmt(c['latency'])} chars; "
+                 f"whisper {whisper['classes'][cls]['recall']:.3f}; tuning sample {tune['classes'][cls]['recall']:.3f}")
+            for cls, c in ours["classes"].items()]
+    worst = min(ours["classes"], key=lambda k: ours["classes"][k]["recall"])
+    return rows + [
+        _row(f"detect recall, all classes (n={len(bad)})", round(ours["recall"], 3), ">= 0.97",
+             f"worst class {worst} {ours['classes'][worst]['recall']:.3f}; whisper {whisper['recall']:.3f}; "
+             f"tuning sample {tune['recall']:.3f}"),
+        _row(f"detect false-positive rate, healthy (n={len(healthy)})", round(ours["fp"], 4), "<= 0.003",
+             f"per script/kind: {_worst(ours['fp_groups'])} (<= 0.01); structured {ours['fp_structured']:.4f}; "
+             f"whisper {whisper['fp']:.4f}; tuning {tune['fp']:.4f}"),
+        _row("detect median latency after onset, chars", _fmt(scorecard.median(ours["latency"])), "<= 64",
+             "first cut of every degenerate text"),
+    ]
+
+
+def _tokenizer(name: str):
+    if name == "embedded":
+        from nbutils.data.chatformat import load_tokenizer
+
+        return load_tokenizer("embedded")
+    from bench import real_vocab
+
+    return real_vocab.load_tokenizer(name)
+
+
+def guard_rows(name: str, healthy: list, bad: list) -> list[dict]:
+    """The guard streamed under one tokenizer: recall per class, false stops, stops detect does not confirm, cost."""
+    from bench import real_vocab
+
+    try:
+        tok = _tokenizer(name)
+    except real_vocab.Unavailable as e:
+        return [_row(f"guard ({name})", "not run", note=str(e))]
+    said = [s for s in bad if s.cls != "empty"]
+    t0 = time.perf_counter()
+    stops = scorecard.stream(healthy + said, tok)
+    spent = time.perf_counter() - t0
+    tokens = scorecard.stream.tokens
+    g = scorecard.score(healthy, said, {k: v.stopped for k, v in stops.items()})
+    per_class = "; ".join(f"{cls} {c['recall']:.3f} (min cut {c['min_cut']:.3f})" for cls, c in g["classes"].items())
+    worst = min(g["classes"], key=lambda k: g["classes"][k]["recall"])
+    unconfirmed = sum(v.stopped and not v.agreed for v in stops.values())
+    return [
+        _row(f"guard recall, worst class ({name}, streamed)", round(g["classes"][worst]["recall"], 3), ">= 0.97",
+             f"{worst}; all classes {g['recall']:.3f}; {per_class}"),
+        _row(f"guard false stops, healthy at any prefix ({name}, n={len(healthy)})", round(g["fp"], 4), "<= 0.003",
+             f"per script/kind: {_worst(g['fp_groups'])} (<= 0.01); structured {g['fp_structured']:.4f} (<= 0.01)"),
+        _row(f"guard stops detect does not confirm on the decoded prefix ({name})", unconfirmed, "0",
+             f"of {sum(v.stopped for v in stops.values())} stops"),
+        _row(f"guard time per 1,000 tokens, streamed ({name}), ms", round(1000 * spent / tokens, 1),
+             note=f"{tokens} tokens in {spent:.0f} s, the bench's own token-by-token loop included"),
+    ]
+
+
+def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
+    """The subsample the guard streams: STREAM_HEALTHY healthy texts, STREAM_CUTS cuts of every degenerate generation,
+    drawn with STREAM_SEED (apart from the seeds that built the samples)."""
+    import random
+
+    rng = random.Random(STREAM_SEED)
+    keep = {(s.cls, s.base): set(rng.sample(range(CUTS), STREAM_CUTS)) for s in bad}
+    picked = [s for s in bad if s.cut in keep[(s.cls, s.base)]]
+    return [healthy[i] for i in sorted(rng.sample(range(len(healthy)), min(STREAM_HEALTHY, len(healthy))))], picked
+
+
 def run() -> list[dict]:
-    """Rows: per class (detect, its worst cut, latency, Whisper, guard), then false positives and agreement."""
-    from nbutils.data.chatformat import load_tokenizer
+    """Rows: detect per class and overall on the reported sample (tuning beside), then the guard per tokenizer."""
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)
     tune_h, tune_b = build(TUNING_SEED, reported=False, n_healthy=N_HEALTHY, per_class=PER_CLASS)
-    flags = {id(s): _flag(s.text) for s in healthy + bad}
-    ours = scorecard.score(healthy, bad, flags, _flag)
     tune = scorecard.score(tune_h, tune_b, {id(s): _flag(s.text) for s in tune_h + tune_b})
-    whisper = scorecard.score(healthy, bad, {id(s): whisper_rule(s.text) for s in healthy + bad})
-    stops = scorecard.stream(healthy + bad, load_tokenizer("embedded"))
-    gflags = {k: v.stopped for k, v in stops.items()}
-    guard = scorecard.score(healthy, bad, gflags)
-    rows = []
-    for cls, c in ours["classes"].items():
-        g, w = guard["classes"][cls], whisper["classes"][cls]
-        rows.append({"bench": "degeneration", "metric": f"recall {cls} (n={c['n']}, 8 cuts)", "value": round(c["recall"], 3),
-                     "target": ">= 0.97, min cut >= 0.95",
-                     "note": f"min over cuts {c['min_cut']:.3f}; median latency {_fmt(c['latency'])} chars; "
-                             f"whisper {w['recall']:.3f}; guard {g['recall']:.3f} (min cut {g['min_cut']:.3f}); "
-                             f"tuning sample {tune['classes'][cls]['recall']:.3f}"})
-    loops = [s for s in bad if s.cls in LOOP_CLASSES]
-    loop_recall = sum(gflags[id(s)] for s in loops) / len(loops)
-    # Empty output never reaches the guard (the row ends at once), so agreement is counted on the other texts.
-    said = [id(s) for s in healthy + bad if s.cls != "empty"]
-    agree = sum(gflags[k] == flags[k] for k in said) / len(said)
-    n_h = len(healthy)
-    rows += [
-        {"bench": "degeneration", "metric": f"detect recall, all classes (n={len(bad)})", "value": round(ours["recall"], 3),
-         "target": ">= 0.97", "note": f"whisper {whisper['recall']:.3f}; tuning sample {tune['recall']:.3f}"},
-        {"bench": "degeneration", "metric": f"detect false-positive rate, healthy (n={n_h})", "value": round(ours["fp"], 4),
-         "target": "<= 0.005", "note": f"per script/kind: {_worst(ours['fp_groups'])} (<= 0.01); structured "
-                                        f"{ours['fp_structured']:.4f}; whisper {whisper['fp']:.4f}; tuning {tune['fp']:.4f}"},
-        {"bench": "degeneration", "metric": "detect median latency after onset, chars",
-         "value": _fmt(scorecard.median(ours["latency"])), "target": "<= 64", "note": "first cut of every degenerate text"},
-        {"bench": "degeneration", "metric": f"guard recall, loop classes (n={len(loops)}, streamed)",
-         "value": round(loop_recall, 3), "target": ">= 0.95", "note": f"all classes {guard['recall']:.3f}"},
-        {"bench": "degeneration", "metric": f"guard false stops, healthy at any prefix (n={n_h})", "value": round(guard["fp"], 4),
-         "target": "<= 0.005", "note": f"per script/kind: {_worst(guard['fp_groups'])} (<= 0.01); structured "
-                                        f"{guard['fp_structured']:.4f} (<= 0.01)"},
-        {"bench": "degeneration", "metric": "guard and post-hoc detect agree (same non-empty texts)",
-         "value": round(agree, 4),
-         "note": f"guard stops, detect clean: {sum(gflags[k] and not flags[k] for k in said)}; detect flags, guard "
-                 f"ran on: {sum(flags[k] and not gflags[k] for k in said)} of {len(said)}; "
-                 f"{time.perf_counter() - t0:.0f} s"},
-    ]
+    rows = detect_rows(healthy, bad, tune)
+    s_healthy, s_bad = stream_sample(healthy, bad)
+    for name in TOKENIZERS:
+        rows += guard_rows(name, s_healthy, s_bad)
+    rows.append(_row("bench time, s", round(time.perf_counter() - t0)))
     return rows
 
 

@@ -6,7 +6,7 @@ What `python -m nbutils.plan dry-run` fetches from the Hub (a few files, no weig
 published config.json and generation_config.json values, and the tokenizer llama.cpp ships for the family
 (bench/real_vocab.py) with the special tokens and chat template of the published tokenizer_config.json. The
 dry run's tests and benches and `make gpu-proof` start from these. BROKEN holds two deliberate mistakes, each of
-which the dry run must name. Folders are built once under real_vocab.CACHE/models/.
+which the dry run must name. Folders are built once under llamacpp.cache_root()/models/.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from bench import real_vocab
+from nbutils.runtime import llamacpp
 from tests.twins import templates
 
 # Phi-3.5-mini's longrope factors: the published lists have 48 values (head_dim 96 / 2) rising from 1.0 (short)
@@ -117,7 +118,7 @@ def folder(name: str) -> Path:
     """The cached model folder of `name` (a key of MODELS or BROKEN), written on first use."""
     from filelock import FileLock
 
-    dest = real_vocab.CACHE / "models" / name
+    dest = llamacpp.cache_root() / "models" / name
     real_vocab.load_tokenizer(spec(name)["vocab"])  # converted once, outside the lock below
     with FileLock(str(dest) + ".lock"):
         if not (dest / "config.json").exists():

@@ -37,6 +37,9 @@ STAGES = (
           ("data_prep", "train_qlora"), "base vs fine-tuned: task metrics with intervals, eval loss, degeneration, chat"),
     Stage("04_export", "export", "export_summary.json", None, "qlora-04-export", "QLoRA 04 Export", True,
           ("data_prep", "train_qlora", "eval"), "gate on 03, merged fp16 (verified), adapter + card, Hub push, GGUF"),
+    Stage("05_preference", "preference", "preference_summary.json", "preference_dir", "qlora-05-preference",
+          "QLoRA 05 Preference", True, ("data_prep", "train_qlora"),
+          "DPO, ORPO, KTO or GRPO (rollouts under the guard) on 02's adapter, judged against it"),
 )
 NOTEBOOKS = tuple(s.notebook for s in STAGES)
 MARKERS = {s.stage: s.marker for s in STAGES}  # stage folder -> the file written last
@@ -52,7 +55,7 @@ def by_notebook(name: str) -> Stage:
 
 
 def by_stage(name: str) -> Stage:
-    """The stage writing folder `name` ('data_prep', 'train_qlora', 'eval', 'export')."""
+    """The stage writing folder `name` ('data_prep', 'train_qlora', 'eval', 'export', 'preference')."""
     for s in STAGES:
         if s.stage == name:
             return s

@@ -16,8 +16,10 @@
 # Fourth notebook of the suite. It exports what 02 trained, but only when 03 showed it is worth it:
 # a **gate** reads 03's report; then a **merged fp16 model** (the base reloaded in fp16, the adapter
 # merged in, verified against base + adapter), the **adapter alone** with a model card, an optional
-# **push to the Hugging Face Hub** (private by default) and an optional **GGUF** file for llama.cpp
-# and Ollama. Steps that cannot run here (no token, no internet, no llama.cpp) say why and skip.
+# **push to the Hugging Face Hub** (private by default) and a **GGUF** file for llama.cpp and Ollama
+# with its Modelfile, verified by reloading it. A **disk plan** made before anything is written keeps
+# the output within the disk and Kaggle's limit. Steps that cannot run here (no token, no internet)
+# say why and skip.
 
 # %% [markdown]
 # ## Install
@@ -59,8 +61,9 @@ max_shard_size = "2GB"  # safetensors shard size of the merged model
 hub_repo = ""  # "<user>/<model>": push there with the HF_TOKEN secret; empty: no push
 hub_private = True
 hub_what = "adapter"  # adapter, merged, or both (the merged model then goes to "<hub_repo>-merged")
-gguf_type = ""  # e.g. q8_0, f16 (converter) or q4_k_m (needs llama-quantize); empty: no GGUF
-llama_cpp_dir = ""  # a llama.cpp checkout; empty: $LLAMA_CPP_DIR, /kaggle/working/llama.cpp, /content/llama.cpp
+gguf_type = "q8_0"  # q8_0, f16, bf16 (the converter); q4_k_m, q5_k_m, q6_k (builds llama-quantize: minutes); "": none
+gguf_lora = True  # with gguf_type: the adapter alone as a GGUF LoRA too (llama.cpp --lora), megabytes
+llama_cpp_dir = ""  # a llama.cpp checkout to use; empty: the attached dataset's, a checkout, or the pinned one
 
 # %% [markdown]
 # ## Preflight
@@ -107,6 +110,20 @@ if export_merged and memory_plan["device"] is None:
     raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
 
 # %% [markdown]
+# ## Disk plan
+# Before anything is written: the size of every artifact (from the parameter count and the dtypes),
+# against the free space where it goes and the platform's limit (Kaggle keeps 20 GiB of
+# `/kaggle/working`). The output keeps what fits in the order of value (adapter, GGUF, merged); big
+# intermediates go to the temp folder. An 8B model is 16 GiB merged plus 8.5 GiB as q8_0: on Kaggle the
+# merged model then stays in the temp folder instead of filling the disk at the end of the run.
+
+# %%
+from nbutils.export import diskplan
+
+disk = diskplan.for_export(out, ckpt, memory_plan["params"], export_adapter, export_merged, gguf_type, gguf_lora)
+print(diskplan.text(disk))
+
+# %% [markdown]
 # ## What every export carries
 # The model card's facts (data, training run, 03's figures) and where each export is pushed.
 
@@ -128,7 +145,7 @@ from nbutils.data import splits
 from nbutils.eval import evaluation
 
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
-prompts, _ = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+prompts, references = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
 print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]
@@ -140,13 +157,14 @@ print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %%
 merged = None
-if export_merged:
-    merged = merge.export_merged(base_model, ckpt, out / "merged", prompts, memory_plan["device"], max_shard_size=max_shard_size)
-    (out / "merged" / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
-    print(f"merged model in {out / 'merged'}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
+if disk.path("merged"):  # written under a .partial name, renamed once saved and verified
+    with diskplan.writing(disk.path("merged")) as folder:
+        merged = merge.export_merged(base_model, ckpt, folder, prompts, memory_plan["device"], max_shard_size=max_shard_size)
+        (folder / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
+    print(f"merged model in {disk.path('merged')}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
           f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
 else:
-    print("[merged] skipped: export_merged=False")
+    print(f"[merged] skipped: {disk.items['merged'].reason if 'merged' in disk.items else 'export_merged=False'}")
 
 # %% [markdown]
 # ## Adapter only
@@ -157,8 +175,8 @@ else:
 from nbutils.export import adapter
 
 adapter_export = None
-if export_adapter:
-    adapter_export = adapter.export_adapter(ckpt, out / "adapter", card.model_card(facts, "adapter", repos.get("adapter", "")))
+if disk.path("adapter"):
+    adapter_export = adapter.export_adapter(ckpt, disk.path("adapter"), card.model_card(facts, "adapter", repos.get("adapter", "")))
     print(f"adapter in {adapter_export['dir']}: {adapter_export['size_mb']} MB, {len(adapter_export['files'])} files "
           f"({', '.join(adapter_export['files'])})")
 else:
@@ -171,38 +189,45 @@ else:
 # or written. Without a token or internet the step says why and skips.
 
 # %%
-pushed = [hub.push(str(out / name), repo, private=hub_private) for name, repo in repos.items() if (out / name).exists()]
+pushed = [hub.push(str(disk.path(name)), repo, private=hub_private) for name, repo in repos.items() if disk.path(name)]
 if not repos:
     print("[hub] skipped: hub_repo is empty: set it to '<your-username>/<model-name>' to push")
 
 # %% [markdown]
 # ## GGUF for llama.cpp and Ollama
-# With `gguf_type` set and llama.cpp's converter available (see `nbutils/export/gguf.py` for how
-# to get it on Kaggle or Colab), the merged model becomes one `.gguf` file. Otherwise this skips.
+# llama.cpp's own converter (from the attached dataset, so it works with the internet off) turns the
+# merged model into one `.gguf` file that carries the tokenizer, the chat template and every stop token
+# (EOS, end of turn, `generation_config.eos_token_id`): a model that loses them talks on forever in
+# Ollama. The file is then reloaded and compared with the merged model on the check prompts (logits,
+# greedy tokens, perplexity on the eval texts) before it is kept. Beside it: an Ollama `Modelfile`
+# with the trained chat template and one `PARAMETER stop` per stop token, and the adapter alone as a
+# GGUF LoRA. The last lines printed are the commands to run it.
 
 # %%
-from nbutils.export import gguf
+from nbutils.export import ggufbuild
 
-gguf_file = None
-if gguf_type and merged is None:
-    print("[gguf] skipped: GGUF is converted from the merged model; set export_merged=True")
-elif gguf_type:
-    gguf_file = gguf.export_gguf(out / "merged", out / "gguf", gguf_type, llama_cpp_dir)
+gguf_export = None
+if gguf_type:
+    gguf_export = ggufbuild.export(disk, gguf_type, tokenizer, prompts, [p + r for p, r in zip(prompts, references)],
+                                   base_model, ckpt, facts, llama_cpp_dir, gguf_lora, memory_plan["device"] or "cpu")
+    print(ggufbuild.report(gguf_export))
 else:
     print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert)")
 
 # %% [markdown]
 # ## Summary
-# `export_summary.json` records the gate, the memory plan, the verification and what was written
-# and pushed (secrets scrubbed).
+# `export_summary.json` records the gate, the memory plan, the verification, what was written and
+# pushed, the GGUF's checks and commands, and the disk plan: what was kept where, what was dropped and
+# why (secrets scrubbed).
 
 # %%
 from nbutils.export import summary as export_summary
 
 result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": memory_plan, "merged": merged,
-          "adapter": adapter_export, "pushed": pushed, "gguf": str(gguf_file) if gguf_file else None, "facts": facts}
+          "adapter": adapter_export, "pushed": pushed, "gguf": gguf_export, "disk_plan": diskplan.summary(disk),
+          "facts": facts}
 export_summary.write_summary(out, result)
 print(f"[export] gate {'forced' if decision.forced else 'passed'}; merged: "
       f"{'max |logit diff| ' + format(merged['max_abs_diff'], '.4g') if merged else 'no'}; adapter: "
       f"{str(adapter_export['size_mb']) + ' MB' if adapter_export else 'no'}; pushed: {pushed or 'nothing'}; "
-      f"GGUF: {result['gguf'] or 'none'}; all in {out / 'export_summary.json'}")
+      f"GGUF: {(gguf_export or {}).get('file') or 'none'}; all in {out / 'export_summary.json'}")

@@ -1,4 +1,4 @@
-"""The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 under `python -m nbutils.harness run` with
+"""The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 -> 05 under `python -m nbutils.harness run` with
 smoke=True, the model named in 01 alone (02, 03 and 04 take it from upstream, as a user's chain does), then the
 checkpoint reloads with its own tokenizer and chat template.
 
@@ -69,3 +69,7 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     assert report03["tuned"]["n"] == 8
     export = json.loads((work / "04_export" / "working" / "export" / "export_summary.json").read_text())
     assert export["merged"]["same_argmax"] and export["adapter"]["files"], name
+    preference = work / "05_preference" / "working" / "preference"
+    summary05 = json.loads((preference / "preference_summary.json").read_text())  # DPO on 02's adapter, smoke
+    assert summary05["global_step"] == 4 and summary05["checkpoint_complete"], name
+    assert json.loads((preference / "checkpoint" / "run_config.json").read_text())["base_model"] == str(folder)

@@ -30,7 +30,10 @@ SITE = sysconfig.get_paths()["purelib"]
 LOCALE_DIRS = ["/usr/share/locale", "/usr/share/locale-langpack"]
 LANGUAGES = ["vi", "hi", "th", "ar", "fa", "he", "ka", "hy", "am", "ta", "bn", "ja", "zh_CN", "ko", "ru", "uk", "el",
              "de", "fr", "es", "pl", "tr"]
-STRUCTURED = ("table", "numbered", "markdown", "code", "log", "changelog")
+# Regional languages written in Latin letters with spellings of their own (Low German, Limburgish, Walloon, Friulian,
+# Bavarian): a group of their own, so unusual spelling is judged apart from the standard languages.
+REGIONAL = ["nds", "li", "wa", "fur", "bar"]
+STRUCTURED = ("table", "numbered", "markdown", "code", "log", "changelog", "ruled", "opened", "output", "commands")
 
 
 @dataclass
@@ -92,7 +95,7 @@ def _catalog(path: str) -> list[tuple[str, str]]:
 def translations() -> list[Doc]:
     """One document per installed catalog and language: its translated messages, one paragraph each."""
     docs = []
-    for lang in LANGUAGES:
+    for lang in LANGUAGES + REGIONAL:
         paths = sorted({p for d in LOCALE_DIRS for p in glob.glob(f"{d}/{lang}/LC_MESSAGES/*.mo")})
         for path in paths:
             # A catalog holds the same message for several programs, aligned differently: keep one of each.
@@ -100,7 +103,7 @@ def translations() -> list[Doc]:
             text = "\n\n".join(msgs.values())[:60_000]
             if len(text) < 600:
                 continue
-            script = "vietnamese" if lang == "vi" else script_of(text)
+            script = "vietnamese" if lang == "vi" else "regional" if lang in REGIONAL else script_of(text)
             docs.append(Doc("prose", path, text, script))
             if lang == "vi":  # the same text with its marks decomposed, as some tokenizers and editors write it
                 docs.append(Doc("prose", path + "#nfd", unicodedata.normalize("NFD", text), "vietnamese-nfd"))
@@ -197,9 +200,11 @@ def is_reported(doc: Doc) -> bool:
 
 
 def snippet(doc: Doc, rng: random.Random, length: int | None = None) -> str:
-    """A piece of `doc` of 100-3000 characters (log-uniform) starting at a line start."""
+    """A piece of `doc` of 100-3000 characters (log-uniform) starting at a line start (at its start: `opened`)."""
     length = length or int(10 ** rng.uniform(2, 3.48))
     text = doc.text
+    if doc.kind in ("opened", "output"):  # how it opens (a BOM, an emoji, CJK marks); a code block from its fence
+        return text[:length].rstrip()
     if len(text) <= length:
         return text.strip()
     starts = [0] + [m.end() for m in re.finditer(r"\n", text[: len(text) - length])]

@@ -66,12 +66,16 @@ class Stop:
     stopped: bool
     reasons: list[str]
     at_char: int | None  # characters of the text generated when the guard would have stopped it
+    agreed: bool | None = None  # does `detect` call the decoded prefix at the stop degenerate? (None: no stop)
 
 
 def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int = 8) -> dict[int, Stop]:
-    """Feed every text token by token through DegenerationGuard (observe mode); id(sample) -> Stop."""
+    """Feed every text token by token through DegenerationGuard, calling it after every token as `generate` does;
+    id(sample) -> Stop. The texts go on after a stop (the feed is fixed), but the guard never checks a stopped row
+    again, as in `generate`."""
     import torch
 
+    from nbutils.eval.detect import detect
     from nbutils.eval.guard import DegenerationGuard
 
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id or 0
@@ -83,12 +87,14 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
         width = max(len(ids) for _, ids in chunk) + 1
         rows = [[bos] + ids + [eos] * (width - len(ids)) for _, ids in chunk]
         seq = torch.tensor(rows, dtype=torch.long)
-        guard = DegenerationGuard(tokenizer, prompt_length=1, check_every=check_every, eos_token_id=eos, stop=False)
-        for end in range(1 + check_every, seq.shape[1] + check_every, check_every):
-            guard(seq[:, :min(end, seq.shape[1])], None)
+        guard = DegenerationGuard(tokenizer, prompt_length=1, check_every=check_every, eos_token_id=eos)
+        for end in range(2, seq.shape[1] + 1):
+            guard(seq[:, :end], None)
         for (s, ids), state in zip(chunk, guard.report()):
-            at = None
-            if state["reasons"]:
-                at = len(tokenizer.decode(ids[:state["stop_token"] + 1]))
-            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at)
+            at = agreed = None
+            if state["reasons"]:  # the prefix as the eval decodes it (evaluation.generate), judged post hoc
+                prefix = tokenizer.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
+                at, agreed = len(prefix), detect(prefix).degenerate
+            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at, agreed)
+    stream.tokens = sum(len(ids) for _, ids in encoded)  # what was streamed, for a cost per token
     return out

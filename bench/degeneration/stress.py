@@ -16,11 +16,13 @@ import random
 import re
 from dataclasses import dataclass
 
-from bench.degeneration.corpus import STRUCTURED, Doc, documents, is_reported, snippet
+from bench.degeneration.corpus import STRUCTURED, Doc, is_reported, snippet
+from bench.degeneration.shaped import everything
 
-CLASSES = ["char-repeat", "token-repeat", "punctuation-repeat", "phrase-loop", "sentence-loop", "multi-sentence-loop",
-           "multi-line-loop", "prompt-echo", "counting-loop", "word-soup", "subword-soup", "unicode-junk", "empty"]
-LOOP_CLASSES = CLASSES[:9]
+CLASSES = ["char-repeat", "dot-run", "token-repeat", "punctuation-repeat", "phrase-loop", "sentence-loop",
+           "multi-sentence-loop", "multi-sentence-early", "multi-line-loop", "prompt-echo", "counting-loop", "word-soup",
+           "subword-soup", "unicode-junk", "empty"]
+LOOP_CLASSES = CLASSES[:11]
 CUTS = 8
 TUNING_SEED, REPORTED_SEED = 0, 1
 SPECIALS = ["</s>", "<s>", "<pad>", "<unk>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<eos>",
@@ -97,6 +99,9 @@ def loop(cls: str, m: Material, rng: random.Random) -> tuple[str, int, int]:
     """A degenerate continuation of loop class `cls` -> (text, onset within it, length of its last period)."""
     if cls == "char-repeat":
         return rng.choice(CHAR_POOL) * rng.randint(30, 400), 0, 1
+    if cls == "dot-run":  # real tokenizers pack 16-64 dots into one token: long in characters, short in tokens
+        unit = rng.choice([".", ".", ".", "…"])
+        return _repeat(unit, rng, least=200)[0], 0, 1
     if cls == "token-repeat":
         tok = rng.choice([m.words(rng, 1)[0], m.words(rng, 1, "code")[0], str(rng.randint(0, 999)),
                           rng.choice("中好的のあЖ"), m.words(rng, 1)[0][:3], m.words(rng, 1, "foreign")[0]])
@@ -200,6 +205,8 @@ def degenerate(cls: str, base: int, docs: list[Doc], m: Material, rng: random.Ra
         return [Sample(cls, _empty(rng), base=base, cut=j) for j in range(CUTS)]
     prefix = "" if rng.random() < 0.15 else snippet(rng.choice(docs), rng, rng.randint(20, 600))[:600]
     head = prefix + ("" if not prefix or prefix.endswith((" ", "\n")) else rng.choice([" ", "\n", "\n\n"]))
+    if cls == "multi-sentence-early":
+        return _early(head, m, rng, base)
     if cls in LOOP_CLASSES:
         body, onset, period = loop(cls, m, rng)
     else:
@@ -209,6 +216,20 @@ def degenerate(cls: str, base: int, docs: list[Doc], m: Material, rng: random.Ra
     shift = rng.random()
     ends = [len(text) - period + int((j + shift) * period / CUTS) for j in range(CUTS)]
     return [Sample(cls, text[:e], onset=len(head) + onset, cut=j, base=base) for j, e in enumerate(ends)]
+
+
+def _early(head: str, m: Material, rng: random.Random, base: int) -> list[Sample]:
+    """A cycle of 3-5 sentences cut in the last 40% of its second copy, once two of its sentences and 100 characters
+    were said again: a loop that `max_new_tokens` cut before two whole copies."""
+    sentences = [m.sentence(rng) for _ in range(rng.randint(3, 5))]
+    sep = rng.choice([" ", " ", "\n", "\n\n"])
+    unit = sep.join(sentences) + sep
+    text = head + unit * 2
+    start = len(head) + len(unit)  # the second copy
+    after_two = start + max(len(sep.join(sentences[:2])), int(0.6 * len(unit)), 100)
+    shift = rng.random()
+    ends = [after_two + int((j + shift) * (len(text) - after_two) / CUTS) for j in range(CUTS)]
+    return [Sample("multi-sentence-early", text[:e], onset=start, cut=j, base=base) for j, e in enumerate(ends)]
 
 
 def healthy(docs: list[Doc], n: int, rng: random.Random) -> list[Sample]:
@@ -229,7 +250,7 @@ def build(seed: int, reported: bool, n_healthy: int = 1600, per_class: int = 40,
           docs: list[Doc] | None = None) -> tuple[list[Sample], list[Sample]]:
     """(healthy, degenerate) samples from the tuning half (reported=False) or the reported half of the documents."""
     rng = random.Random(seed)
-    docs = [d for d in (docs or documents()) if is_reported(d) == reported]
+    docs = [d for d in (docs or everything()) if is_reported(d) == reported]
     material = Material(docs)
     bad = [s for cls in CLASSES for b in range(per_class) for s in degenerate(cls, b, docs, material, rng)]
     return healthy(docs, n_healthy, rng), bad

@@ -5,4 +5,5 @@
 - `chatformat`: the tokenizer's pad, end-of-turn and stop tokens, and its chat template.
 - `splits`: validated, chat-formatted, tokenized train/eval splits and their manifest (`python -m nbutils.data`).
 - `batching`: how padding each way wastes tokens, and packing done safely.
+- `pairs`: preference pairs (strings, message lists, HH transcripts) and KTO rows, rendered as SFT was, quarantined by line.
 """

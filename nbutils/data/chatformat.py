@@ -65,12 +65,18 @@ def load_tokenizer(base_model: str, verbose: bool = False):
     return prepare_tokenizer(modelsource.load(AutoTokenizer.from_pretrained, base_model), verbose)
 
 
-def fingerprint(tokenizer) -> str:
+def fingerprint(tokenizer, *also) -> str:
     """A short hash of what decides the token ids and the chat format: the vocabulary, the special tokens, the
-    template. Two names for one model (a Hub id and its Kaggle input folder) give the same fingerprint."""
-    text = json.dumps([sorted(tokenizer.get_vocab().items()), sorted(map(str, tokenizer.all_special_tokens)),
-                       getattr(tokenizer, "chat_template", None) or ""])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    template (and `also`, JSON values hashed with them). Two names for one model (a Hub id and its Kaggle input
+    folder) give the same fingerprint."""
+    vocab = tokenizer.get_vocab()
+    by_id = [""] * (max(vocab.values(), default=-1) + 1)  # placed by id: sorting 256k items took 1.5 s
+    for token, i in vocab.items():
+        by_id[i] = token
+    digest = hashlib.sha256("\0".join(by_id).encode())
+    digest.update(json.dumps([sorted(map(str, tokenizer.all_special_tokens)),
+                              getattr(tokenizer, "chat_template", None) or "", *also]).encode())
+    return digest.hexdigest()[:16]
 
 
 def prepare_tokenizer(tokenizer, verbose: bool = False):

@@ -258,10 +258,11 @@ def _encode_rows(rows, tokenizer, template, train_on_prompt):
     from datasets import Dataset
 
     ds = Dataset.from_list(rows)
-    # Batched map: the Rust tokenizer encodes 1000 texts per call, on all cores. A second process
-    # (for the Python-side template rendering) pays off only on large inputs (bench: ~1.2x on 2 idle cores).
+    # Batched: 1000 texts per Rust tokenizer call; a 2nd process pays off only on large inputs (bench: ~1.2x on 2
+    # cores). Named by our fingerprint: datasets would pickle the whole tokenizer to name it (6 s for 256k tokens).
     procs = 2 if len(ds) >= 50_000 and (os.cpu_count() or 1) >= 2 else None
-    ds = ds.map(encode_batch, batched=True, batch_size=1000, num_proc=procs,
+    name = chatformat.fingerprint(tokenizer, ds._fingerprint, template, train_on_prompt)
+    ds = ds.map(encode_batch, batched=True, batch_size=1000, num_proc=procs, new_fingerprint=name,
                 fn_kwargs={"tokenizer": tokenizer, "template": template, "train_on_prompt": train_on_prompt},
                 desc="tokenize")
     errors = ds["error"][:]  # lists: datasets' lazy Column indexes slowly

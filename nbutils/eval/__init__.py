@@ -1,10 +1,13 @@
 """Evaluation (03_eval): generation under the degeneration guard, task metrics, the report.
 
-- `detect`, `soup`: whether a generation is degenerate (loops, token soup, junk, empty).
+- `detect`, `soup`, `junk`: whether a generation is degenerate (loops, token soup, unicode junk, empty).
 - `guard`: `detect` inside `model.generate`, stopping only the rows that degenerate.
 - `degeneration`: the circuit breaker for whole runs, summaries, and `python -m nbutils.eval.degeneration check`.
 - `evaluation`: guarded batched generation on a bounded sample, the task metric, the eval loss.
 - `metrics`: exact match, ROUGE-L, chrF or a user scorer, with bootstrap intervals and win/tie/loss.
 - `report`: one line per model, the per-sample table and the chart of degeneration reasons.
 - `chat`: talk to the tuned model (streamed interactively, plain lines in a batch run).
+- `judge`: 05's report against the SFT adapter: preference accuracy, reward margins, held-out reward, task metric.
+- `rewards`: GRPO reward functions (`module:function`) for short answers, and the penalty for degenerate ones.
+- `rollouts`: GRPO's rollouts under the degeneration guard: loops stop early, their tokens counted as saved.
 """

@@ -18,6 +18,7 @@ import unicodedata
 import zlib
 from dataclasses import dataclass, field
 
+from nbutils.eval.junk import CJK, unicode_junk
 from nbutils.eval.soup import soup
 
 TAIL_CHARS = 1600  # loops with a period up to ~500 characters are visible; the cost stays flat
@@ -33,7 +34,6 @@ SPECIAL_RE = re.compile(_SPECIAL, re.I)
 PARTIAL_SPECIAL_RE = re.compile(r"<\|[^|<>\s]{0,40}\|?$|</?[a-z_]{0,13}$|\[[A-Z]{0,4}$")  # cut off in the middle of <|user|>
 SPECIAL_RUN_RE = re.compile(rf"(?:(?:{_SPECIAL})\s*){{4,}}$", re.I)  # special tokens, over and over, at the end
 END_MARK_RE = re.compile(r"end|eos|eot|</s>|stop", re.I)  # end-of-text markers: what follows them is padding
-CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 
 
 def _mark_class() -> str:
@@ -59,25 +59,18 @@ ASCII_TOKEN_RE = re.compile(r"0x[0-9a-f]+|\\[xu][0-9a-f]+|_*[a-z]+(?:_+[a-z]+)*_
 # Whole numbers as TOKEN_RE sees them (Step 41, Q41, 0x1f); escapes and digits inside names (x1d4b0) are left alone.
 NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d+)(?=st\b|nd\b|rd\b|th\b|\W|$)")
 SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
-# UTF-8 read as Latin-1/cp1252: a lead byte (Â-ð) followed by continuation bytes (U+0080-U+00BF or their cp1252 glyphs).
-_CONT = "\u0080-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d\u2018\u2019" \
-        "\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u017e\u0178"
-MOJIBAKE_RE = re.compile(f"[\u00c2-\u00df][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
-CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \t \n \v \f \r are ordinary in text and source files
-# Invisible characters after ASCII (where no script needs them), or ones no script needs at all.
-# Bidi marks (U+200E, U+200F) are ordinary in Hebrew and Arabic text next to Latin, and left alone.
-INVISIBLE_RE = re.compile("(?<=[\x20-\x7e\u0400-\u04ff])[\u200b-\u200d]|[\ufeff\u2060-\u2064]")
-COMBINING_RUN_RE = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]{4,}")
-LONE_LETTER_RE = re.compile(f"(?<=[{CJK}])[A-Za-z\u00c0-\u024f](?=[{CJK}])")  # 数h鏽: no script writes so
-ACCENTED_WORD_RE = re.compile("[A-Za-z\u00c0-\u024f]*[\u00c0-\u024f][A-Za-z\u00c0-\u024f]*")
-PRINTF_RE = re.compile(r"%[-+ #0-9.*]*[hlLqjzt]*[a-zA-Z]")  # %li, %.250s: catalogs put them next to any script
-PRIVATE_RE = re.compile("[\ue000-\uf8ff\U000f0000-\U0010ffff]")
 RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
 SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
+CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
+EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
+LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
+CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
+RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 78, 80, 100, 120 are common)
+OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
 # The end of a sentence as prose writes it (a stop after a non-space, then a space): code has `a.b`, not `b. C`.
@@ -112,10 +105,12 @@ def _char_runs(text: str, start: int, truncated: bool, m: dict) -> bool:
         c, n, s = match.group(1), len(match.group(0)), match.start()
         if _separator(c):
             line_start = text.rfind("\n", 0, s) + 1
-            prev = text[text.rfind("\n", 0, max(0, line_start - 1)) + 1:max(0, line_start - 1)].strip()
-            if line_start == s and (n <= _width(prev) + 2 or (s == 0 and truncated)):
-                continue  # reStructuredText underline, as long as its title (or whose title is out of view)
-            limit = 100
+            if text[line_start:s].strip(" \t\ufeff" + c):  # (the run may start before the text searched)
+                limit = 100  # after words on its line: dot leaders, "Loading......"
+            elif s == 0 and truncated:
+                continue  # a ruler whose line starts before the text in view
+            else:  # a ruler: its line holds only it (a byte-order mark or indentation may come first)
+                limit = RULER_COLUMNS // max(1, _width(c)) + 1
         elif c.isspace():
             limit = 160  # indentation; blank lines are counted below
         elif c.isdigit() or text[max(0, s - 2):s] in ("0x", "0X"):
@@ -199,6 +194,8 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
         words = {t for t in unit if _is_word(t)}
         if _enough(unit, words, (run + p) / p, span, exact, counting) or (
                 exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
+            if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and tail.count("```") % 2:
+                continue  # inside a code block: a program's sample output says a line a few times
             m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
             if (copies := _line_copies(rev, run + p, p)) is not None:
                 m.update(loop_line_copies=round(copies, 2))
@@ -221,6 +218,48 @@ def _sentence_cycle(tail: str, per_copy: float) -> bool:
     if not 100 <= q <= 2 * per_copy or q > len(tail) // 2 or tail[-2 * q:-q] != tail[-q:]:
         return False
     return bool(SENTENCE_END_RE.search(tail[-q - 3:]))
+
+
+def _sample_output(text: str, p: int) -> bool:
+    """A line said fewer than OUTPUT_COPIES times at the end of a text inside a code block: a program's output."""
+    unit = text[-p:]
+    return unit.count("\n") == 1 and text.count("```") % 2 == 1 and text[-p * OUTPUT_COPIES:] != unit * OUTPUT_COPIES
+
+
+def _early_cycle(tail: str, m: dict) -> bool:
+    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
+    word before, the rest of the cycle between them. Prose: few spaces and few of code's symbols (or a few and a
+    sentence end); a sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
+    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere, often before the second copy
+    ends; healthy text seldom says sentences again verbatim.
+    """
+    at = tail.rfind(tail[-24:], 0, len(tail) - 25)
+    if at < 0 or len(tail) < 200:
+        return False
+    q = len(tail) - 24 - at  # how far back the ending was said before
+    if tail[-EARLY_CYCLE_CHARS:] != tail[-EARLY_CYCLE_CHARS - q:-q]:
+        return False
+    lo, hi = EARLY_CYCLE_CHARS, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if tail[-mid:] == tail[-mid - q:-q] else (lo, mid - 1)
+    r = lo
+    again = tail[-r:]
+    lead = r - len(again.lstrip(" .,;:!?\t"))  # the end of the sentences before both copies may match too
+    before = tail[:len(tail) - r + lead].rstrip(" ")
+    first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
+    starts = (before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
+              or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
+    if tail.count("```", 0, len(tail) - r - q) % 2:
+        return False  # inside a code block, opened before the first copy: a program's output said again
+    prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
+    if r > q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
+        return False  # more than two copies (the loop rules judge them), or no prose (a table, rulers)
+    code = len(CODE_RE.findall(tail, len(tail) - r))
+    if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(tail, len(tail) - r)):
+        return False  # code, which repeats its lines and blocks
+    m.update(cycle_chars=q, cycle_said_again=r)
+    return True
 
 
 def _line_copies(rev: list[str], size: int, p: int) -> float | None:
@@ -249,11 +288,12 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
     if not words and numbers:  # a number said again and again, or counted: [29] [30] [31]
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
-        if all(_separator(c) for t in unit if t != "\n" for c in t):
-            return reps >= 8 and span >= 200  # about 100 characters: spaces between tokens are counted
+        if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
+            return reps >= 8 and span > 2 * RULER_COLUMNS
         return reps >= (16 if "\n" in unit else 8) and span >= 16
     if not exact:
-        return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 5)
+        # Numbers that neither repeat nor step evenly: a menu listed as text sorts them 1, 10, 11, 12, 2 ...
+        return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 13)
     if p <= 2:
         return reps >= 5 and span >= 16
     if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ... (tables say a cell 6 times)
@@ -263,60 +303,6 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
     # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
     # (sentences within a line do not: two copies of 40 characters each are a loop).
     return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 40) * reps else 2.5)
-
-
-def _script(c: str) -> str:
-    if c < "\u0250":
-        return "latin" if c.isalpha() else "other"
-    if "\u3040" <= c <= "\ufaff" or "\u1100" <= c <= "\u11ff" or "\u3130" <= c <= "\u318f":
-        return "cjk"
-    if not c.isalpha():
-        return "symbol" if unicodedata.category(c)[0] == "S" else "other"  # punctuation separates, like spaces
-    return unicodedata.name(c, "? ?").split(" ", 1)[0].lower()  # "LATIN" (U+1EA1) is "latin" (U+00E0)
-
-
-def _script_switches(text: str) -> float:
-    """Changes of script between adjacent characters, symbols included (Latin next to CJK counts a quarter,
-    a symbol next to CJK a half: Korean and Chinese write ☆, ⓡ and ㅠ.ㅠ between words without spaces)."""
-    score, prev = 0.0, None
-    for c in text:
-        s = "other" if c.isspace() or c.isdigit() or c.isascii() and not c.isalpha() else _script(c)
-        if s == "other":
-            prev = None
-            continue
-        if prev and s != prev:
-            pair = {s, prev}
-            score += 0.25 if pair == {"latin", "cjk"} else 0.5 if pair == {"symbol", "cjk"} else 1
-        prev = s
-    return score
-
-
-def _odd_letters(text: str) -> int:
-    """Letters no script writes so: one Latin letter alone between CJK characters, or a capital after a small
-    letter inside a word where either has a diacritic (ŏüŶ, űĭãŮ; camelCase in ASCII is code): random characters."""
-    odd = len(LONE_LETTER_RE.findall(text))
-    for word in ACCENTED_WORD_RE.findall(text):  # only Latin words with a diacritic: the loop stays short
-        odd += sum(a.islower() and b.isupper() and not (a.isascii() and b.isascii()) for a, b in zip(word, word[1:]))
-    return odd
-
-
-def _unicode_junk(text: str, m: dict) -> bool:
-    """Replacement characters, control and invisible characters, mojibake, private-use and stacked marks."""
-    control = len(CONTROL_RE.findall(text))
-    if text.isascii():
-        m.update(control=control)
-        return control >= 2
-    counts = {
-        "replacement": text.count("\ufffd"), "control": control, "invisible": len(INVISIBLE_RE.findall(text)),
-        "mojibake": len(MOJIBAKE_RE.findall(text)), "private_use": len(PRIVATE_RE.findall(text)),
-        "stacked_marks": len(COMBINING_RUN_RE.findall(text)),
-        "script_switches": _script_switches(PRINTF_RE.sub(" ", text[-120:]) if "%" in text else text[-120:]),
-        "odd_letters": _odd_letters(text[-120:]),
-    }
-    m.update(counts)
-    return (counts["replacement"] >= 2 or control >= 2 or counts["invisible"] >= 3 or counts["mojibake"] >= 2
-            or counts["private_use"] >= 2 or counts["stacked_marks"] >= 2
-            or counts["script_switches"] + 2 * counts["odd_letters"] >= 8)
 
 
 def _tokens(tail: str) -> list[str]:
@@ -342,6 +328,8 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     lookback: soup is also judged at the spaces within the last `lookback` characters (0: only at the end, as the
     guard does on each check)."""
     m: dict[str, float] = {"chars": len(text)}
+    if text.endswith("\ufffd"):  # the guard judges up to the last whole character; so does a check after the fact
+        text = CUT_CHAR_RE.sub("", text)
     if not text.strip():
         return Verdict(True, ["empty"], m)
     tail = text[-TAIL_CHARS:]
@@ -353,7 +341,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     reasons = []
     if text.rstrip().endswith((">", "]")) and _special_run(text[-RECENT_CHARS:]):
         reasons.append("token-repeat")
-    if _unicode_junk(recent, m):
+    if unicode_junk(recent, m):
         reasons.append("unicode-junk")
     if (not recent.isascii() or "##" in recent) and len(SUBWORD_RE.findall(recent)) >= 3:  # ASCII: only ## can match
         reasons.append("subword-soup")
@@ -364,7 +352,9 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     tokens = _tokens(tail)
     last = tail[-1:]
     loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
-    if not loop and (p := _char_period(recent)):
+    if not loop and _early_cycle(tail, m):
+        loop = "loop"
+    if not loop and (p := _char_period(recent)) and not _sample_output(recent, p):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"
         m.update(loop_period_chars=p)
     if loop:

@@ -2,9 +2,10 @@
 
 Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
 only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
-seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), or
-every `detect_every` tokens anyway, makes it decode just the new tokens onto the row's text tail and
-run `nbutils.eval.detect.detect` on that bounded tail. It
+seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), CHECK_CHARS
+characters not yet judged (asked between checks only at a step that brought a long token: real tokenizers pack
+64 dots into one), or every `detect_every` tokens anyway, makes it decode just the new tokens onto the row's
+text tail and run `nbutils.eval.detect.detect` on that bounded tail, up to its last whole character. It
 detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
 tokens they would get without it. `make bench` measures its cost inside generate.
 """
@@ -12,18 +13,40 @@ tokens they would get without it. `make bench` measures its cost inside generate
 from __future__ import annotations
 
 import os
+import re
+import weakref
 from array import array
 from dataclasses import dataclass, field
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from nbutils.eval.detect import TAIL_CHARS, Verdict, detect
+from nbutils.eval.detect import PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
 
 GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
 GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
+_MARKER_END_RE = re.compile(f"(?:{SPECIAL_RE.pattern})$", re.I)
 GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
+# Judged by characters where tokens are few: real tokenizers pack up to 64 dots (or `=`, spaces) into one token, so
+# a row whose new tokens hold this many characters is judged at once, whatever the token count.
+CHECK_CHARS = 128
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its tables (see _tables)
+
+
+def _tables(tokenizer, long: int) -> tuple[dict[int, int], frozenset[int]]:
+    """Characters per token id, as the vocabulary spells it (a byte-level space counts one), and the ids of tokens
+    of `long` characters or more: built once per tokenizer and shared by every guard on it (eval makes one per
+    batch; a look-up in the vocabulary per token costs more than the guard's step)."""
+    try:
+        tables = _TABLES.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced builds its tables for each guard
+        tables = {}
+    if "chars" not in tables:
+        tables["chars"] = {i: len(t) for t, i in tokenizer.get_vocab().items()}
+    if long not in tables:
+        tables[long] = frozenset(i for i, n in tables["chars"].items() if n >= long)
+    return tables["chars"], tables[long]
 
 
 @dataclass
@@ -37,6 +60,7 @@ class RowState:
     text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
     buf: bytearray = field(default_factory=bytearray)  # the ids as 4-byte integers, for _long_repeat's search
     decoded: int = 0  # tokens already decoded into text
+    unjudged: int = 0  # characters (as the vocabulary spells the tokens) generated since detect last ran on the row
 
 
 def settled(verdict: Verdict) -> bool:
@@ -51,7 +75,8 @@ def settled(verdict: Verdict) -> bool:
     third copy has begun. A row that has written only special markers and whitespace so far stops once they reach
     GUARD_SPECIAL_CHARS characters: the embedded base model opens with `<|assistant|>` three times and then answers,
     and a stop at the first check cut that answer (10 of 64 rows in guard_bench). Post hoc,
-    `detect` reports all three as soon as it sees them. Every other verdict stops at once.
+    `detect` reports all three as soon as it sees them. Every other verdict stops at once, unless the row ends with
+    markers after healthy text (markers_pending).
     """
     m = verdict.metrics
     if verdict.reasons == ["special-tokens-only"]:
@@ -62,6 +87,30 @@ def settled(verdict: Verdict) -> bool:
         return verdict.degenerate
     need = GUARD_COUNT_REPEATS * (1 if m.get("loop_counts") else 2)
     return m.get("loop_repeats", 0) >= need or m.get("loop_chars", 0) >= GUARD_COUNT_CHARS
+
+
+def marker_tail(text: str) -> int:
+    """Characters at the end of text that are special markers (the last may be cut short) and whitespace; 0 when
+    the text does not end with a marker."""
+    rest = text.rstrip()
+    if cut := PARTIAL_SPECIAL_RE.search(rest, max(0, len(rest) - 44)):
+        rest = rest[:cut.start()].rstrip()
+    markers = 0
+    while rest.endswith((">", "]")) and (mark := _MARKER_END_RE.search(rest, max(0, len(rest) - 48))):
+        rest, markers = rest[:mark.start()].rstrip(), markers + 1
+    return len(text) - len(rest) if markers else 0
+
+
+def markers_pending(text: str) -> bool:
+    """Has a row written fewer than GUARD_SPECIAL_CHARS characters of markers and blank lines after text that is
+    healthy (or after nothing)? Then it may still answer, and is not stopped yet: the embedded base model writes
+    `<|assistant|>` and blank lines after echoing a field (" : name : bob") and then answers or ends with EOS.
+    Post hoc `detect` flags the markers when they are what the row ends with."""
+    tail = marker_tail(text)
+    if not 0 < tail < GUARD_SPECIAL_CHARS:
+        return False
+    before = text[:-tail]
+    return not before.strip() or not detect(before, lookback=0).degenerate
 
 
 def _id_loop(ids: list[int], max_period: int = 64) -> bool:
@@ -93,10 +142,12 @@ def _long_repeat(buf: bytearray) -> bool:
 class DegenerationGuard(StoppingCriteria):
     """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
 
-    Every `check_every` tokens it looks at the new token ids of each unfinished row; when the ids
-    repeat (short periods exactly, long ones by their last 16 ids), and anyway every `detect_every`
-    tokens, it decodes only the row's new tokens (plus two of context), appends them to the row's
-    text tail and runs `detect` on it. Rows that emitted EOS
+    Every `check_every` tokens (sooner when long tokens bring a row CHECK_CHARS characters) it looks at the
+    new token ids of each unfinished row; when the ids repeat (short periods exactly, long ones by their
+    last 16 ids), when CHECK_CHARS characters are unjudged, and anyway every `detect_every` tokens, it
+    decodes only the row's new tokens (plus two of context), appends them to the row's text tail and
+    runs `detect` on it: every stop is `detect`'s verdict on the text decoded up to it (markers_pending and
+    settled say when a verdict waits). Rows that emitted EOS
     are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
     would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
     to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
@@ -114,6 +165,8 @@ class DegenerationGuard(StoppingCriteria):
         self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
         self.rows: list[RowState] = []
         self._start, self._done = 0, None
+        self._checked = 0  # the sequence length at the last check
+        self._token_chars, self._long = _tables(tokenizer, max(1, CHECK_CHARS // check_every))
 
     def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
         batch, length = input_ids.shape
@@ -121,10 +174,22 @@ class DegenerationGuard(StoppingCriteria):
             self.rows = [RowState() for _ in range(batch)]  # a new generate() call
             self._start = self.prompt_length if self.prompt_length is not None else length - 1
             self._done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+            self._checked = self._start
         generated = length - self._start
-        if generated % self.check_every == 0:
+        due = generated % self.check_every == 0
+        if not due and not self._long.isdisjoint(input_ids[:, -1].tolist()):  # between checks: one set look-up
+            due = self._many_chars(input_ids)
+        if due:
             self._check(input_ids, generated, generated % self.detect_every == 0)
+            self._checked = length
         return self._done
+
+    def _many_chars(self, input_ids: torch.LongTensor) -> bool:
+        """Has a live row generated CHECK_CHARS characters that detect has not judged? Asked only at a step that
+        brought a long token: shorter ones cannot add that many between two checks."""
+        chars, recent = self._token_chars, input_ids[:, self._checked:].tolist()
+        return any(not (r.stopped or r.eos) and r.unjudged + sum(chars.get(t, 0) for t in recent[i]) >= CHECK_CHARS
+                   for i, r in enumerate(self.rows))
 
     def _check(self, input_ids: torch.LongTensor, generated: int, full: bool) -> None:
         active = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
@@ -132,6 +197,7 @@ class DegenerationGuard(StoppingCriteria):
             return
         seen = min(len(self.rows[i].ids) for i in active)
         suspects, fresh = [], input_ids[:, self._start + seen:].tolist()
+        chars = self._token_chars
         for i in active:
             row = self.rows[i]
             new = fresh[i][len(row.ids) - seen:]
@@ -139,9 +205,10 @@ class DegenerationGuard(StoppingCriteria):
             row.ids += new if hit is None else new[:hit + 1]
             row.buf += array("i", new).tobytes()  # after EOS the row is never searched again
             row.tokens = len(row.ids)
+            row.unjudged += sum(chars.get(t, 0) for t in new)
             if hit is not None:
                 row.eos = True  # finished: never checked again
-            elif full or _id_loop(row.ids) or _long_repeat(row.buf):
+            elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _long_repeat(row.buf):
                 suspects.append(row)
         if not suspects:
             return
@@ -159,9 +226,9 @@ class DegenerationGuard(StoppingCriteria):
                 continue
             cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
             add = full_text[cut:]
-            row.text, row.decoded = (row.text + add)[-2 * TAIL_CHARS:], end
+            row.text, row.decoded, row.unjudged = (row.text + add)[-2 * TAIL_CHARS:], end, 0
             verdict = detect(row.text, lookback=0)  # the guard judges every check as the text grows
-            if settled(verdict) and not row.reasons:  # counting loops: once they outnumber a healthy menu
+            if settled(verdict) and not row.reasons and not markers_pending(row.text):
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
                 row.stopped = changed = self.stop
         if changed:

@@ -149,9 +149,18 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False)
              bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
     if other >= 0.25 * span or c["lines"] >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
+    if c["lines"] >= 2 and _listed(recent[-chars:]):
+        return None  # `pip install x` line after line: a list of commands opens its lines alike
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
     return _kind(n, span, other, function, short, bad, bare, caps, snake, words)
+
+
+def _listed(text: str) -> bool:
+    """Lines most of which open with a word that opens another line too (`pip`, `python`): a list of commands or
+    options, whatever its words. Soup runs on without line breaks."""
+    firsts = [line.split(None, 1)[0] for line in text.split("\n")[1:] if line.strip()]  # the first may be cut
+    return len(firsts) >= 2 and sum(firsts.count(f) >= 2 for f in firsts) >= 0.6 * len(firsts)
 
 
 def _fragment_line(c: dict) -> bool:

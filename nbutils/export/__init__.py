@@ -5,6 +5,12 @@
 - `adapter`: the light option: the LoRA weights, the tokenizer and the chat template.
 - `card`: model cards (README.md with Hub metadata) from what 01, 02 and 03 wrote.
 - `hub`: push an export folder to the Hugging Face Hub, private by default, the token never shown.
-- `gguf`: GGUF for llama.cpp / Ollama when llama.cpp's converter is at hand; a clear skip otherwise.
+- `diskplan`: before writing: every artifact's size against the free space and the platform's output limit.
+- `gguf`: llama.cpp's converter (dataset, checkout or pinned sdist) run with every stop token written.
+- `quantize`: k-quants through llama-quantize, built from the pinned llama.cpp sources when needed.
+- `ggufload`: a GGUF read back: its header metadata, its weights in the merged model's architecture.
+- `ggufcheck`: a GGUF checked against the trained tokenizer and, reloaded, against the merged model.
+- `modelfile`: Ollama's Modelfile (the trained chat template as a Go template, one stop per stop token).
+- `ggufbuild`: 04's GGUF step: convert, quantize, verify, Modelfile, LoRA GGUF, placed by the disk plan.
 - `summary`: export_summary.json: what 04 decided and wrote, redacted.
 """

@@ -53,7 +53,8 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
 
 def _front_matter(facts: dict, kind: str) -> str:
     base = facts["base_model"]
-    lines = ["---", f"library_name: {'peft' if kind == 'adapter' else 'transformers'}", "pipeline_tag: text-generation",
+    library = {"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers")
+    lines = ["---", f"library_name: {library}", "pipeline_tag: text-generation",
              "tags: [qlora, lora, fine-tuned]"]
     if base and base != "embedded":  # a hub id links the card to its base model
         lines.append(f"base_model: {base}")
@@ -75,11 +76,23 @@ def _eval_table(ev: dict) -> list[str]:
     return rows
 
 
-def model_card(facts: dict, kind: str, repo_id: str = "") -> str:
-    """README.md for an 'adapter' or 'merged' export: usage, data, hyper-parameters, eval and degeneration figures."""
+def _gguf_usage(facts: dict, run: dict) -> tuple[list[str], str]:
+    """How to run a GGUF export: the commands 04 printed, and what the file is."""
+    usage = ["```sh", "# llama.cpp (chat in the terminal; the GGUF carries the chat template and stop tokens)",
+             run["llama_cpp"], "# Ollama (the Modelfile beside the GGUF: template and one stop per stop token)",
+             run["ollama"], "```"]
+    return usage, (f"`{facts['base_model']}` with a QLoRA adapter merged in, as a {run['type']} GGUF for llama.cpp and "
+                   f"Ollama; it stops on {', '.join(run['stops'])}.")
+
+
+def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = None) -> str:
+    """README.md for an 'adapter', 'merged' or 'gguf' export (run: the GGUF's type, stops and commands): usage,
+    data, hyper-parameters, eval and degeneration figures."""
     name = repo_id or "this folder"
     base = facts["base_model"]
-    if kind == "adapter":
+    if kind == "gguf":
+        usage, what = _gguf_usage(facts, run or {})
+    elif kind == "adapter":
         usage = ["```python", "from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer", "",
                  f'model = AutoPeftModelForCausalLM.from_pretrained("{name}")  # loads the base model {base} too',
                  f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```"]

@@ -1,10 +1,11 @@
-"""02's recipe run from the notebook itself, for the tests and benches that train outside a notebook run.
+"""02's (and 05's) recipe run from the notebook itself, for the tests and benches that train outside a notebook run.
 
 The 4-bit config, the LoRA config, the `TrainingArguments` and the `Trainer` are written once, in
 notebooks/02_train_qlora.py. Code that trains outside the chain (the tests of nbutils.train, the fault
 injection, the benches) executes the notebook's own parameters cell and its function cells here, bound to a
 plan of its own, so it trains exactly what a user runs and a change of the recipe reaches it. `arguments`
-overrides TrainingArguments fields where a test needs another value (logging every step, say).
+overrides TrainingArguments fields where a test needs another value (logging every step, say). 05's recipe
+(`PREFERENCE`: trl's config built by `trainer_arguments`, its trainer by `make_trainer`) is read the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "02_train_qlora.py"
+PREFERENCE = ROOT / "notebooks" / "05_preference.py"
+BUILDERS = {NOTEBOOK: "training_arguments", PREFERENCE: "trainer_arguments"}  # the function building the arguments
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef)
 
 
@@ -47,8 +50,9 @@ def namespace(plan, arguments: dict | None = None, notebook: Path = NOTEBOOK, **
     for source in recipe:
         exec(compile(source, str(notebook), "exec"), ns)  # noqa: S102 -- imports and function definitions only
     if arguments:
-        built = ns["training_arguments"]
-        ns["training_arguments"] = lambda: dataclasses.replace(built(), **arguments)
+        name = BUILDERS.get(Path(notebook), "training_arguments")
+        built = ns[name]
+        ns[name] = lambda: dataclasses.replace(built(), **arguments)
     return ns
 
 

@@ -1,4 +1,5 @@
-"""The nbutils dataset for Kaggle: the nbutils wheel plus an offline wheelhouse of every pinned package.
+"""The nbutils dataset for Kaggle: the nbutils wheel, an offline wheelhouse of every pinned package, and llama.cpp's
+converter and sources (nbutils.runtime.llamacpp: from the pinned llama-cpp-python sdist) for 04's GGUF.
 
     python -m nbutils.kaggle dataset            # build/kaggle-dataset/, flat, ready for `kaggle datasets create -p`
 """
@@ -15,9 +16,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from nbutils.runtime import settings
+from nbutils.runtime import llamacpp, settings
 from nbutils.runtime.install import WHEELHOUSE_MANIFEST
-from nbutils.runtime.packages import NUMPY1_PINS, PINS, is_torch_stack, torch_pin
+from nbutils.runtime.packages import EXTRA_PINS, NUMPY1_PINS, PINS, is_torch_stack, torch_pin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,7 +89,9 @@ def dataset_metadata(owner: str | None = None) -> dict:
         "title": "QLoRA nbutils and wheelhouse",
         "subtitle": "nbutils wheel plus pinned wheels for internet-off QLoRA runs",
         "description": "The nbutils helper wheel for the QLoRA notebook suite and every package its install cell "
-                       f"may need, for Kaggle's Python, without torch. Source: https://github.com/{settings.repository()}",
+                       f"may need, for Kaggle's Python, without torch; and {llamacpp.ARCHIVE}, llama.cpp's GGUF "
+                       f"converter, gguf-py and sources (MIT, from llama-cpp-python {llamacpp.VERSION} on PyPI). "
+                       f"Source: https://github.com/{settings.repository()}",
         # The wheels keep their own licenses (MIT, BSD, Apache-2.0 ...): "other" is the honest group.
         "licenses": [{"name": "other"}],
     }
@@ -112,13 +115,17 @@ def _wheels_in(folder: Path) -> set[tuple[str, str]]:
 
 
 def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
-    """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel and the offline wheelhouse, all flat.
+    """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel, the offline wheelhouse and llama.cpp's archive.
 
-    Flat because `kaggle datasets create` skips sub-folders by default. The wheelhouse is every package
-    in nbutils.runtime.packages.NEEDED at its pin plus its full dependency closure for Kaggle's Python, never torch.
+    Flat because `kaggle datasets create` skips sub-folders by default (llama.cpp's files travel as one archive). The
+    wheelhouse is every package in nbutils.runtime.packages.NEEDED and EXTRA at its pin plus its full dependency
+    closure for Kaggle's Python, never torch.
     """
-    specs = [f"{name}=={version}" for name, version in PINS.items()]
+    pins = {**PINS, **EXTRA_PINS}
+    specs = [f"{name}=={version}" for name, version in pins.items()]
     if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
+        if not (dest / llamacpp.ARCHIVE).exists():
+            llamacpp.pack(dest)
         with tempfile.TemporaryDirectory(dir=dest) as tmp:
             fresh = _build_nbutils_wheel(Path(tmp))
             for old in dest.glob("nbutils-*.whl"):
@@ -133,7 +140,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     links = tuple(build_sdist_wheels(dest))  # rouge-score ships no wheel: built here, found through --find-links
     closure = resolve_closure(specs, python_version, extra_args=links)
     # A numpy-1 image gets the releases that still run there (packages.NUMPY1_PINS), numpy held below 2.
-    numpy1 = [f"{n}=={NUMPY1_PINS[n][0] if n in NUMPY1_PINS else v}" for n, v in PINS.items()] + ["numpy<2"]
+    numpy1 = [f"{n}=={NUMPY1_PINS[n][0] if n in NUMPY1_PINS else v}" for n, v in pins.items()] + ["numpy<2"]
     closure1 = resolve_closure(numpy1, python_version, extra_args=links)
     for wanted in (closure, {n: v for n, v in closure1.items() if closure.get(n) != v}):  # one version per call
         subprocess.run([sys.executable, "-m", "pip", "download", "-qq", "--no-deps", *_target(python_version), *links,
@@ -150,5 +157,6 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
         "nbutils": wheel.name, "requested": specs, "closure": dict(sorted(closure.items())),
         "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
     }))
+    llamacpp.pack(dest)
     (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
     return dest

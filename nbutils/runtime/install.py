@@ -27,7 +27,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from nbutils.runtime import settings
-from nbutils.runtime.packages import CHAIN_PACKAGES, NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
+from nbutils.runtime.packages import CHAIN_PACKAGES, EXTRA, NEEDED, NUMPY1_PINS, PINS, acceptable, is_torch_stack, version
 
 WHEELHOUSE_MANIFEST = "wheelhouse.json"
 
@@ -254,6 +254,32 @@ def ensure_packages() -> None:
     missing = any(needs_install(n, installed.get(n)) for n in NEEDED)
     online = has_internet() if platform.name != "local" and dataset is None and missing else False
     run_install(plan_install(platform.name, online, dataset, installed))
+
+
+def ensure_extra(names: tuple[str, ...]) -> str:
+    """Install packages only one step needs (packages.EXTRA: GGUF's converter, k-quants) when they are missing:
+    pinned, from the attached Kaggle dataset when there is one (offline), else from PyPI. Safe mid-notebook:
+    nothing has imported them yet. Returns one line saying what it did."""
+    from nbutils.runtime.environment import detect_platform
+
+    have = installed_versions(names)
+    missing = [n for n in names if have[n] is None or version(have[n]) < version(EXTRA[n].minimum)]
+    if not missing:
+        return f"[install] {', '.join(names)}: present"
+    platform = detect_platform()
+    dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
+    source = ["--no-index", "--find-links", str(dataset)] if dataset else []
+    specs = [f"{n}=={EXTRA[n].pin}" for n in missing]
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--progress-bar", "off", *source, *specs],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        raise RuntimeError(f"pip could not install {', '.join(specs)} ({'from the attached dataset' if dataset else 'from PyPI'}): "
+                           f"{tail}. Attach the nbutils dataset or turn the internet on.")
+    importlib.invalidate_caches()
+    line = f"[install] {', '.join(specs)} from {'the attached dataset (offline)' if dataset else 'PyPI'}"
+    print(line, flush=True)
+    return line
 
 
 # The install cell folds to its title line in Colab (a form) and in Kaggle and JupyterLab (input hidden): a learner

@@ -12,9 +12,9 @@ import logging
 import warnings
 
 # transformers 5.x renamed gradient checkpointing to activation checkpointing and warns on the old
-# names; peft (prepare_model_for_kbit_training, PeftModel.__init__) still calls them. Our own code
-# uses the new names; the warning is for peft's maintainers, not for a person training a model.
-DEPRECATED_ALIASES = r"`(gradient_checkpointing_enable|is_gradient_checkpointing)` is deprecated"
+# names; peft (prepare_model_for_kbit_training, PeftModel.__init__) and trl (around GRPO's generation) still call
+# them. Our own code uses the new names; the warning is for their maintainers, not for a person training a model.
+DEPRECATED_ALIASES = r"`(gradient_checkpointing_enable|gradient_checkpointing_disable|is_gradient_checkpointing)` is deprecated"
 # bitsandbytes on a CPU with AVX512-bf16 tries an optional faster kernel from the `kernels` package
 # and logs when it is absent; its own CPU kernel is used instead, and on a GPU this path never runs.
 BNB_CPU_KERNEL = "Failed to load CPU gemm_4bit_forward"
@@ -47,11 +47,13 @@ def plain_progress(batch: bool) -> None:
     """
     if not batch:
         return
+    import datasets
     from huggingface_hub.utils import disable_progress_bars
     from transformers.utils import logging as hf_logging
 
     disable_progress_bars()
     hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()  # trl tokenizes 05's pairs with datasets.map
 
 
 def quiet_session(batch: bool) -> None:

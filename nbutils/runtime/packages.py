@@ -43,8 +43,19 @@ NEEDED = {
     "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
     "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
     "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)
+    # 05's trainers. Exact: trl moves trainers between releases (ORPO went to trl.experimental in 1.x).
+    "trl": Need("1.16.0", "1.16.0", "trl", exact=True),
 }
 PINS = {name: need.pin for name, need in NEEDED.items()}
+# What one step needs and only that step installs (runtime.install.ensure_extra), never the install cell: 04's
+# GGUF export (llama.cpp's converter imports sentencepiece; transformers reads GGUF with gguf) and its k-quants
+# (cmake builds llama-quantize). The Kaggle wheelhouse carries them, so they install with the internet off.
+EXTRA = {
+    "gguf": Need("0.19.0", "0.10.0", "gguf"),
+    "sentencepiece": Need("0.2.3", "0.1.98", "sentencepiece"),
+    "cmake": Need("4.4.5", "3.14", "cmake"),
+}
+EXTRA_PINS = {name: need.pin for name, need in EXTRA.items()}
 # What the chain imports: a pip conflict about one of these (or what they need) matters to the chain.
 CHAIN_PACKAGES = (*NEEDED, "nbutils", "torch")
 # The versions preflight shows in its table (protobuf: the background-run killer when upgraded after import).

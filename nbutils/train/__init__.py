@@ -17,4 +17,5 @@
 - `faultpoints`: named kill points, armed only by the fault-injection tests.
 - `timeplan`: the run's first steps timed, then its wall time, sessions and quota predicted before it goes on.
 - `launch`: several processes for 02, from inside the notebook or from a shell.
+- `preference`: 05's plan (the SFT adapter's recipe, the data, the method's memory) and the proof its reference is 02's adapter.
 """

@@ -245,9 +245,11 @@ def checkpoint_step(checkpoint: Path) -> int:
 
 
 def find_resumable(output_dir: Path, platform=None) -> Path | None:
-    """Newest verified Trainer checkpoint in output_dir/trainer, else in an attached earlier output; skipped ones are printed."""
+    """Newest verified Trainer checkpoint in output_dir/trainer, else in an attached earlier output of the same stage
+    (05's folder is "preference": 02's checkpoints attached as its input are never its own); skipped ones are printed."""
     from nbutils.runtime.environment import detect_platform
 
+    stage = Path(output_dir).name if Path(output_dir).name in MARKERS else "train_qlora"
     found, skipped = newest_verified(Path(output_dir) / "trainer")
     report_skipped(skipped)
     if found:
@@ -255,7 +257,7 @@ def find_resumable(output_dir: Path, platform=None) -> Path | None:
     platform = platform or detect_platform()
     if platform.input_root.is_dir():  # a Kaggle run attached the output of its previous version
         for depth in ("*", "*/*"):
-            for folder in sorted(platform.input_root.glob(f"{depth}/train_qlora/trainer")):
+            for folder in sorted(platform.input_root.glob(f"{depth}/{stage}/trainer")):
                 found, skipped = newest_verified(folder)
                 report_skipped(skipped)
                 if found:

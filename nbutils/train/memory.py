@@ -142,3 +142,32 @@ def table(p: dict) -> str:
         rows.append(("measured peak", f"{p['measured_peak_gb']:.2f} GB after the first steps"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
+                    completion_len: int, gpu_memory_gb: float | None) -> dict:
+    """02's estimate, extended to the method: DPO and ORPO train on two sequences per pair (chosen and rejected
+    in one batch); DPO and KTO keep a frozen copy of the adapter (fp32 weights, no gradient or optimizer state)
+    and run a reference pass without gradients, which holds less than the training pass and adds no peak of its
+    own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the 16-bit KV cache of its
+    batch of completions), then trains on those batch x (prompt + completion) tokens."""
+    shape = Shape.from_config(model_config)
+    linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
+    if method == "grpo":
+        rows, length = batch, seq_len + completion_len
+        kv = shape.layers * 2 * rows * length * shape.hidden * shape.kv_heads // shape.heads * 2
+        what = f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x {length} tokens"
+    else:
+        rows, length, kv = batch * 2, seq_len, 0
+        what = f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {length} tokens"
+    parts = estimate(shape, length, rows, lora_r, "plain")
+    parts.pop("total")
+    parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
+    parts["kv_cache"] = kv
+    total = sum(parts.values())
+    out = {"estimate_gb": round(total / GB, 2), "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
+           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": length, "what": what,
+           "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
+    if gpu_memory_gb:
+        out["fits"] = total <= gpu_memory_gb * GB * 0.92
+    return out

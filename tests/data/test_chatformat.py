@@ -26,11 +26,22 @@ CONVS = [
 ]
 
 
+_TOKENIZERS: dict = {}
+
+
+def _tok(twin, name):
+    """The prepared tokenizer of a twin, loaded once per module: a real Llama 3 vocabulary takes about 2 s to read,
+    and nothing here changes a tokenizer (generate puts its padding side back)."""
+    if name not in _TOKENIZERS:
+        _TOKENIZERS[name] = chatformat.load_tokenizer(twin(name))
+    return _TOKENIZERS[name]
+
+
 def _prepared(twin, name, tmp_path):
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVS))
-    tok = chatformat.load_tokenizer(twin(name))
+    tok = _tok(twin, name)
     m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
     return tok, m, list(splits.load_split(tmp_path / "out", "train")) + list(splits.load_split(tmp_path / "out", "eval"))
 
@@ -67,7 +78,7 @@ def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, 
 @pytest.mark.parametrize("name", NAMES)
 def test_pad_is_not_eos_and_inside_the_embeddings(twin, name):
     fam = FAMILIES[name]
-    tok = chatformat.load_tokenizer(twin(name))
+    tok = _tok(twin, name)
     assert tok.pad_token == fam.expect_pad and tok.pad_token_id != tok.eos_token_id
     assert len(tok) == fam.tok_size  # nothing added
     assert tok.pad_token_id < AutoConfig.from_pretrained(twin(name)).vocab_size
@@ -103,7 +114,7 @@ class ForceAfter(LogitsProcessor):
 @pytest.mark.parametrize("name", NAMES)
 def test_generation_stops_on_the_end_of_turn_token(twin, name):
     fam = FAMILIES[name]
-    tok = chatformat.load_tokenizer(twin(name))
+    tok = _tok(twin, name)
     model = modeling.load_base(twin(name), "fp32").eval()
     assert model.config._attn_implementation == fam.expect_attention
     prompts = [tok.apply_chat_template([{"role": "user", "content": "what kind of word is oslo ?"}], tokenize=False,
@@ -123,7 +134,7 @@ def test_gemma2_loads_eager_in_4bit_and_auto_follows_the_class(twin):
     assert modeling.choose_attention(cfg) == "sdpa" and modeling.choose_attention(cfg, "eager") == "eager"
 
 
-@pytest.mark.parametrize("name", ["pythia-base", "llama-3-base"])
+@pytest.mark.parametrize("name", ["pythia-base", pytest.param("llama-3-base", marks=pytest.mark.integration)])
 def test_a_base_models_checkpoint_carries_the_fallback_template(twin, name, tmp_path):
     tok, _, rows = _prepared(twin, name, tmp_path)
     assert splits.load_manifest(tmp_path / "out")["template"] == "fallback"

@@ -171,9 +171,12 @@ def test_scripts_with_combining_marks_are_healthy_at_every_prefix(name, form):
 @pytest.mark.parametrize("ruler", ["~" * 40, "-" * 60, "=" * 30, "—" * 30, "＝" * 30, "─" * 50, "_" * 40, "ー" * 20,
                                    "ـ" * 20, "· " * 20])
 def test_rulers_are_judged_the_same_in_every_script(ruler):
-    verdicts = {name: detect(text + "\n\n" + ruler + "\n\n" + text).degenerate for name, text in SCRIPTS.items()}
+    # Two different paragraphs (the next script's): one said again verbatim after a ruler is a cycle begun.
+    names = sorted(SCRIPTS)
+    verdicts = {name: detect(SCRIPTS[name] + "\n\n" + ruler + "\n\n" + SCRIPTS[names[i - 1]]).degenerate
+                for i, name in enumerate(names)}
     assert set(verdicts.values()) == {False}, verdicts
-    assert all(detect(ruler * 6).degenerate for _ in [0])  # a ruler as long as a page is not layout
+    assert detect(ruler * 8).degenerate  # a ruler as long as a page (past RULER_COLUMNS) is not layout
 
 
 def test_ascii_fast_tokenizer_gives_the_same_tokens():
@@ -253,3 +256,74 @@ def test_a_sentence_of_40_characters_said_twice_is_a_loop_sentences_that_only_st
     assert all("loop" in detect(head + unit[:c]).reasons for c in range(len(unit)))
     alike = "The model is saved to the output folder. The model is saved to the cache folder. The model is saved."
     assert not any(detect(alike[:k]).degenerate for k in range(20, len(alike) + 1))
+
+
+DOCS = {"chinese": "生成一个位置无关的可执行文件\n\n即使发生错误也要创建输出文件",
+        "ukrainian": "Модель завантажується у чотирьох бітах.\n\nПотім навчаються лише невеликі адаптери."}
+
+
+@pytest.mark.parametrize("width", [3, 20, 72, 78, 80, 100, 120])
+@pytest.mark.parametrize("char", ["~", "=", "-", "#", "*", ".", "─"])
+@pytest.mark.parametrize("doc", sorted(DOCS))
+def test_ruler_lines_between_sections_are_healthy_at_every_prefix(doc, char, width):
+    """A line of one separator up to RULER_COLUMNS wide, after blank lines, under a title or alone: at every prefix,
+    including while it is being written."""
+    text = DOCS[doc] + "\n\n\n" + char * width + "\n\n" + DOCS[doc] + "\n" + char * width + "\n" + DOCS[doc]
+    flagged = [k for k in range(10, len(text) + 1, 3) if detect(text[:k]).degenerate]
+    assert not flagged, (flagged[:1], detect(text[:flagged[0]]).reasons if flagged else None)
+    assert not detect("\ufeff" + char * width + "\nTitle\n" + char * width + "\n" + DOCS[doc]).degenerate
+
+
+@pytest.mark.parametrize("char", ["~", "=", "."])
+def test_runs_that_are_no_ruler_are_loops_by_their_characters(char):
+    """Wider than RULER_COLUMNS at a line start, or past 100 after words on the same line: dot runs included."""
+    assert "char-repeat" in detect("Chapter one\n\n" + char * 121).reasons
+    assert "char-repeat" in detect("Loading the model " + char * 100).reasons
+    assert not detect("Loading the model " + char * 60 + " done.").degenerate
+
+
+def test_a_programs_sample_output_in_a_code_block_is_no_loop_until_it_goes_on():
+    line = "Hello from the adapter!\n"
+    head = "Run it:\n\n```python\nfor _ in range(3):\n    print('Hello from the adapter!')\n```\n\nOutput:\n\n```\n"
+    assert not any(detect(head + (line * 4)[:k]).degenerate for k in range(1, 4 * len(line)))
+    assert "loop" in detect(head + line * 6).reasons  # inside a code block too, a line said on and on is a loop
+    assert "loop" in detect("The output is:\n" + line * 3).reasons  # outside a code block, three copies are one
+
+
+def test_a_list_of_shell_commands_is_no_soup():
+    cmds = ("pip install torch transformers accelerate\npip uninstall -y bitsandbytes\npip install peft==0.17.1 "
+            "datasets\npython -m pip install -U huggingface-hub\npip install tokenizers safetensors sentencepiece\n"
+            "pip uninstall -y tensorflow jax\npython -m pip install -U rouge-score sacrebleu\npip install nltk")
+    assert not any(detect(cmds[:k]).degenerate for k in range(20, len(cmds) + 1, 5))
+
+
+def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
+    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
+               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
+    text = "Here is what happens: " + a + b + c + a + b
+    assert "loop" in detect(text).reasons and detect(text).metrics["cycle_said_again"] >= 100
+    assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
+
+
+def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
+    lines = ["Set focus on the main window (in order to collect key events)",
+             "Check the adapter files before the export starts again",
+             "The tokenizer is saved next to the weights in the output folder"]
+    unit = "\n".join(lines) + "\n"
+    assert "loop" in detect("Notes:\n" + unit + unit.rstrip()).reasons  # two whole copies, the last line end unsaid
+    fenced = unit + "```\npython train.py\n```\n"  # the cycle opens a code block: the cycle is not inside one
+    assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
+
+
+def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
+    msg = " घटक के लिए डिफ़ॉल्ट चमक के लिए एक परिवर्तन का प्रतिनिधित्व करता है. शून्य कोई परिवर्तन नहीं दर्शाता है"
+    text = "\n\n".join(colour + msg for colour in ("लाल", "हरी", "नीले"))
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
+
+
+def test_a_character_cut_at_the_end_is_judged_without_its_first_bytes():
+    """A stop or max_new_tokens can cut a character in two; decoded, it ends in U+FFFD. The verdict is that of the
+    text before it, as the guard judges it."""
+    for text in ["中, " * 6, "A calm and healthy sentence about the adapter"]:
+        assert detect(text + "\ufffd").reasons == detect(text).reasons
+        assert detect(text + "\ufffd\ufffd").reasons == detect(text).reasons

@@ -108,9 +108,10 @@ def test_guard_returns_a_bool_per_row(tiny_llama):
 
 
 def test_guard_stops_the_looping_row_only_and_leaves_healthy_rows_untouched(tiny_llama):
-    plain = _generate(tiny_llama)
+    # 48 tokens: the healthy scripts (37 words) are said again only in part, short of a cycle said again (100+ chars)
+    plain = _generate(tiny_llama, new=48)
     guard = DegenerationGuard(tiny_llama[1], check_every=8)
-    guarded = _generate(tiny_llama, guard)
+    guarded = _generate(tiny_llama, guard, new=48)
     report, width = guard.report(), tiny_llama[2].shape[1]
     assert report[1]["stopped"] and {"loop", "token-repeat"} & set(report[1]["reasons"])
     stop = report[1]["stop_token"]
@@ -225,12 +226,13 @@ def test_guard_stops_lines_looping_after_a_mid_line_start_as_soon_as_detect_does
 
 
 def _observe(tok, text: str) -> tuple[list[int], dict]:
-    """Feed text token by token through the guard (observe mode, checks every 8 tokens, EOS after it), as generate."""
+    """Feed text token by token through the guard (observe mode, called after every token, EOS after the text), as
+    generate does."""
     ids = tok(text, add_special_tokens=False)["input_ids"]
     seq = torch.tensor([[tok.bos_token_id or 0] + ids + [tok.eos_token_id]])
     guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=tok.eos_token_id, stop=False)
-    for end in range(9, seq.shape[1] + 8, 8):
-        guard(seq[:, :min(end, seq.shape[1])], None)
+    for end in range(2, seq.shape[1] + 1):
+        guard(seq[:, :end], None)
     return ids, guard.report()[0]
 
 
@@ -245,9 +247,96 @@ def test_guard_stops_a_loop_longer_than_its_id_check_at_the_first_check_detect_w
     tok = load_tokenizer("embedded")
     unit = ("The adapter is saved next to the tokenizer so the next notebook finds both. "
             "Resume reads the last checkpoint and the trainer state. Then the run goes on where it stopped. ")
-    ids, row = _observe(tok, "Here is what happens next, in short: " + unit * 4)
+    ids, row = _observe(tok, "Here is what happens next: " + unit * 4)  # detect fires at token 184 (not 32k)
     first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
     assert first % 32 and row["stop_token"] == first - 1, (first, row)
     example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
     readme = "Testing\n-------\n\n" + example + "Or, on Windows, where the same command works::\n\n" + example
     assert not _observe(tok, readme + "That is all.\n")[1]["reasons"]
+
+
+def _packed_tokenizer():
+    """A word-level tokenizer whose vocabulary packs 64 dots into one token, as Llama-3's and Qwen2's do."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<eos>": 0, "<bos>": 1, "." * 64: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
+    word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    word.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
+
+
+def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
+    """128 characters in two tokens: detect runs at once (CHECK_CHARS), not at the next 8-token check, and stops the
+    row as soon as the run is longer than any line of dot leaders; a short run after words is left alone."""
+    from nbutils.eval.detect import detect
+
+    tok = _packed_tokenizer()
+    for head, dots, stopped_by in (([3, 4, 5, 7], 6, 6), ([3, 4, 5, 7], 1, None)):
+        ids = head + [2] * dots
+        guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=False)
+        seq = torch.tensor([[1] + ids + [0]])
+        for end in range(2, seq.shape[1] + 1):
+            guard(seq[:, :end], None)
+        row = guard.report()[0]
+        assert (row["stop_token"] + 1 if row["reasons"] else None) == stopped_by, row
+        if row["reasons"]:
+            assert detect(tok.decode(ids[:row["stop_token"] + 1])).degenerate and "char-repeat" in row["reasons"]
+
+
+def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
+    """The guard judges up to the last whole character (a byte-level tokenizer may split one over tokens); the
+    decoded prefix ends in U+FFFD there, which detect reads as a character not yet written."""
+    from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
+
+    tok = load_tokenizer("embedded")
+    for text in ["中, " * 12, "🚀 " + "看看 " * 10, "\ufeff" + "=" * 130, "「好」。" * 12]:
+        ids, row = _observe(tok, text)
+        if row["reasons"]:
+            prefix = tok.decode(ids[:row["stop_token"] + 1], skip_special_tokens=False)
+            assert detect(prefix).degenerate, (text, prefix)
+    for text in ["🚀 Getting started\n\nInstall it first.", "\ufeff====\nTitle\n====\nText follows here.",
+                 "「注意」：请先安装。"]:
+        assert not _observe(tok, text)[1]["reasons"], text
+
+
+# ---- the embedded base model's rows: field echoes, role markers and blank lines, then an answer or EOS ---------------
+
+def test_markers_after_healthy_text_wait_until_they_are_a_model_saying_nothing():
+    """What the embedded base model wrote on a task prompt (guard_bench, greedy): a field echoed, six role markers,
+    a word, EOS. The guard stopped it at its second check (token 16 of 19) as a run of markers; detect on the whole
+    row says healthy. Markers after healthy text stop a row only once they reach GUARD_SPECIAL_CHARS characters."""
+    from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import GUARD_SPECIAL_CHARS, marker_tail, markers_pending
+
+    tok = load_tokenizer("embedded")
+    row = " : name : bob\n" + "<|assistant|>\n" * 6 + " is\n"
+    assert not detect(row).degenerate and not _observe(tok, row)[1]["reasons"]
+    assert marker_tail(row[:-4]) == len("\n" + "<|assistant|>\n" * 6) and marker_tail(row) == 0
+    assert marker_tail("a <|assistant|>\n<|assis") == len(" <|assistant|>\n<|assis") and marker_tail("a <b") == 0
+    assert markers_pending(row[:-4]) and detect(row[:-4]).degenerate  # post hoc, cut there: a run of markers
+    ids, state = _observe(tok, " : job : judge\n" + "<|assistant|>\n\n\n" * 24)  # one that never answers
+    prefix = tok.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
+    assert state["reasons"] and detect(prefix).degenerate and marker_tail(prefix) >= GUARD_SPECIAL_CHARS
+    assert not markers_pending("the the the the the the the the the the the " + "<|assistant|>\n" * 2)
+
+
+def test_the_embedded_base_model_rows_that_end_are_never_stopped(embedded_dir):
+    """Real generations: the embedded base model on task prompts (greedy, as 03 runs its baseline). A row that ends
+    with EOS without the guard, and that detect calls healthy, comes out of the guarded run token for token."""
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+    from nbutils.eval import evaluation
+
+    tok = chatformat.load_tokenizer("embedded")
+    model = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded")).eval()
+    prompts = [tok.apply_chat_template([{"role": "user", "content": r["instruction"]}], tokenize=False,
+                                       add_generation_prompt=True) for r in embedded.task_records(32, seed=5)]
+    off = evaluation.generate(model, tok, prompts, max_new_tokens=32, guard="off")
+    flag = evaluation.generate(model, tok, prompts, max_new_tokens=32, guard="flag")
+    ended = [k for k, o in enumerate(off) if o["eos"] and not o["verdict"].degenerate]
+    assert len(ended) >= 16, "the base model should end most rows"
+    assert [(flag[k]["text"], flag[k]["guard_stopped"]) for k in ended] == [(off[k]["text"], False) for k in ended]

@@ -55,3 +55,18 @@ def test_02_shows_its_recipe_in_its_first_half():
     assert first["Trainer("] <= len(lines) / 2, (first, len(lines))
     assert first["planning.plan_run("] < first["BitsAndBytesConfig("] < first["Trainer("] < first["trainer.train(resume_from_checkpoint"]
     assert sum("planning.plan_run(" in line for line in lines) == 1  # the checks collapse into one cell
+
+
+def test_05_shows_its_recipe_after_one_planning_cell():
+    """05 reads as 02 does: one plan, then the policy loaded on 02's recorded recipe, trl's config and trainer, and
+    trainer.train() in the notebook; the 4-bit values are not restated (they come from 02's checkpoint)."""
+    source = notebook_recipe.PREFERENCE.read_text()
+    lines = source.splitlines()
+    first = {name: next(i for i, line in enumerate(lines, 1) if name in line)
+             for name in ("preference.plan_preference(", "PeftModel.from_pretrained(", "DPOConfig(", "GRPOConfig(",
+                          "DPOTrainer", "trainer.train(resume_from_checkpoint")}
+    assert sum("preference.plan_preference(" in line for line in lines) == 1
+    assert first["preference.plan_preference("] < first["PeftModel.from_pretrained("] < first["DPOConfig("] \
+        < first["trainer.train(resume_from_checkpoint"]
+    assert "nf4" not in source and "BitsAndBytesConfig(" not in source and "nbutils.platform" not in source
+    assert "plan.recipe.quantization" in source  # the base loads with 02's recorded 4-bit config

@@ -184,3 +184,24 @@ def test_executed_notebooks_read_like_a_report(chain):
     _reads_like_a_report(chain[1], install_lines=1)  # the project venv: nothing to install, one line
     for twin_run in chainrun.fresh_twin_runs(SHARED):  # each Kaggle image twin papermill-check ran for these sources
         _reads_like_a_report(twin_run, install_lines=TWIN_INSTALL_LINES)
+
+
+def test_05_reports_against_the_sft_adapter_and_04_can_read_its_folder(chain):
+    from nbutils.export import gate
+    from nbutils.runtime import environment
+    from nbutils.train import checkpoints
+
+    folder = chain[1] / "sandbox" / "05_preference" / "working" / "preference"
+    summary = json.loads((folder / "preference_summary.json").read_text())
+    counts = summary["data"]
+    assert counts["records"] == counts["kept"] + counts["quarantined"] + counts["duplicates"] and counts["kept"] > 0
+    assert summary["method"] == "dpo" and summary["checkpoint_complete"]
+    assert summary["preference"]["preference_accuracy"] > summary["preference"]["sft_preference_accuracy"]
+    assert summary["task_metric"]["tuned"] >= summary["task_metric"]["base"] - 0.05  # preference tuning kept the task
+    executed = (chain[1] / "05_preference.ipynb").read_text()
+    assert "tensors equal to" in executed and "frozen" in executed  # the reference is 02's adapter, checked
+    # 04 exports 05's adapter when pointed at this folder: both of its upstream checks and its gate read it.
+    assert environment.find_upstream("train_qlora", folder) == environment.find_upstream("eval", folder) == folder
+    ckpt, _ = checkpoints.for_eval(folder)
+    assert ckpt == folder / "checkpoint"
+    gate.check(folder, force=True)

@@ -110,7 +110,8 @@ def test_push_goes_in_chain_order_and_waits_for_each_run(fake_kaggle, tmp_path, 
     assert names == [("SaveKernel", "someone/qlora-01-data-prep"), ("GetKernelSessionStatus", "qlora-01-data-prep"),
                      ("SaveKernel", "someone/qlora-02-train-qlora"), ("GetKernelSessionStatus", "qlora-02-train-qlora"),
                      ("SaveKernel", "someone/qlora-03-eval"), ("GetKernelSessionStatus", "qlora-03-eval"),
-                     ("SaveKernel", "someone/qlora-04-export")]
+                     ("SaveKernel", "someone/qlora-04-export"), ("GetKernelSessionStatus", "qlora-04-export"),
+                     ("SaveKernel", "someone/qlora-05-preference")]
 
 
 def test_push_stops_the_chain_when_a_run_fails(fake_kaggle, tmp_path, monkeypatch, capsys):

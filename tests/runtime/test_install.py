@@ -316,3 +316,22 @@ def test_ensure_packages_locally_is_a_no_op(monkeypatch, capsys):
     assert install.ensure_packages() is None  # the cell ends on the printed summary, not on a repr
     assert capsys.readouterr().out.splitlines() == ["[install] nothing to install: local run: `make setup` installed "
                                                     "the pinned environment"]
+
+
+def test_extra_packages_install_only_when_missing_pinned_and_offline_from_the_dataset(monkeypatch, tmp_path):
+    from nbutils.runtime.packages import EXTRA
+
+    monkeypatch.setattr(install, "installed_versions", lambda names: {n: EXTRA[n].pin for n in names})
+    assert install.ensure_extra(("gguf", "sentencepiece")) == "[install] gguf, sentencepiece: present"
+    calls = []
+    monkeypatch.setattr(install, "installed_versions", lambda names: {"gguf": None, "sentencepiece": "0.1.0"})
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    dataset = tmp_path / "input" / "qlora-nbutils"
+    dataset.mkdir(parents=True)
+    (dataset / "nbutils-0.1-py3-none-any.whl").write_text("")
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path / "input"))
+    line = install.ensure_extra(("gguf", "sentencepiece"))
+    assert calls[0][-5:] == ["--no-index", "--find-links", str(dataset), f"gguf=={EXTRA['gguf'].pin}",
+                             f"sentencepiece=={EXTRA['sentencepiece'].pin}"]
+    assert "offline" in line

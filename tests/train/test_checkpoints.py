@@ -149,3 +149,7 @@ def test_resume_finds_an_attached_earlier_kaggle_output(tmp_path, fake_checkpoin
     platform = detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(tmp_path / "input"),
                                 "NBUTILS_WORKING_ROOT": str(tmp_path / "working")})
     assert checkpoints.find_resumable(tmp_path / "working" / "train_qlora", platform) == earlier
+    # 05 takes 02's output as an input: 02's checkpoints are never 05's to resume, only an earlier 05's are.
+    assert checkpoints.find_resumable(tmp_path / "working" / "preference", platform) is None
+    own = fake_checkpoint(tmp_path / "input" / "my-05" / "preference" / "trainer" / "checkpoint-8", 8)
+    assert checkpoints.find_resumable(tmp_path / "working" / "preference", platform) == own

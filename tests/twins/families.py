@@ -1,9 +1,10 @@
 """Family twins: tiny random-weight models arranged like the real families people fine-tune on a T4.
 
 Each twin is the family's real model class (2 layers, hidden 64, MLP 128: bitsandbytes' CPU 4-bit
-kernels need widths that are multiples of 64) with the family's real embedding size, and a small
-byte-level BPE tokenizer whose special tokens sit at the family's real ids (the gap filled with
-reserved placeholders, as the real vocabularies have), with the real bos/eos/pad/unk settings,
+kernels need widths that are multiples of 64) with the family's real embedding size, and its tokenizer:
+the family's real one where llama.cpp's sdist ships its vocabulary (realvocab.py: Llama 3, Qwen2.5/3,
+Phi-3.5, Pythia), else a small byte-level BPE whose special tokens sit at the family's real ids (the
+gap filled with reserved placeholders, as the real vocabularies have); with the real bos/eos/pad/unk settings,
 `tokenizer_class`, chat template, `generation_config.eos_token_id` list, tied embeddings where
 the family ties them, and a model vocabulary larger than the tokenizer where the family pads it.
 
@@ -20,10 +21,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.twins import templates
+from tests.twins import realvocab, templates
 
 HERE = Path(__file__).parent
-VERSION = hashlib.sha256((HERE / "families.py").read_bytes() + (HERE / "templates.py").read_bytes()).hexdigest()[:10]
+VERSION = hashlib.sha256(b"".join((HERE / f).read_bytes() for f in ("families.py", "templates.py", "realvocab.py"))
+                         ).hexdigest()[:10]
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
 
 
@@ -207,7 +209,10 @@ def build_model(fam: Family, tokenizer):
 def build(name: str, dest: Path) -> Path:
     """Write the twin (model, generation config, tokenizer) into dest."""
     fam = FAMILIES[name]
-    tok = build_tokenizer(fam)
+    # The family's real tokenizer where llama.cpp ships its vocabulary (realvocab.VOCAB), else a small trained one.
+    tok = realvocab.build_tokenizer(fam, dest) if fam.name in realvocab.VOCAB else build_tokenizer(fam)
+    if fam.template:
+        tok.chat_template = fam.template
     model = build_model(fam, tok)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)

@@ -1,0 +1,73 @@
+"""GRPO reward functions, named in 05 as `module:function`, and the guard's penalty.
+
+A reward function takes trl's keywords: `completions` (strings, or message lists for chat prompts) and the dataset's
+other columns (here `answer`, the reference answer 01 kept), and returns one float per completion. The examples fit
+the embedded task (one short answer word) and any task with short reference answers:
+- `correct`: 1 when the completion is the reference answer (case and spacing aside), else 0;
+- `well_formed`: 0.5 for one short line that says no word twice, else 0 (the reward that is not zero from step one,
+  so the group's rewards differ even before any answer is right);
+- `not_degenerate`: -1 for a completion `detect` judges degenerate (a loop, token soup): the penalty a rollout
+  stopped by the guard gets, since the guard stops exactly what `detect` calls degenerate.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from nbutils.eval.detect import detect
+from nbutils.eval.metrics import _norm
+
+DEFAULT = "nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
+MAX_WORDS = 8  # a short answer: at most this many words on one line
+
+
+def text_of(completion) -> str:
+    """A completion as text: trl passes strings for text prompts, [{"role": "assistant", "content": ...}] for chat."""
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") for m in completion if isinstance(m, dict))
+    return str(completion)
+
+
+def correct(completions, answer, **_) -> list[float]:
+    """1.0 where the completion is the reference answer, ignoring case and spacing."""
+    return [float(_norm(text_of(c)) == _norm(a)) for c, a in zip(completions, answer)]
+
+
+def well_formed(completions, **_) -> list[float]:
+    """0.5 for one non-empty line of at most MAX_WORDS words, none said twice."""
+    out = []
+    for c in completions:
+        words = text_of(c).split()
+        line = text_of(c).strip()
+        ok = bool(words) and "\n" not in line and len(words) <= MAX_WORDS and len(set(words)) == len(words)
+        out.append(0.5 if ok else 0.0)
+    return out
+
+
+def not_degenerate(completions, **_) -> list[float]:
+    """-1.0 for a degenerate completion (what the guard stops), 0.0 otherwise."""
+    return [-1.0 if detect(text_of(c)).degenerate else 0.0 for c in completions]
+
+
+def load(specs: str) -> list:
+    """`module:function,module:function` as the functions; errors name the spec and what to fix."""
+    funcs = []
+    for spec in (s.strip() for s in specs.split(",") if s.strip()):
+        module_name, _, name = spec.partition(":")
+        if not module_name or not name:
+            raise ValueError(f"reward {spec!r}: write it module:function, e.g. mytask.rewards:correct")
+        try:
+            funcs.append(getattr(importlib.import_module(module_name), name))
+        except ImportError as e:
+            raise ValueError(f"reward {spec!r}: cannot import {module_name} ({e}); put the module on sys.path") from e
+        except AttributeError:
+            raise ValueError(f"reward {spec!r}: {module_name} has no function {name}") from None
+    if not funcs:
+        raise ValueError("reward_functions is empty: name at least one module:function")
+    return funcs
+
+
+def total(funcs, completions, answers) -> list[float]:
+    """The summed reward of each completion, as GRPO sums its reward functions (weights of 1)."""
+    per = [f(completions=completions, answer=answers) for f in funcs]
+    return [sum(values) for values in zip(*per)]

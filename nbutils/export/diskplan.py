@@ -1,0 +1,236 @@
+"""The disk plan, made before 04 writes anything: what each artifact will weigh, where it can go, what is kept.
+
+Sizes come from the parameter count and the dtypes (the merged model is fp16; each GGUF type has its bits per
+weight), the adapter from the checkpoint's own files. The output folder keeps what fits under both its free
+space and the platform's limit (Kaggle keeps 20 GiB of /kaggle/working), in the order of value: the adapter,
+then the GGUF, then the merged model. Big intermediates (the merged model a GGUF is converted from, the f16
+GGUF a k-quant is made from) go to the temp folder. What does not fit the output stays in the temp folder until
+the session ends, or is not written at all, and the plan says which and why. Every artifact is written under a
+`.partial` name and renamed when complete, so a failure never leaves a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 2**30
+KAGGLE_OUTPUT_LIMIT = 20 * GIB  # what Kaggle keeps of /kaggle/working after a run
+MARGIN = 64 * 2**20  # left free on every disk (at most a 20th of it): logs, the summary, the cards
+ORDER = ("adapter", "adapter_gguf", "gguf", "merged")  # the order of value: kept first when space is short
+# GiB per type for Llama-3-8B (8.03e9 parameters), from llama.cpp's quantize table (tools/quantize/quantize.cpp,
+# F16/BF16 there are given for Mistral-7B: 2 bytes a weight). Bits per weight = GiB * 2**33 / 8.03e9.
+LLAMA3_8B_GIB = {"q8_0": 7.96, "q6_k": 6.14, "q5_k_m": 5.33, "q5_k_s": 5.21, "q5_0": 5.21, "q4_k_m": 4.58,
+                 "q4_k_s": 4.37, "q4_0": 4.34, "q3_k_l": 4.03, "q3_k_m": 3.74, "q3_k_s": 3.41, "q2_k": 2.96}
+BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, **{t: g * 2**33 / 8.03e9 for t, g in LLAMA3_8B_GIB.items()}}
+
+
+def gguf_bytes(params: int, quant_type: str, vocab_bytes: int = 0) -> int:
+    """A GGUF's size: the weights at the type's bits per weight, plus the vocabulary stored as metadata."""
+    return int(params * BITS.get(quant_type.lower(), 16.0) / 8) + vocab_bytes
+
+
+def folder_bytes(folder: str | Path) -> int:
+    """Bytes of the files under a folder (0 when it does not exist)."""
+    folder = Path(folder)
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+
+@dataclass
+class Item:
+    name: str
+    size: int
+    where: str = "none"  # output | temp (kept there until the session ends) | none (not written)
+    reason: str = ""  # why not in the output
+
+
+@dataclass
+class DiskPlan:
+    out: Path
+    temp: Path
+    items: dict[str, Item]
+    out_room: int  # bytes the output may take: free space and the platform's limit, less the margin
+    temp_room: int  # bytes free in the temp folder, less the margin
+    shared: bool  # output and temp are on one filesystem (one budget)
+    temp_extra: int = 0  # intermediates: the f16 GGUF a k-quant is made from
+    temp_only: tuple[str, ...] = ()  # wanted only as an intermediate (the merged model with export_merged=False)
+
+    def path(self, name: str) -> Path | None:
+        """Where an artifact is written: <out>/<name>, <temp>/<name>, or None when it is not written."""
+        item = self.items.get(name)
+        if item is None or item.where == "none":
+            return None
+        return (self.out if item.where == "output" else self.temp) / name
+
+    def kept(self, name: str) -> bool:
+        return name in self.items and self.items[name].where == "output"
+
+
+def _need(items: dict[str, Item], temp_extra: int) -> tuple[int, int]:
+    """(output, temp) bytes at the peak: the GGUF is converted in temp, then moved."""
+    out = sum(i.size for i in items.values() if i.where == "output")
+    temp = sum(i.size for i in items.values() if i.where == "temp")
+    if "gguf" in items and items["gguf"].where != "none":
+        temp += temp_extra + (items["gguf"].size if items["gguf"].where == "output" else 0)
+    return out, temp
+
+
+def _fits(plan: DiskPlan) -> bool:
+    out, temp = _need(plan.items, plan.temp_extra)
+    if plan.shared:
+        return out + temp - (plan.items["gguf"].size if plan.kept("gguf") else 0) <= min(plan.out_room, plan.temp_room)
+    return out <= plan.out_room and temp <= plan.temp_room
+
+
+def decide(plan: DiskPlan, limit_text: str) -> DiskPlan:
+    """Place each artifact in the order of value: the output when it still fits, else the temp folder, else
+    nowhere; every artifact not in the output says why."""
+    for item in plan.items.values():
+        item.where = "none"
+    merged = plan.items.get("merged")
+    if merged:  # a GGUF is made from it: while the others are placed it is counted in temp, its cheapest place
+        merged.where = "temp"
+        if not _fits(plan):
+            merged.where = "none"
+    for name in ORDER:
+        item = plan.items.get(name)
+        if item is None:
+            continue
+        for item.where in ("output", "temp", "none"):
+            if (item.where == "none" or _fits(plan)) and not (item.where == "output" and name in plan.temp_only):
+                break
+        if name in plan.temp_only and item.where == "temp":
+            item.reason = "export_merged=False: written to the temp folder only, to convert the GGUF from"
+        elif item.where != "output":
+            item.reason = _why(plan, item, limit_text)
+    gguf = plan.items.get("gguf")
+    if gguf and gguf.where != "none" and merged and merged.where == "none":
+        gguf.where, gguf.reason = "none", "the merged model it is converted from has no room to be written"
+    return plan
+
+
+def _why(plan: DiskPlan, item: Item, limit_text: str) -> str:
+    """Why an artifact is not in the output, with the figures."""
+    used, _ = _need({n: i for n, i in plan.items.items() if n != item.name and i.where == "output"}, 0)
+    why = (f"{item.size / GIB:.2f} GiB does not fit in the {max(0, plan.out_room - used) / GIB:.2f} GiB left in the "
+           f"output ({limit_text})")
+    if item.where == "temp":
+        return why + "; in the temp folder until the session ends"
+    if item.name == "gguf" and plan.items.get("merged"):
+        peak = item.size + plan.items["merged"].size + plan.temp_extra
+        return (f"converting needs the merged model and the GGUF on disk at once ({peak / GIB:.2f} GiB), more than "
+                f"the room in the output and the temp folder ({plan.temp_room / GIB:.2f} GiB free)")
+    return why + f", nor in the temp folder ({plan.temp_room / GIB:.2f} GiB free)"
+
+
+def make_plan(out: str | Path, temp: str | Path, sizes: dict[str, int], limit: int | None = None,
+              used: int = 0, temp_extra: int = 0, limit_name: str = "", temp_only: tuple[str, ...] = ()) -> DiskPlan:
+    """The plan for `sizes` (artifact -> bytes); `limit`: the platform's cap on the output, `used`: already in it."""
+    out, temp = Path(out), Path(temp)
+    for p in (out, temp):
+        p.mkdir(parents=True, exist_ok=True)
+    out_free, temp_free = shutil.disk_usage(out).free, shutil.disk_usage(temp).free
+    room = out_free if limit is None else min(out_free, limit - used)
+    limit_text = f"{out_free / GIB:.2f} GiB free there" + (f"; {limit_name} {(limit - used) / GIB:.2f} GiB left under it"
+                                                            if limit is not None else "")
+    plan = DiskPlan(out, temp, {n: Item(n, s) for n, s in sizes.items()}, max(0, room - min(MARGIN, room // 20)),
+                    max(0, temp_free - min(MARGIN, temp_free // 20)), os.stat(out).st_dev == os.stat(temp).st_dev,
+                    temp_extra, temp_only)
+    return decide(plan, limit_text)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json")
+
+
+def export_sizes(ckpt: str | Path, params: int, adapter: bool, merged: bool, gguf_type: str,
+                 gguf_lora: bool) -> tuple[dict[str, int], int]:
+    """Each artifact's bytes in the order of value, and the temp-only intermediate (an f16 GGUF before a k-quant)."""
+    from nbutils.export.adapter import LEFT_OUT
+
+    ckpt = Path(ckpt)
+    vocab = sum((ckpt / f).stat().st_size for f in TOKENIZER_FILES if (ckpt / f).exists())
+    files = [p for p in ckpt.iterdir() if p.is_file() and p.name not in LEFT_OUT]
+    sizes = {}
+    if adapter:
+        sizes["adapter"] = sum(p.stat().st_size for p in files)
+    if gguf_type and gguf_lora:  # the LoRA matrices in f16: half their fp32 safetensors
+        sizes["adapter_gguf"] = sum(p.stat().st_size for p in files if p.suffix == ".safetensors") // 2
+    if gguf_type:
+        sizes["gguf"] = gguf_bytes(params, gguf_type, vocab)
+    if merged or gguf_type:
+        sizes["merged"] = params * 2 + vocab
+    quantized = gguf_type and gguf_type.lower() not in ("f32", "f16", "bf16", "q8_0")
+    return sizes, gguf_bytes(params, "f16", vocab) if quantized else 0
+
+
+def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, merged: bool, gguf_type: str,
+               gguf_lora: bool) -> DiskPlan:
+    """04's plan: sizes from the checkpoint and the parameter count, this platform's output limit and temp folder."""
+    from nbutils.runtime.environment import detect_platform
+
+    platform = detect_platform()
+    sizes, extra = export_sizes(ckpt, params, adapter, merged, gguf_type, gguf_lora)
+    out = Path(out).resolve()
+    limited = platform.name == "kaggle" and out.is_relative_to(platform.working_root.resolve())
+    used = folder_bytes(platform.working_root) if limited else 0
+    return make_plan(out, platform.temp_root / "export", sizes, KAGGLE_OUTPUT_LIMIT if limited else None, used, extra,
+                     "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",))
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
+
+
+def text(plan: DiskPlan) -> str:
+    """The plan as a few lines: each artifact, its size and where it goes (and why not the output)."""
+    lines = [f"[disk plan] output {plan.out}: {plan.out_room / GIB:.2f} GiB usable; temp {plan.temp}: "
+             f"{plan.temp_room / GIB:.2f} GiB free" + (" (same disk)" if plan.shared else "")]
+    for item in plan.items.values():
+        where = {"output": "output", "temp": f"temp only ({item.reason})", "none": f"not written ({item.reason})"}
+        lines.append(f"  {item.name:<13} {_size(item.size):>10} -> {where[item.where]}")
+    return "\n".join(lines)
+
+
+def summary(plan: DiskPlan) -> dict:
+    """For export_summary.json: each artifact's size, where it went (path) and why it is not in the output."""
+    return {"output": str(plan.out), "temp": str(plan.temp), "output_room_gib": round(plan.out_room / GIB, 3),
+            "temp_room_gib": round(plan.temp_room / GIB, 3),
+            "artifacts": {n: {"size_gib": round(i.size / GIB, 4), "where": i.where,
+                              "path": str(plan.path(n)) if plan.path(n) else None, "why": i.reason}
+                          for n, i in plan.items.items()}}
+
+
+@contextmanager
+def writing(target: str | Path):
+    """Yield `<target>.partial` to write into; rename it to target when the block succeeds, remove it otherwise."""
+    target = Path(target)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+    try:
+        yield partial
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(partial, target)
+    finally:
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
+
+
+def move_into(src: str | Path, dest_dir: str | Path) -> Path:
+    """Move a finished file into dest_dir without a half-written copy ever under its name (copy + rename across
+    disks, a rename on one)."""
+    src, dest_dir = Path(src), Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / src.name
+    if os.stat(src.parent).st_dev == os.stat(dest_dir).st_dev:
+        os.replace(src, dest)
+        return dest
+    with writing(dest) as partial:
+        shutil.copyfile(src, partial)
+    src.unlink()
+    return dest

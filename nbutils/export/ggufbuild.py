@@ -1,0 +1,163 @@
+"""04's GGUF step: convert the merged model (and the adapter), verify each file, write the Modelfile and the card,
+and put them where the disk plan says. Each part is in its own module; this one runs them in order.
+
+The GGUF is written in the temp folder (as a `.partial`, renamed when complete), verified there, then moved into
+the output when the plan keeps it; a refused conversion or a failed check leaves nothing under a final name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from nbutils import embedded
+from nbutils.data import chatformat
+from nbutils.export import card, diskplan, gguf, ggufcheck, modelfile, quantize
+
+EMBEDDED_REASON = ("the embedded default's tokenizer is a small BPE of its own, which llama.cpp's converter does not "
+                   "recognise ('BPE pre-tokenizer was not recognized'): no GGUF for it. A real model gets one.")
+
+
+def stop_ids(tokenizer, merged_dir: str | Path) -> list[int]:
+    """The suite's stop ids for the merged model: end of turn, EOS and its generation_config.eos_token_id."""
+    from transformers import GenerationConfig
+
+    return chatformat.stop_ids(tokenizer, SimpleNamespace(generation_config=GenerationConfig.from_pretrained(merged_dir)))
+
+
+SENTENCEPIECE = "tokenizer.model"
+
+
+def sentencepiece_beside(merged_dir: Path, base_model: str) -> str | None:
+    """The converter reads SentencePiece vocabularies (Gemma, Phi-3, Llama 2) from tokenizer.model, which a fast
+    tokenizer's save_pretrained does not write: copied from the base model (the suite adds no tokens) when missing."""
+    import shutil
+
+    if (merged_dir / SENTENCEPIECE).exists():
+        return None
+    base = Path(embedded.resolve_model(base_model))
+    found = base / SENTENCEPIECE if base.is_dir() else None
+    if found is None:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(base_model, SENTENCEPIECE)
+        found = Path(cached) if isinstance(cached, str) else None
+    if found is None or not found.exists():
+        return None
+    shutil.copyfile(found, merged_dir / SENTENCEPIECE)
+    return str(found)
+
+
+def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict) -> tuple[Path | None, str]:
+    """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note) or (None, why)."""
+    final = work / f"model-{quant_type}.gguf"
+    if quant_type in gguf.CONVERTER_TYPES:
+        why = gguf.convert(merged_dir, final, quant_type, converter, fields)
+        return (None, f"the converter refused this model: {why}") if why else (final, "")
+    binary, note = quantize.find_quantize(converter.root), "llama-quantize found"
+    if binary is None:
+        print(f"[gguf] {quant_type} needs llama-quantize: building it from the pinned llama.cpp sources (minutes)", flush=True)
+        binary, note = quantize.build(_sources(converter))
+        if binary is None:
+            return None, note
+    f16 = work / "model-f16.gguf"
+    try:
+        why = gguf.convert(merged_dir, f16, "f16", converter, fields)
+        if why:
+            return None, f"the converter refused this model: {why}"
+        why = quantize.quantize(binary, f16, final, quant_type)
+        return (None, f"llama-quantize failed: {why}") if why else (final, note)
+    finally:
+        f16.unlink(missing_ok=True)
+
+
+def _sources(converter: gguf.Converter) -> Path:
+    """llama.cpp's C++ sources: beside the converter when it came with them, else from the pinned sdist."""
+    from nbutils.runtime import llamacpp
+
+    return converter.root if (converter.root / "CMakeLists.txt").exists() else llamacpp.converter_dir(sources=True)
+
+
+def _lora(disk: diskplan.DiskPlan, adapter_dir: Path, converter: gguf.Converter) -> dict | None:
+    """The adapter as a GGUF LoRA (f16) for llama.cpp's --lora, checked against the adapter's own matrices."""
+    folder = disk.path("adapter_gguf")
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "adapter-f16.gguf"
+    why = gguf.convert_lora(adapter_dir, disk.path("merged"), out, converter)
+    if why:
+        print(f"[gguf] adapter as GGUF skipped: the LoRA converter refused it: {why}", flush=True)
+        return {"file": None, "reason": why}
+    check = ggufcheck.lora_check(out, adapter_dir)
+    if not check["ok"]:
+        out.unlink()
+        raise ggufcheck.GGUFCheckFailed(f"{out.name} does not hold the adapter's matrices: {check}")
+    print(f"[gguf] adapter as GGUF: {out} ({check['tensors']} LoRA matrices, alpha {check['alpha']})", flush=True)
+    return {"file": str(out), **check}
+
+
+def _place(disk: diskplan.DiskPlan, made: Path, tokenizer, stops: list[int], num_ctx: int, facts: dict,
+           quant_type: str) -> dict:
+    """Move the verified GGUF where the plan says, with its Modelfile and model card beside it."""
+    folder = disk.path("gguf")
+    dest = diskplan.move_into(made, folder) if made.parent != folder else made
+    info = modelfile.write(folder, dest.name, tokenizer, stops, num_ctx)
+    (folder / "README.md").write_text(card.model_card(facts, "gguf", run={**info, "type": quant_type}))
+    return {"file": str(dest), "size_mb": round(dest.stat().st_size / 2**20, 2), "kept": disk.kept("gguf"), **info}
+
+
+def _skip(why: str, **more) -> dict:
+    return {"file": None, "reason": why, **more}  # `report` prints it
+
+
+def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[str], texts: list[str],
+           base_model: str, adapter_dir: str | Path, facts: dict, llama_cpp_dir: str = "", lora: bool = True,
+           device: str = "cpu", num_ctx: int = 4096) -> dict:
+    """The whole GGUF step; a dict for export_summary.json (file, verification, Modelfile, commands, or why not)."""
+    from nbutils.runtime.install import ensure_extra
+
+    quant_type = quant_type.lower()
+    if base_model == embedded.EMBEDDED:
+        return _skip(EMBEDDED_REASON)
+    merged_dir, work = disk.path("merged"), disk.temp / "gguf-work"
+    if merged_dir is None or disk.path("gguf") is None:
+        return _skip(disk.items["gguf"].reason if "gguf" in disk.items else "no merged model to convert from")
+    ensure_extra(("gguf", "sentencepiece"))
+    converter = gguf.find_converter(llama_cpp_dir, disk.temp)
+    if isinstance(converter, str):
+        return _skip(converter)
+    print(f"[gguf] converter: {converter.origin}", flush=True)
+    stops = stop_ids(tokenizer, merged_dir)
+    eot = tokenizer.convert_tokens_to_ids(chatformat.end_of_turn(tokenizer))
+    fields, add_bos = gguf.stop_fields(tokenizer.eos_token_id, eot, stops), modelfile.starts_with_bos(tokenizer)
+    if sentencepiece_beside(merged_dir, base_model):
+        print(f"[gguf] {SENTENCEPIECE} copied from {base_model} into the merged model (the converter reads it)", flush=True)
+    work.mkdir(parents=True, exist_ok=True)
+    made, note = _convert(merged_dir, work, quant_type, converter, {**fields, "add_bos": add_bos})
+    if made is None:
+        return _skip(note, converter=converter.origin)
+    try:
+        check = ggufcheck.verify(made, merged_dir, tokenizer, stops, prompts, texts, quant_type, device, add_bos)
+    except Exception:
+        made.unlink(missing_ok=True)  # a GGUF that failed its check is not kept anywhere
+        raise
+    result = {**_place(disk, made, tokenizer, stops, num_ctx, facts, quant_type), "type": quant_type,
+              "converter": converter.origin, "build": note, "stop_fields": fields, "add_bos": add_bos,
+              "verification": check}
+    result["lora"] = _lora(disk, Path(adapter_dir), converter) if lora else None
+    return result
+
+
+def report(result: dict) -> str:
+    """One paragraph for the notebook: the file, its checks, and the two commands to run it."""
+    if not result.get("file"):
+        return f"[gguf] skipped: {result.get('reason')}"
+    v = result["verification"]
+    greedy = ("greedy tokens equal" if v["same_greedy"] else f"greedy tokens equal up to {len(v['greedy_ties'])} "
+              "near-tie(s) within the tolerance") if v["greedy_checked"] else "greedy not required"
+    where = "output" if result["kept"] else "temp folder only (see the disk plan)"
+    return (f"[gguf] {result['file']} ({result['size_mb']} MB, {where}), reloaded with {v['reloaded_with']}: "
+            f"max |logit diff| {v['max_abs_diff']:.4g} (tolerance {v['tolerance']:.4g}), {greedy}, perplexity "
+            f"{v['perplexity']:.4g} vs {v['merged_perplexity']:.4g}; stops {', '.join(result['stops'])}\n"
+            f"  llama.cpp: {result['llama_cpp']}\n  Ollama:    {result['ollama']}")

@@ -1,0 +1,173 @@
+"""Every GGUF is checked before it is kept: its metadata against the tokenizer the model was trained with, and
+the model itself reloaded (transformers' `gguf_file`, dequantized) and compared with the merged model.
+
+Metadata: the eos/eot/eom fields hold exactly the suite's stop ids, the pad id and the chat template are the
+checkpoint's, and the token list is the tokenizer's, id for id. A mismatch fails with the field named.
+Model: on the check prompts, max |logit diff| within the type's tolerance, greedy continuations equal for
+f32/f16/bf16/q8_0 (rounding and 8-bit blocks move logits by far less than the gaps greedy decoding follows; a
+near-tie within that tolerance may go either way, `greedy_agrees`), and for every type the perplexity on the eval
+texts within the type's margin of the merged model's.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from pathlib import Path
+
+from nbutils.export import ggufload
+
+# max |logit diff| / largest |logit| (at least 0.02 in absolute terms). f16 stores the merged fp16 weights as they
+# are (only the converter's f32 norms differ); bf16 keeps 8 bits of mantissa; q8_0 one 8-bit scale per 32
+# weights; k-quants 3-6 bits, which move logits visibly: for them the perplexity margin is the real test.
+REL_TOLERANCE = {"f32": 2e-3, "f16": 2e-3, "bf16": 2e-2, "q8_0": 3e-2}
+KQUANT_REL_TOLERANCE = 0.25
+ABS_FLOOR = 0.02
+# Perplexity of the GGUF on the eval texts, relative to the merged model's.
+PPL_MARGIN = {"f32": 0.001, "f16": 0.005, "bf16": 0.02, "q8_0": 0.02}
+KQUANT_PPL_MARGIN = 0.10
+GREEDY_TYPES = ("f32", "f16", "bf16", "q8_0")
+GREEDY_TOKENS = 12
+
+
+class GGUFCheckFailed(RuntimeError):
+    """The GGUF does not match the model it was converted from; the message names the field or the figure."""
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The fields the check needs: stop fields, pad, chat template, token list, architecture and file type."""
+    kv = ggufload.read_kv(path)
+    return {"architecture": kv.get("general.architecture"), "file_type": kv.get("general.file_type"),
+            "stops": {n: kv.get(f"tokenizer.ggml.{n}_token_id") for n in ("eos", "eot", "eom")},
+            "pad": kv.get("tokenizer.ggml.padding_token_id"), "bos": kv.get("tokenizer.ggml.bos_token_id"),
+            "add_bos": kv.get("tokenizer.ggml.add_bos_token"), "chat_template": kv.get("tokenizer.chat_template"),
+            "tokens": kv.get("tokenizer.ggml.tokens", [])}
+
+
+def metadata_problems(meta: dict, tokenizer, stop_ids: list[int], add_bos: bool | None = None) -> list[str]:
+    """What in the GGUF's metadata differs from the trained tokenizer, one sentence per field."""
+    problems = []
+    if add_bos is not None and bool(meta["add_bos"]) != add_bos:
+        problems.append(f"tokenizer.ggml.add_bos_token is {meta['add_bos']}, the chat template "
+                        f"{'starts' if add_bos else 'does not start'} with BOS")
+    held = {v for v in meta["stops"].values() if v is not None}
+    if held != set(stop_ids):
+        problems.append(f"tokenizer.ggml.eos/eot/eom_token_id hold {sorted(held)}, the model stops on {sorted(stop_ids)}")
+    if tokenizer.pad_token_id is not None and meta["pad"] != tokenizer.pad_token_id:
+        problems.append(f"tokenizer.ggml.padding_token_id is {meta['pad']}, the tokenizer's pad is {tokenizer.pad_token_id}")
+    if (meta["chat_template"] or None) != (tokenizer.chat_template or None):
+        problems.append("tokenizer.chat_template differs from the chat template the model was trained with")
+    ours = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    theirs = meta["tokens"][: len(ours)]
+    if theirs != ours:
+        first = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+        problems.append(f"tokenizer.ggml.tokens differs from the tokenizer at id {first} "
+                        f"({theirs[first] if first < len(theirs) else 'missing'!r} vs {ours[first]!r})")
+    return problems
+
+
+def measure(model, tokenizer, prompts: list[str], texts: list[str]) -> dict:
+    """Logits on the prompts, greedy continuations of them, and the mean NLL of the texts' tokens."""
+    import torch
+
+    out = {"logits": [], "greedy": [], "margins": [], "nll": 0.0, "tokens": 0}
+    with torch.no_grad():
+        for p in prompts:
+            ids = tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
+            step = model(ids, use_cache=True)
+            out["logits"].append(step.logits.float().cpu()[0])
+            greedy, margins = [], []  # a fixed length, stop tokens included: compared token for token
+            for _ in range(GREEDY_TOKENS):
+                top = step.logits[0, -1].float().topk(2)
+                greedy.append(int(top.indices[0]))
+                margins.append(float(top.values[0] - top.values[1]))
+                step = model(torch.tensor([[greedy[-1]]], device=model.device), past_key_values=step.past_key_values,
+                             use_cache=True)
+            out["greedy"].append(greedy)
+            out["margins"].append(margins)
+        for t in texts:
+            ids = tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
+            loss = model(ids, labels=ids).loss.float().item()
+            out["nll"] += loss * (ids.shape[1] - 1)
+            out["tokens"] += ids.shape[1] - 1
+    return out
+
+
+def greedy_agrees(reference: dict, got: dict, tolerance: float) -> tuple[bool, list]:
+    """Greedy continuations agree token for token, up to a tie: where they first part, the merged model's own top two
+    logits lie within 2 x tolerance, so a difference the logits check allows can swap them. (Random-weight twins have
+    such ties everywhere; a trained model's chosen tokens lead by far more.) Returns (agree, [(prompt, step, gap)])."""
+    ties = []
+    for i, (a, b, gaps) in enumerate(zip(reference["greedy"], got["greedy"], reference["margins"])):
+        step = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if step is not None:
+            if gaps[step] > 2 * tolerance:
+                return False, ties
+            ties.append((i, step, round(gaps[step], 5)))
+    return True, ties
+
+
+def compare(reference: dict, got: dict, quant_type: str) -> dict:
+    """The figures and the verdict: logits within tolerance, greedy equal (where required), perplexity margin."""
+    scale = max(float(r.abs().max()) for r in reference["logits"])
+    diff = max(float((a - b).abs().max()) for a, b in zip(got["logits"], reference["logits"]))
+    rel = REL_TOLERANCE.get(quant_type, KQUANT_REL_TOLERANCE)
+    tolerance = max(ABS_FLOOR, rel * scale)
+    ppl_ref = math.exp(reference["nll"] / max(1, reference["tokens"]))
+    ppl = math.exp(got["nll"] / max(1, got["tokens"]))
+    margin = PPL_MARGIN.get(quant_type, KQUANT_PPL_MARGIN)
+    same_greedy = got["greedy"] == reference["greedy"]
+    greedy_ok, ties = greedy_agrees(reference, got, tolerance)
+    problems = []
+    if diff > tolerance:
+        problems.append(f"max |logit diff| {diff:.4g} > tolerance {tolerance:.4g} for {quant_type}")
+    if quant_type in GREEDY_TYPES and not greedy_ok:
+        problems.append(f"greedy continuations part from the merged model's where it leads by more than 2 x tolerance "
+                        f"({quant_type} must keep them)")
+    if ppl > ppl_ref * (1 + margin):
+        problems.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
+    return {"type": quant_type, "max_abs_diff": diff, "max_abs_logit": scale, "tolerance": tolerance,
+            "same_greedy": same_greedy, "greedy_ties": ties, "greedy_checked": quant_type in GREEDY_TYPES,
+            "perplexity": ppl,
+            "merged_perplexity": ppl_ref, "ppl_margin": margin, "problems": problems, "ok": not problems}
+
+
+def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: list[int], prompts: list[str],
+           texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None) -> dict:
+    """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong."""
+    gguf_file, merged_dir = Path(gguf_file), Path(merged_dir)
+    problems = metadata_problems(read_metadata(gguf_file), tokenizer, stop_ids, add_bos)
+    if problems:
+        raise GGUFCheckFailed(f"{gguf_file.name}: " + "; ".join(problems))
+    dtype = ggufload.compute_dtype(merged_dir, device)
+    model = ggufload.load_merged(merged_dir, device, dtype)
+    reference = measure(model, tokenizer, prompts, texts)
+    del model
+    gc.collect()
+    model, how = ggufload.load(gguf_file, merged_dir, device, dtype)
+    got = measure(model, tokenizer, prompts, texts)
+    del model
+    gc.collect()
+    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", "")}
+    if not result["ok"]:
+        raise GGUFCheckFailed(f"{gguf_file.name} disagrees with the merged model: " + "; ".join(result["problems"]))
+    return result
+
+
+def lora_check(gguf_file: str | Path, adapter_dir: str | Path) -> dict:
+    """The GGUF LoRA holds every A/B matrix of the adapter (Frobenius norms, which the converter's row permutations
+    keep, equal to 1%) and its alpha."""
+    import json
+
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from safetensors.torch import load_file
+
+    reader = GGUFReader(str(gguf_file))
+    ours = sorted(float(t.float().norm()) for t in load_file(Path(adapter_dir) / "adapter_model.safetensors").values())
+    theirs = sorted(float(np.linalg.norm(dequantize(t.data, t.tensor_type).astype("float64"))) for t in reader.tensors)
+    alpha = reader.fields["adapter.lora.alpha"].contents() if "adapter.lora.alpha" in reader.fields else None
+    want = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("lora_alpha")
+    same = len(ours) == len(theirs) and all(math.isclose(a, b, rel_tol=1e-2, abs_tol=1e-4) for a, b in zip(ours, theirs))
+    return {"tensors": len(theirs), "adapter_tensors": len(ours), "alpha": alpha, "ok": same and alpha == want}

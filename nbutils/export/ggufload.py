@@ -1,0 +1,159 @@
+"""A GGUF read back: its metadata (a fast header reader) and its weights in the merged model's architecture.
+
+`load` asks transformers first (`gguf_file`: the config comes from the GGUF's own hyper-parameters, so a wrong
+rope base or head size shows in the logits). Where transformers does not read the architecture (GPT-NeoX) or
+builds a config that does not fit the weights (Qwen3 with a head size other than 128), the weights are taken by
+name through gguf-py's tensor map into the merged model's architecture, the converter's rewrites undone, and the
+GGUF's hyper-parameters are compared with the merged config one by one instead.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+
+class GGUFLoadError(RuntimeError):
+    """The GGUF cannot be read back as the merged model: the message names the tensor or hyper-parameter."""
+
+
+# GGUF value types (gguf-py's GGUFValueType) that are fixed-size scalars: struct format; 8 is a string, 9 an array.
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def read_kv(path: str | Path) -> dict:
+    """A GGUF's key-value metadata as Python values, read from its header alone (the tensors are not touched).
+    gguf-py's reader maps every token of a 150k vocabulary into its own numpy view: seconds, where this takes
+    a fraction of one."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        def string() -> str:
+            (n,) = struct.unpack("<Q", f.read(8))
+            return f.read(n).decode("utf-8", errors="replace")
+
+        def value(kind: int):
+            if kind == 8:
+                return string()
+            if kind == 9:
+                sub, n = struct.unpack("<IQ", f.read(12))
+                if sub in _SCALAR:
+                    dtype = np.dtype("<" + _SCALAR[sub])
+                    return np.frombuffer(f.read(n * dtype.itemsize), dtype).tolist()
+                return [value(sub) for _ in range(n)]
+            fmt = "<" + _SCALAR[kind]
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        magic, _version, _tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
+        if magic != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        kv = {}
+        for _ in range(n_kv):
+            key = string()
+            kv[key] = value(struct.unpack("<I", f.read(4))[0])
+    return kv
+
+
+def compute_dtype(merged_dir: str | Path, device: str = "cpu"):
+    """fp32 on the CPU when it fits in RAM (exact comparisons), else fp16: an 8B model is 32 GB in fp32, more than a
+    Kaggle session's 29 GB; fp16 on a GPU. Both models of a comparison load in the same dtype."""
+    import psutil
+    import torch
+
+    if device != "cpu":
+        return torch.float16
+    params = sum(p.stat().st_size for p in Path(merged_dir).glob("*.safetensors")) / 2  # the merged model is fp16
+    return torch.float32 if psutil.virtual_memory().available >= params * 4 * 1.25 else torch.float16
+
+
+def load_merged(folder: str | Path, device: str = "cpu", dtype=None):
+    """The merged model in the comparison's dtype."""
+    return _transformers(Path(folder), None, device, dtype or compute_dtype(folder, device))
+
+
+def _transformers(folder: Path, gguf_file: str | None, device: str, dtype):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map={"": device}, **kwargs).eval()
+
+
+def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
+    """(model, how it was read): transformers' GGUF loader, else by tensor name with the hyper-parameters checked."""
+    gguf_file, dtype = Path(gguf_file), dtype or compute_dtype(merged_dir, device)
+    try:
+        return _transformers(gguf_file.parent, gguf_file.name, device, dtype), "transformers (gguf_file)"
+    except (ValueError, RuntimeError) as e:
+        if "not supported" not in str(e) and "mismatched" not in str(e):
+            raise
+        why = "architecture not supported" if "not supported" in str(e) else "its config does not fit the weights"
+    return load_by_name(gguf_file, merged_dir, device, dtype), f"gguf-py by tensor name (transformers: {why})"
+
+
+# GGUF hyper-parameter (after "<arch>.") -> the merged config's attribute
+HPARAMS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
+           "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",
+           "attention.head_count_kv": "num_key_value_heads", "attention.key_length": "head_dim",
+           "context_length": "max_position_embeddings", "rope.freq_base": "rope_theta",
+           "attention.layer_norm_rms_epsilon": "rms_norm_eps", "attention.layer_norm_epsilon": "layer_norm_eps"}
+
+
+def hparam_problems(kv: dict, config) -> list[str]:
+    """The GGUF's hyper-parameters that differ from the merged config (where both have one)."""
+    import math
+
+    arch = kv["general.architecture"]
+    rope = getattr(config, "rope_parameters", None) or {}
+    problems = []
+    for key, attr in HPARAMS.items():
+        ours = rope.get(attr) if attr == "rope_theta" and rope else getattr(config, attr, None)
+        theirs = kv.get(f"{arch}.{key}")
+        if ours is not None and theirs is not None and not math.isclose(float(ours), float(theirs), rel_tol=1e-5):
+            problems.append(f"{arch}.{key} is {theirs}, the merged config's {attr} is {ours}")
+    return problems
+
+
+def _gptneox_qkv(name: str, w, config):
+    """Undo the converter's GPT-NeoX query_key_value reordering (per head q,k,v -> all q, all k, all v)."""
+    import torch
+
+    if "attention.query_key_value" not in name:
+        return w
+    heads, embed = config.num_attention_heads, config.hidden_size
+    q, k, v = (part.reshape(heads, embed // heads, *w.shape[1:]) for part in w.chunk(3, dim=0))
+    return torch.stack((q, k, v), dim=1).reshape(w.shape)
+
+
+UNDO = {"gptneox": _gptneox_qkv}  # per GGUF architecture: the converter's tensor rewrites, reversed
+
+
+def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
+    """The merged model's architecture with every weight taken from the GGUF (dequantized) through gguf-py's
+    tensor-name map; a missing tensor or a hyper-parameter that differs raises GGUFLoadError."""
+    import torch
+    from gguf import MODEL_ARCH_NAMES, GGUFReader, get_tensor_name_map
+    from gguf.quants import dequantize
+
+    dtype = dtype or compute_dtype(merged_dir, device)
+    model = _transformers(Path(merged_dir), None, "cpu", dtype)  # the skeleton: every tensor below is replaced
+    problems = hparam_problems(read_kv(gguf_file), model.config)
+    if problems:
+        raise GGUFLoadError(f"{Path(gguf_file).name}: " + "; ".join(problems))
+    reader = GGUFReader(str(gguf_file))
+    arch_name = reader.fields["general.architecture"].contents()
+    names = get_tensor_name_map(next(a for a, n in MODEL_ARCH_NAMES.items() if n == arch_name),
+                                model.config.num_hidden_layers)
+    tensors = {t.name: t for t in reader.tensors}
+    tied = model.get_output_embeddings().weight if model.config.tie_word_embeddings else None
+    state = {}
+    for hf_name, param in model.state_dict().items():
+        if tied is not None and hf_name.startswith("lm_head") and param.data_ptr() == tied.data_ptr():
+            continue  # tied to the input embeddings, which the GGUF holds once (token_embd)
+        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name not in tensors:
+            raise GGUFLoadError(f"{Path(gguf_file).name} has no tensor for {hf_name} (looked for {gguf_name})")
+        t = tensors[gguf_name]
+        w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).to(dtype).reshape(param.shape)
+        state[hf_name] = UNDO.get(arch_name, lambda n, x, c: x)(hf_name, w, model.config)
+    model.load_state_dict(state, strict=tied is None)
+    return model.to(device).eval()

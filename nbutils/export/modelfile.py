@@ -1,0 +1,178 @@
+"""Ollama's Modelfile and llama.cpp's command line for a GGUF: the chat template the model was trained with and
+one `PARAMETER stop` per stop token, so the model ends its turn in Ollama where it learnt to.
+
+Ollama's TEMPLATE is a Go template, not the tokenizer's Jinja. It is derived from the Jinja template itself:
+conversations with marker texts are rendered, and the text around the markers becomes the Go template's pieces
+(what comes before the first user turn, around each user turn and after each answer, and where a system prompt
+goes). `go_template` returns the pieces' template and checks nothing; `derive` returns None with the reason
+when the Jinja template does not fit that shape. tests/export/test_modelfile.py renders the result with a
+small Go-template interpreter and compares it with the Jinja rendering for every family twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+S, U1, A1, U2 = "SYSq7x", "USRq7x1", "ASTq7x1", "USRq7x2"  # marker texts no template changes
+
+
+@dataclass
+class Pieces:
+    header: str  # before the first user turn when there is no system prompt
+    user_open: str  # before each user message
+    user_close: str  # after each user message: its end and the assistant's opening (the generation prompt)
+    answer_open: str  # before each assistant message, after user_close (Mistral: the space before the answer)
+    answer_close: str  # after each assistant message
+    system: str  # "separate" (its own block), "folded" (inside the first user turn) or "" (not supported)
+    system_open: str = ""  # separate: before the system text; folded: what replaces `header`
+    system_close: str = ""  # separate: after it; folded: between it and the first user message
+
+
+def _render(tokenizer, messages: list[dict], gen: bool = True) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+
+def _common_suffix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return a[len(a) - n:]
+
+
+SHAPES = ([{"role": "user", "content": U1}],
+          [{"role": "user", "content": U1}, {"role": "assistant", "content": A1}, {"role": "user", "content": U2}])
+SYSTEM_SHAPES = ([{"role": "system", "content": S}, *SHAPES[0]], [{"role": "system", "content": S}, *SHAPES[1]])
+
+
+def render_pieces(pieces: Pieces, messages: list[dict]) -> str:
+    """The prompt the Go template builds, in Python: what `derive` checks against the Jinja rendering."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    out = [pieces.system_open + (system + pieces.system_close if pieces.system == "separate" else "")
+           if system and pieces.system else pieces.header]
+    pending = system if pieces.system == "folded" else ""
+    for m in messages:
+        if m["role"] == "user":
+            out += [pieces.user_open, pending + pieces.system_close if pending else "", m["content"], pieces.user_close]
+            pending = ""
+        elif m["role"] == "assistant":
+            out += [pieces.answer_open, m["content"], pieces.answer_close]
+    return "".join(out)
+
+
+def _matches(tokenizer, pieces: Pieces, shapes) -> bool:
+    try:
+        return all(render_pieces(pieces, m) == _render(tokenizer, m) for m in shapes)
+    except Exception:  # noqa: BLE001 -- a template that refuses a shape (a system role) does not match it
+        return False
+
+
+def _system(tokenizer, pieces: Pieces) -> Pieces:
+    """Where the template puts a system prompt: its own block, folded into the first user turn, or nowhere."""
+    try:
+        text = _render(tokenizer, [{"role": "system", "content": S}, {"role": "user", "content": U1}])
+    except Exception:  # noqa: BLE001 -- templates that refuse a system role raise; then there is no system slot
+        return pieces
+    before, _, rest = text.partition(S)
+    between, _, after = rest.partition(U1)
+    if after != pieces.user_close or not before:
+        return pieces
+    if between.endswith(pieces.user_open):
+        pieces.system, pieces.system_open, pieces.system_close = "separate", before, between[: -len(pieces.user_open)]
+    elif before.endswith(pieces.user_open):
+        pieces.system, pieces.system_open, pieces.system_close = "folded", before[: -len(pieces.user_open)], between
+    if pieces.system and not _matches(tokenizer, pieces, SYSTEM_SHAPES):  # e.g. Mistral: system in the last turn
+        pieces.system = pieces.system_open = pieces.system_close = ""
+    return pieces
+
+
+def derive(tokenizer) -> Pieces | str:
+    """The template's pieces, or why it does not fit the user/assistant/system shape a Modelfile can express."""
+    try:
+        multi = _render(tokenizer, [{"role": "user", "content": U1}, {"role": "assistant", "content": A1},
+                                    {"role": "user", "content": U2}])
+    except Exception as e:  # noqa: BLE001 -- any template error means: no derived template
+        return f"the chat template does not render a user/assistant conversation ({type(e).__name__}: {e})"
+    first, _, rest = multi.partition(U1)
+    before_answer, _, rest = rest.partition(A1)
+    between, _, user_close = rest.partition(U2)
+    if not user_close or not before_answer.startswith(user_close):
+        return "the chat template ends a user turn differently in different places"
+    # The text before a user turn is the same after the header and after an answer: their common ending.
+    user_open = _common_suffix(first, between)
+    pieces = Pieces(first[: len(first) - len(user_open)], user_open, user_close, before_answer[len(user_close):],
+                    between[: len(between) - len(user_open)], "")
+    if not _matches(tokenizer, pieces, SHAPES):
+        return "the chat template does not wrap user and assistant turns the same way each time"
+    return _system(tokenizer, pieces)
+
+
+def _strip_bos(text: str, bos: str | None) -> str:
+    return text[len(bos):] if bos and text.startswith(bos) else text
+
+
+def go_template(pieces: Pieces, bos: str | None = None) -> str:
+    """Ollama's TEMPLATE from the pieces; `bos`: the BOS text to leave out (llama.cpp adds BOS itself)."""
+    header, sys_open = _strip_bos(pieces.header, bos), _strip_bos(pieces.system_open, bos)
+    answer = ('{{ else if eq .Role "assistant" }}' + pieces.answer_open + "{{ .Content }}" + pieces.answer_close +
+              "{{ end }}{{ end }}")
+    if pieces.system == "separate":
+        return ("{{ if .System }}" + sys_open + "{{ .System }}" + pieces.system_close + "{{ else }}" + header +
+                '{{ end }}{{ range .Messages }}{{ if eq .Role "user" }}' + pieces.user_open + "{{ .Content }}" +
+                pieces.user_close + answer)
+    if pieces.system == "folded":
+        return ("{{ if .System }}" + sys_open + "{{ else }}" + header + "{{ end }}{{ $sys := .System }}"
+                '{{ range .Messages }}{{ if eq .Role "user" }}' + pieces.user_open + "{{ if $sys }}{{ $sys }}" +
+                pieces.system_close + '{{ $sys = "" }}{{ end }}{{ .Content }}' + pieces.user_close + answer)
+    return (header + '{{ range .Messages }}{{ if eq .Role "user" }}' + pieces.user_open + "{{ .Content }}" +
+            pieces.user_close + answer)
+
+
+def starts_with_bos(tokenizer) -> bool:
+    """Whether the chat template itself writes BOS first. The suite tokenizes chats with add_special_tokens=False,
+    so this is the one BOS the model saw: the GGUF's add_bos_token says the same, and llama.cpp adds it."""
+    bos = tokenizer.bos_token
+    return bool(bos) and _render(tokenizer, [{"role": "user", "content": U1}]).startswith(bos)
+
+
+def stop_texts(tokenizer, stop_ids: list[int]) -> list[str]:
+    """The stop tokens as text, one per stop id, in the suite's order."""
+    return list(dict.fromkeys(tokenizer.convert_ids_to_tokens(i) for i in stop_ids))
+
+
+def modelfile(gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096) -> tuple[str, dict]:
+    """The Modelfile's text and what it holds (template derived or why not, stops)."""
+    pieces = derive(tokenizer)
+    lines = ["# ollama create <name> -f Modelfile && ollama run <name>", f"FROM ./{gguf_name}"]
+    info = {"stops": stop_texts(tokenizer, stop_ids), "template": None, "system": None}
+    if isinstance(pieces, Pieces):
+        template = go_template(pieces, tokenizer.bos_token if starts_with_bos(tokenizer) else None)
+        if '"""' in template or "{{" in "".join(v for v in vars(pieces).values()):
+            info["template"] = "not written: the template's own text holds Go-template or Modelfile quoting"
+        else:
+            lines.append(f'TEMPLATE """{template}"""')
+            info.update(template="derived from the tokenizer's chat template", system=pieces.system or "not supported")
+    else:
+        info["template"] = f"not written ({pieces}); Ollama falls back to the GGUF's own chat template"
+    lines += [f'PARAMETER stop "{_quoted(s)}"' for s in info["stops"]]
+    # Greedy decoding is what 03 evaluated; num_ctx: Ollama's default 2048 cuts longer chats short.
+    lines += ["PARAMETER temperature 0", f"PARAMETER num_ctx {num_ctx}"]
+    return "\n".join(lines) + "\n", info
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def llama_cpp_command(gguf_path: str | Path, num_ctx: int = 4096) -> str:
+    """One line for llama.cpp: a chat in the terminal with the GGUF's own chat template and stop tokens."""
+    return f"llama-cli -m {gguf_path} -c {num_ctx} --temp 0"
+
+
+def write(folder: str | Path, gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096) -> dict:
+    """<folder>/Modelfile next to the GGUF; what it holds, with the ollama and llama.cpp commands."""
+    text, info = modelfile(gguf_name, tokenizer, stop_ids, num_ctx)
+    path = Path(folder) / "Modelfile"
+    path.write_text(text)
+    return {**info, "path": str(path), "ollama": f"cd {folder} && ollama create my-model -f Modelfile && ollama run my-model",
+            "llama_cpp": llama_cpp_command(Path(folder) / gguf_name, num_ctx)}

@@ -1,0 +1,259 @@
+"""05's plan, made before anything loads: the SFT adapter and its recipe, the data, the memory, the steps; one table.
+
+05 starts from 02's adapter: its checkpoint names the base model, the 4-bit config and the precision
+(`recipe.from_checkpoint`), and the policy is that adapter, trainable. The reference policy of DPO, KTO and GRPO
+(beta > 0) is the same adapter, frozen: trl copies it into a second adapter named "ref" when the trainer is built
+(`check_reference` proves the copy equals 02's file and is frozen). ORPO needs no reference.
+Data: pairs (DPO, ORPO) or unpaired rows (KTO) from `nbutils.data.pairs`; GRPO's prompts and reference
+answers are 01's splits. `preference_data="embedded"` builds pairs from 01's task (train pairs from 01's train
+split, held-out pairs from its eval split).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbutils import defaults
+from nbutils.data import chatformat, splits
+from nbutils.data import pairs as prefdata
+from nbutils.runtime import modelsource
+from nbutils.runtime.preflight import Environment, inspect
+from nbutils.train import checkpoints, diskspace, memory, recipe
+
+METHODS = ("dpo", "orpo", "kto", "grpo")
+WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
+LR_TINY, LR_REAL = 2e-3, 2e-5  # LoRA preference tuning: about a tenth of SFT's rate (toy: 3e-3 -> 2e-3)
+SMOKE = {"max_steps": 4, "save_steps": 2}
+
+
+class PreferencePlanError(ValueError):
+    """What the plan found wrong, every problem with what to do."""
+
+
+@dataclass
+class PreferencePlan:
+    """What 05's later cells read: plan.method, plan.recipe, plan.sft_checkpoint, plan.train_rows ..."""
+
+    env: Environment
+    method: str
+    recipe: recipe.Recipe
+    sft_checkpoint: Path
+    data_dir: Path
+    out: Path
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    counts: dict
+    memory: dict
+    learning_rate: float
+    learning_rate_why: str
+    max_steps: int
+    save_steps: int
+    max_length: int
+    sft_settings_hash: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> str:
+        return self.recipe.precision
+
+    def held_out_rows(self) -> list[dict]:
+        """Held-out rows in the method's shape: KTO trains on unpaired rows, so its eval loss reads them unpaired."""
+        return prefdata.unpaired(self.eval_rows) if self.method == "kto" else self.eval_rows
+
+    def record(self, **extra) -> dict:
+        """What every checkpoint records beyond the model and the trainer (the resume compares it)."""
+        return {"base_model": self.recipe.base_model, "precision": self.precision, "method": self.method,
+                "sft_settings_hash": self.sft_settings_hash,
+                "data_counts": self.counts, "versions": dict(self.env.versions), **extra}
+
+    def rows(self) -> dict:
+        m = self.memory
+        return {
+            "method": self.method,
+            "policy": f"02's adapter {self.sft_checkpoint}, trainable",
+            "reference": "02's adapter again, frozen (adapter 'ref')" if self.method in WITH_REFERENCE
+            else "none (ORPO needs none)" if self.method == "orpo" else "02's adapter, frozen, when beta > 0",
+            "base_model": f"{self.recipe.base_model}: {'4-bit' if self.recipe.quantization else 'full precision'}, "
+                          f"computing in {self.precision}",
+            "data": f"{len(self.train_rows)} train / {len(self.eval_rows)} held out; " + ", ".join(
+                f"{k} {v}" for k, v in self.counts.items()),
+            **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
+            "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
+                f"; {m['gpu_memory_gb']} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}" if m.get("gpu_memory_gb")
+                else "; no GPU: the plan is what a GPU run would need"),
+            "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
+            "steps": f"{self.max_steps}; save every {self.save_steps}",
+            "output": str(self.out),
+        }
+
+    def table(self) -> str:
+        rows = {**self.env.rows(), **self.rows(), "problems": len(self.problems) or "none"}
+        width = max(len(k) for k in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
+
+
+def learning_rate(value, model_config) -> tuple[float, str]:
+    """value unless "auto"; else a tenth of SFT's usual LoRA rate for real models, 2e-3 for toy ones."""
+    if value != "auto":
+        return float(value), "given"
+    n = defaults.body_parameters(model_config)
+    if n < defaults.TINY_PARAMS:
+        return LR_TINY, f"auto: {n / 1e6:.1f}M block parameters, a toy model: {LR_TINY:g}"
+    return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, LoRA preference tuning's usual range"
+
+
+def grpo_rows(ds) -> list[dict]:
+    """01's rows as GRPO prompts (the conversation before the answer) with the reference `answer`."""
+    return [{"prompt": r["messages"][:-1], "answer": r["messages"][-1]["content"]} for r in ds]
+
+
+def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], list[str]]:
+    """Pairs built from 01's train and eval splits, written as JSONL so they are read like a user's file."""
+    files = []
+    for split in ("train", "eval"):
+        path = out / f"embedded_pairs.{split}.jsonl"
+        rows = prefdata.embedded_records(splits.load_split(data_dir, split), seed=seed + (split == "eval"))
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        files.append(str(path))
+    return [files[0]], [files[1]]
+
+
+def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
+              eval_fraction: float, seed: int, max_length: int, max_records: int | None) -> tuple[list, list, dict]:
+    """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan."""
+    if method == "grpo":
+        train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
+        if max_records:
+            train = train[:max_records]
+        return train, held, {"prompts": len(train), "held_out_prompts": len(held)}
+    if preference_data == "embedded":
+        train_files, eval_files = _embedded_files(data_dir, out, seed)
+    else:
+        train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
+        eval_files = [p.strip() for p in preference_eval.split(",") if p.strip()]
+    ledger = prefdata.Ledger()
+    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=max_records, ledger=ledger)
+    if eval_files:
+        held, ledger = prefdata.read(eval_files, tokenizer, max_length, ledger=ledger)
+    else:
+        rows, held = prefdata.split(rows, eval_fraction, seed)
+    ledger.counts["kept"] = len(rows) + len(held)
+    prefdata.write_quarantine(ledger, out)
+    if method == "kto":
+        rows, held = prefdata.unpaired(rows), held  # held-out pairs stay pairs: accuracy ranks both sides
+    return rows, held, {**ledger.counts, **({"reasons": ledger.reasons()} if ledger.quarantine else {})}
+
+
+def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
+                    preference_eval: str = "", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
+                    precision: str = "", per_device_batch_size: int = 16, num_generations: int = 4,
+                    max_completion_length: int = 16, max_length: int = 256, max_steps: int = 16,
+                    learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
+                    show: bool = True) -> PreferencePlan:
+    """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem."""
+    if method not in METHODS:
+        raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
+    ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
+    env, problems = inspect("auto" if not precision else precision, True)
+    rec = recipe.from_checkpoint(ckpt, "", precision, env.precision)
+    modelsource.check(rec.base_model)
+    tokenizer = chatformat.load_tokenizer(rec.base_model)
+    config = modelsource.load_config(rec.base_model)
+    train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
+                                    eval_fraction, seed, max_length, 64 if smoke else None)
+    mem = memory.plan_preference(config, method, max_length, per_device_batch_size,
+                                 int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
+                                 env.gpu_memory_gb)
+    lr, lr_why = learning_rate(learning_rate_value, config)
+    steps = SMOKE if smoke else {"max_steps": max_steps, "save_steps": save_steps}
+    plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
+                          steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
+    plan.problems = problems + _checks(plan, per_device_batch_size, num_generations)
+    if show and int(os.environ.get("RANK", "0")) == 0:
+        print(plan.table())
+    if plan.problems:
+        raise PreferencePlanError("05's plan found problems, before anything loaded:\n- " + "\n- ".join(plan.problems))
+    return plan
+
+
+def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]:
+    found = []
+    if plan.method == "grpo" and batch % num_generations:
+        found.append(f"per_device_batch_size={batch} is not a multiple of num_generations={num_generations}: GRPO "
+                     "compares the completions of one prompt within a batch")
+    if plan.method != "grpo" and not plan.eval_rows:
+        found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
+    if plan.memory.get("gpu_memory_gb") and not plan.memory["fits"]:
+        found.append(f"the plan needs {plan.memory['estimate_gb']:.1f} GB, more than this GPU has: lower "
+                     "per_device_batch_size" + (" or num_generations" if plan.method == "grpo" else "")
+                     + ", or max_length")
+    need = diskspace.needed_mb(plan.memory["checkpoint_mb"], 2)
+    disk = diskspace.check(plan.out, need, 2)
+    return found + ([disk] if disk else [])
+
+
+def check_reference(model, sft_checkpoint: Path, name: str = "ref") -> str:
+    """Prove the trainer's reference adapter is 02's adapter, frozen: every tensor equal to the file's."""
+    from safetensors.torch import load_file
+
+    saved = load_file(str(Path(sft_checkpoint) / "adapter_model.safetensors"))
+    params = dict(model.named_parameters())
+    compared = 0
+    for key, value in saved.items():
+        live = key.replace(".weight", f".{name}.weight")
+        found = [p for n, p in params.items() if n.endswith(live)]
+        if len(found) != 1:
+            raise AssertionError(f"the reference adapter {name!r} has no tensor for {key}")
+        if found[0].requires_grad:
+            raise AssertionError(f"the reference adapter {name!r} trains ({key}): it must stay frozen")
+        if not bool((found[0].detach().float().cpu() == value.float()).all()):
+            raise AssertionError(f"the reference adapter {name!r} differs from {sft_checkpoint} at {key}")
+        compared += 1
+    return f"[reference] adapter {name!r}: {compared} tensors equal to {sft_checkpoint.name}'s, frozen"
+
+
+def prepare_kbit(model):
+    """k-bit preparation before 02's adapter goes on (a 4-bit base): fp32 norms, input gradients, gradient
+    checkpointing with use_reentrant=False (the reentrant variant drops the gradients of frozen inputs)."""
+    if not getattr(model, "is_loaded_in_4bit", False):
+        model.enable_input_require_grads()
+        return model
+    from peft import prepare_model_for_kbit_training
+
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=True,
+                                           gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def trainables_fp32(model) -> None:
+    """The trainable (LoRA) weights in fp32: the fp16 gradient scaler refuses to unscale fp16 gradients."""
+    import torch
+
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.float32)
+
+
+def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
+    """eval_report.json (03's shape), training_summary.json (releases the lock), then preference_summary.json,
+    the stage's marker, last."""
+    from nbutils.chain import MARKERS
+
+    out = plan.out
+    (out / MARKERS["eval"]).write_text(json.dumps(report, indent=2, default=str))
+    summary = run.write_summary(ckpt, plan.memory)
+    keep = ("preference", "held_out_reward")
+    result = {"method": plan.method, "sft_checkpoint": str(plan.sft_checkpoint), "data": plan.counts,
+              **{k: summary[k] for k in ("global_step", "stopped_reason", "seconds", "train_loss", "diagnosis",
+                                          "checkpoint_dir", "checkpoint_complete")},
+              "task_metric": {m: report[m]["task_metric"] for m in ("base", "tuned")},
+              "degenerate_rate": {m: report[m]["degenerate_rate"] for m in ("base", "tuned")},
+              **{k: report[k] for k in keep if k in report},
+              "guard": getattr(run.result.trainer, "guard_stats", None),
+              "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"],
+              "files": ["checkpoint/", MARKERS["eval"], MARKERS["train_qlora"], "quarantine.jsonl",
+                        MARKERS["preference"]]}
+    (out / MARKERS["preference"]).write_text(json.dumps(result, indent=2, default=str))
+    return result

@@ -1,0 +1,88 @@
+"""Preference data: each shape read from a file, bad rows quarantined by line, counts that add up, and rows rendered
+with the chat template exactly as 01 rendered SFT data."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nbutils.data import pairs, splits
+
+GALLERY = Path(__file__).resolve().parents[1] / "data_gallery" / "preference"
+
+
+def _read(tok, name, max_tokens=128):
+    return pairs.read([str(GALLERY / name)], tok, max_tokens)
+
+
+def _reasons(ledger):
+    return {(q["line"], q["reason"].split(":")[0]) for q in ledger.quarantine}
+
+
+def test_string_pairs_quarantine_by_line_and_counts_add_up(tok):
+    rows, ledger = _read(tok, "pairs.jsonl")
+    assert _reasons(ledger) == {(2, "identical-sides"), (3, "empty-field"), (5, "too-long"), (6, "malformed-json")}
+    c = ledger.counts
+    assert (c["records"], c["kept"], c["quarantined"], c["duplicates"]) == (7, 2, 4, 1)
+    assert c["records"] == c["kept"] + c["quarantined"] + c["duplicates"]
+    assert [r["line"] for r in rows] == [1, 7] and all(r["source"].endswith("pairs.jsonl") for r in rows)
+
+
+def test_rendered_exactly_as_sft_renders_the_conversation(tok):
+    rows, _ = _read(tok, "pairs.jsonl")
+    msgs = [{"role": "user", "content": "what kind of word is oslo ?"}, {"role": "assistant", "content": "city"}]
+    full = tok.apply_chat_template(msgs, tokenize=False)
+    assert rows[0]["prompt"] == tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+    assert rows[0]["prompt"] + rows[0]["chosen"] == full  # the answer runs through its end-of-turn token
+    assert rows[0]["chosen"].endswith(tok.eos_token) and rows[0]["rejected"].endswith(tok.eos_token)
+
+
+def test_message_list_pairs_split_off_the_shared_turns(tok):
+    rows, ledger = _read(tok, "messages.jsonl")
+    assert _reasons(ledger) == {(2, "prompt-mismatch")}
+    assert [r["line"] for r in rows] == [1, 3]
+    assert "lima" in rows[0]["prompt"] and rows[0]["chosen"].strip().startswith("city")
+    assert "baker" in rows[1]["prompt"] and ledger.shapes == {"messages": 2}
+
+
+def test_hh_transcripts_keep_earlier_turns_in_the_prompt(tok):
+    rows, ledger = _read(tok, "hh.jsonl")
+    assert _reasons(ledger) == {(2, "prompt-mismatch"), (3, "no-assistant-turn")}
+    assert len(rows) == 1 and "rome" in rows[0]["prompt"] and rows[0]["rejected"].strip().startswith("pet")
+    two = pairs.normalize({"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: gus ?\n\nAssistant: name",
+                                "rejected": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: gus ?\n\nAssistant: city"})
+    assert [m["role"] for m in two["prompt"]] == ["user", "assistant", "user"] and two["chosen"] == "name"
+
+
+def test_kto_rows_and_pairs_unpaired(tok):
+    rows, ledger = _read(tok, "kto.jsonl")
+    assert _reasons(ledger) == {(3, "wrong-type")}
+    assert [r["label"] for r in rows] == [True, False]
+    two, _ = _read(tok, "pairs.jsonl")
+    flat = pairs.unpaired(two)
+    assert [r["label"] for r in flat] == [True, False, True, False]
+    assert flat[0]["completion"] == two[0]["chosen"] and flat[1]["completion"] == two[0]["rejected"]
+
+
+def test_an_all_bad_file_fails_with_a_clear_message(tok):
+    with pytest.raises(pairs.PreferenceDataError, match=r"no usable preference record.*3 read, 3 quarantined"
+                       r".*line 1: identical-sides"):
+        _read(tok, "all_bad.jsonl")
+
+
+def test_split_keeps_every_prompt_on_one_side(tok):
+    rows = [{"prompt": f"p{i % 10}", "chosen": "a", "rejected": "b"} for i in range(40)]
+    train, held = pairs.split(rows, 0.2, seed=0)
+    assert len(train) + len(held) == 40 and not {r["prompt"] for r in train} & {r["prompt"] for r in held}
+    assert pairs.split(rows, 0.2, seed=0) == (train, held)
+
+
+def test_embedded_pairs_are_read_like_a_users_file(tok, prepared_data, tmp_path):
+    records = pairs.embedded_records(splits.load_split(prepared_data, "eval"))
+    loops = [r for r in records if len(r["rejected"].split()) > 1]
+    assert loops and all(r["rejected"].split()[0] == r["chosen"] for r in loops)
+    assert all(r["chosen"] != r["rejected"] for r in records)
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows, ledger = pairs.read([str(path)], tok, 128)
+    assert ledger.counts["records"] == len(records) == len(rows) + ledger.counts["duplicates"]

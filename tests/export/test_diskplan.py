@@ -1,0 +1,98 @@
+"""The disk plan: what is kept in the output in the order of value, what goes to the temp folder and why, sizes
+from the checkpoint, and writes that never leave a half-written file under the final name."""
+
+import pytest
+
+from nbutils.export import diskplan
+
+GIB = diskplan.GIB
+
+
+def _plan(sizes, out_room, temp_room, shared=False, temp_extra=0, temp_only=()):
+    plan = diskplan.DiskPlan(diskplan.Path("/out"), diskplan.Path("/tmp-x"),
+                             {n: diskplan.Item(n, int(s * GIB)) for n, s in sizes.items()}, int(out_room * GIB),
+                             int(temp_room * GIB), shared, int(temp_extra * GIB), temp_only)
+    return diskplan.decide(plan, "limit")
+
+
+def test_an_8b_model_on_kaggle_keeps_adapter_and_gguf_and_leaves_the_merged_model_in_temp():
+    plan = _plan({"adapter": 0.2, "adapter_gguf": 0.1, "gguf": 8.5, "merged": 16.0}, out_room=20, temp_room=60)
+    assert [plan.items[n].where for n in diskplan.ORDER] == ["output", "output", "output", "temp"]
+    assert "16.00 GiB does not fit in the 11.20 GiB left" in plan.items["merged"].reason
+    assert plan.path("merged") == diskplan.Path("/tmp-x/merged") and plan.path("gguf") == diskplan.Path("/out/gguf")
+
+
+def test_with_room_for_everything_everything_is_kept():
+    plan = _plan({"adapter": 0.2, "gguf": 8.5, "merged": 16.0}, out_room=100, temp_room=30)
+    assert all(i.where == "output" for i in plan.items.values())
+
+
+def test_one_small_disk_for_both_cannot_hold_merged_and_gguf_at_once_so_no_gguf():
+    plan = _plan({"adapter": 0.2, "gguf": 8.5, "merged": 16.0}, out_room=20, temp_room=20, shared=True)
+    assert plan.items["gguf"].where == "none" and plan.items["merged"].where == "output"
+    assert "converting needs the merged model and the GGUF on disk at once (24.50 GiB)" in plan.items["gguf"].reason
+
+
+def test_a_k_quant_needs_room_for_its_f16_intermediate_in_temp():
+    sizes = {"gguf": 4.6, "merged": 16.0}
+    assert _plan(sizes, out_room=20, temp_room=25, temp_extra=0).items["gguf"].where == "output"
+    assert _plan(sizes, out_room=20, temp_room=25, temp_extra=15).items["gguf"].where == "none"
+
+
+def test_merged_wanted_only_for_the_gguf_stays_in_temp():
+    plan = _plan({"gguf": 1, "merged": 2}, out_room=100, temp_room=100, temp_only=("merged",))
+    assert plan.items["merged"].where == "temp" and "export_merged=False" in plan.items["merged"].reason
+
+
+def test_no_room_anywhere_writes_nothing_and_says_so():
+    plan = _plan({"adapter": 1, "gguf": 8.5, "merged": 16.0}, out_room=0.5, temp_room=10)
+    assert plan.items["adapter"].where == "temp"
+    assert plan.items["merged"].where == "none" and plan.items["gguf"].where == "none"
+    assert "nor in the temp folder" in plan.items["merged"].reason
+    assert diskplan.text(plan).count("not written") == 2
+
+
+def test_gguf_sizes_follow_llama_cpps_table():
+    params = int(8.03e9)
+    assert round(diskplan.gguf_bytes(params, "q8_0") / GIB, 2) == 7.96
+    assert round(diskplan.gguf_bytes(params, "Q4_K_M") / GIB, 2) == 4.58
+    assert diskplan.gguf_bytes(params, "f16") == params * 2
+
+
+def test_export_sizes_from_a_checkpoint(trained_adapter):
+    sizes, extra = diskplan.export_sizes(trained_adapter, 10**6, True, True, "q4_k_m", True)
+    assert list(sizes) == ["adapter", "adapter_gguf", "gguf", "merged"]
+    assert sizes["merged"] > 2 * 10**6 and extra > 2 * 10**6  # fp16 weights + tokenizer; the f16 intermediate
+    weights = (trained_adapter / "adapter_model.safetensors").stat().st_size
+    assert sizes["adapter"] > weights and sizes["adapter_gguf"] == weights // 2
+    sizes, extra = diskplan.export_sizes(trained_adapter, 10**6, True, False, "", False)
+    assert list(sizes) == ["adapter"] and extra == 0
+
+
+def test_make_plan_reads_the_disks(tmp_path):
+    plan = diskplan.make_plan(tmp_path / "out", tmp_path / "temp", {"adapter": 10, "merged": 10**18})
+    assert plan.shared and plan.items["adapter"].where == "output" and plan.items["merged"].where == "none"
+    summary = diskplan.summary(plan)
+    assert summary["artifacts"]["merged"]["path"] is None and summary["artifacts"]["merged"]["why"]
+
+
+def test_writing_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "merged"
+    with pytest.raises(OSError):
+        with diskplan.writing(target) as partial:
+            partial.mkdir()
+            (partial / "shard").write_text("half")
+            raise OSError(28, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+    with diskplan.writing(target) as partial:
+        partial.mkdir()
+        (partial / "shard").write_text("whole")
+    assert (target / "shard").read_text() == "whole" and list(tmp_path.iterdir()) == [target]
+
+
+def test_move_into_another_folder(tmp_path):
+    src = tmp_path / "work" / "model.gguf"
+    src.parent.mkdir()
+    src.write_bytes(b"GGUF")
+    dest = diskplan.move_into(src, tmp_path / "out")
+    assert dest.read_bytes() == b"GGUF" and not src.exists() and not list((tmp_path / "out").glob("*.partial"))

@@ -1,0 +1,122 @@
+"""04 end to end on the Qwen2.5 twin with its real tokenizer: 01 -> 03 once (smoke), then 04 with gguf_type="q8_0"
+- in a Kaggle image twin, internet off, the nbutils dataset attached: a verified GGUF, its Modelfile and the adapter;
+- with a tmpfs smaller than merged + GGUF as the output: 04 finishes, keeps adapter and GGUF, leaves the merged
+  model in the temp folder, says so in the summary, and no .partial is left anywhere.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbutils import chain
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILY, TWIN = "qwen2.5-instruct", "numpy2-2026"
+pytestmark = pytest.mark.integration
+
+
+def _harness(notebooks, out, params, twin=None):
+    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, notebooks), "--no-internet", "--out", str(out)]
+    for name, value in params.items():
+        cmd += ["-p", name, str(value)]
+    cmd += ["--twin", twin] if twin else []
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    assert proc.returncode == 0 and report.get("ok"), proc.stdout[-4000:] + proc.stderr[-2000:]
+    return out / (f"twin-{twin}" if twin else "") / "sandbox"
+
+
+@pytest.fixture(scope="module")
+def upstream(twin, tmp_path_factory):
+    """01 -> 03 on the twin (smoke run): the folders 04 reads, and the twin as the base model."""
+    base = twin(FAMILY)
+    out = tmp_path_factory.mktemp("chain")
+    box = _harness([ROOT / nb for nb in chain.notebook_paths()[:3]], out,
+                   {"base_model": base, "smoke": True, "batch_size": 4, "per_device_batch_size": 4})
+    working = {s: box / nb / "working" / s for s, nb in (("data_prep", "01_data_prep"), ("train_qlora", "02_train_qlora"),
+                                                           ("eval", "03_eval"))}
+    # force: a smoke run on random weights does not beat the base; the gate says so and 04 exports anyway.
+    return {"base_model": base, "data_dir": working["data_prep"], "adapter_dir": working["train_qlora"],
+            "eval_dir": working["eval"], "force": True, "gguf_type": "q8_0"}
+
+
+def _summary(output_dir: Path) -> dict:
+    return json.loads((output_dir / chain.MARKERS["export"]).read_text())
+
+
+def _export_notebook():
+    return ROOT / chain.notebook_paths()[3]
+
+
+def test_04_in_a_kaggle_twin_offline_writes_a_verified_gguf_modelfile_and_adapter(upstream, tmp_path):
+    from nbutils.harness import twin
+
+    t = twin.twins([TWIN])[0]
+    if not t.built or not (twin.dataset_dir() / "wheelhouse.json").exists():
+        pytest.skip("needs `make kaggle-dataset kaggle-twins` (make papermill-check runs both, as CI does); the twin "
+                    "runs the dataset's nbutils wheel, so rebuild the dataset after changing nbutils")
+    box = _harness([_export_notebook()], tmp_path, {**upstream}, twin=TWIN)
+    export = box / "04_export" / "working" / "export"
+    gguf = _summary(export)["gguf"]
+    assert gguf["verification"]["ok"] and gguf["kept"] and gguf["converter"].startswith("the attached dataset"), gguf
+    assert (export / "gguf" / "model-q8_0.gguf").exists() and (export / "gguf" / "Modelfile").exists()
+    assert (export / "adapter" / "adapter_model.safetensors").exists()
+    assert gguf["lora"]["ok"] and Path(gguf["lora"]["file"]).exists()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) -> a fresh tmpfs of that many bytes (needs root: skipped where mounting is not allowed)."""
+    mounted = []
+
+    def mount(size: int) -> Path:
+        path = tmp_path / f"tmpfs{len(mounted)}"
+        path.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()[:100]})")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def _papermill(params: dict, out: Path, monkeypatch) -> Path:
+    """04 executed by papermill in the project venv (the harness wants 04's output in its sandbox's working dir;
+    here it goes to `output_dir`); temp and working roots under `out`, internet off for the Hub."""
+    import papermill
+
+    for name, value in {"NBUTILS_WORKING_ROOT": out / "working", "NBUTILS_TEMP_ROOT": out / "temp",
+                        "NBUTILS_INPUT_ROOT": out / "input", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                        "OMP_NUM_THREADS": "1"}.items():
+        monkeypatch.setenv(name, str(value))
+    out.mkdir(parents=True, exist_ok=True)
+    executed = out / "04_export.ipynb"
+    papermill.execute_notebook(str(_export_notebook().with_suffix(".ipynb")), str(executed), kernel_name="python3",
+                               parameters={k: str(v) if isinstance(v, Path) else v for k, v in params.items()},
+                               cwd=str(out), progress_bar=False)
+    return executed
+
+
+def test_04_on_a_tmpfs_smaller_than_merged_plus_gguf_keeps_what_fits_in_order(upstream, tmp_path, tmpfs, monkeypatch):
+    roomy = tmp_path / "roomy" / "export"
+    _papermill({**upstream, "output_dir": roomy}, tmp_path / "roomy", monkeypatch)
+    planned = _summary(roomy)["disk_plan"]["artifacts"]
+    gib = 2**30
+    kept = sum(planned[n]["size_gib"] for n in ("adapter", "adapter_gguf", "gguf")) * gib
+    size = int(kept * 1.1) + 2**20  # room for adapter, LoRA GGUF and GGUF as planned (+ the summary), not the merged
+    assert size < (planned["merged"]["size_gib"] + planned["gguf"]["size_gib"]) * gib
+    small = tmpfs(size)
+    _papermill({**upstream, "output_dir": small}, tmp_path / "small", monkeypatch)
+    summary = _summary(small)
+    where = {n: a["where"] for n, a in summary["disk_plan"]["artifacts"].items()}
+    assert where == {"adapter": "output", "adapter_gguf": "output", "gguf": "output", "merged": "temp"}, summary["disk_plan"]
+    assert "does not fit" in summary["disk_plan"]["artifacts"]["merged"]["why"]
+    assert summary["gguf"]["verification"]["ok"] and Path(summary["gguf"]["file"]).parent == small / "gguf"
+    assert not list(small.rglob("*.partial")) and not list((tmp_path / "small").rglob("*.partial"))
+    assert sorted(p.name for p in small.iterdir()) == ["adapter", "adapter_gguf", "export_summary.json", "gguf"]

@@ -1,0 +1,63 @@
+"""The GGUF checks: the fast metadata reader agrees with gguf-py's, metadata mismatches are named by field, and the
+model comparison's tolerances, greedy ties and perplexity margins decide as documented."""
+
+import pytest
+import torch
+
+from nbutils.export import ggufcheck
+
+
+def _write(path, **kv):
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(kv.get("tokens", ["a", "b", "<|end|>"]))
+    w.add_token_types([1, 1, 3])
+    w.add_eos_token_id(kv.get("eos", 2))
+    if "eot" in kv:
+        w.add_eot_token_id(kv["eot"])
+    w.add_pad_token_id(kv.get("pad", 0))
+    w.add_add_bos_token(kv.get("add_bos", False))
+    w.add_chat_template(kv.get("template", "{{ x }}"))
+    w.add_array("test.floats", [0.5, 1.5])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_read_metadata_takes_the_fields_the_check_needs(tmp_path):
+    meta = ggufcheck.read_metadata(_write(tmp_path / "m.gguf", eot=1))
+    assert meta["stops"] == {"eos": 2, "eot": 1, "eom": None} and meta["tokens"] == ["a", "b", "<|end|>"]
+    assert meta["pad"] == 0 and meta["add_bos"] is False and meta["chat_template"] == "{{ x }}"
+
+
+def test_metadata_problems_name_each_field(tok):
+    meta = {"stops": {"eos": tok.eos_token_id, "eot": None, "eom": None}, "pad": tok.pad_token_id,
+            "chat_template": tok.chat_template, "add_bos": False,
+            "tokens": tok.convert_ids_to_tokens(list(range(len(tok))))}
+    assert ggufcheck.metadata_problems(meta, tok, [tok.eos_token_id], add_bos=False) == []
+    wrong = {**meta, "stops": {"eos": tok.eos_token_id, "eot": 5, "eom": None}, "pad": 3, "chat_template": "other",
+             "add_bos": True, "tokens": ["x", *meta["tokens"][1:]]}
+    problems = " | ".join(ggufcheck.metadata_problems(wrong, tok, [tok.eos_token_id], add_bos=False))
+    for field in ("eos/eot/eom_token_id", "padding_token_id", "chat_template", "tokens differs", "add_bos_token"):
+        assert field in problems, field
+    assert "at id 0" in problems
+
+
+def _measured(logits, greedy, margins, nll=2.0):
+    return {"logits": [torch.tensor(x) for x in logits], "greedy": greedy, "margins": margins, "nll": nll, "tokens": 1}
+
+
+def test_compare_tolerances_ties_and_perplexity():
+    ref = _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[5.0, 0.01, 5.0]])
+    same = ggufcheck.compare(ref, _measured([[[10.1, 0.0]]], [[1, 2, 3]], [[5.0, 0.01, 5.0]]), "q8_0")
+    assert same["ok"] and same["tolerance"] == pytest.approx(0.3) and same["same_greedy"]
+    tie = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[1, 7, 3]], [[0, 0, 0]]), "q8_0")
+    assert tie["ok"] and tie["greedy_ties"] == [(0, 1, 0.01)] and not tie["same_greedy"]
+    parted = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[9, 2, 3]], [[0, 0, 0]]), "q8_0")
+    assert not parted["ok"] and "greedy" in parted["problems"][0]
+    assert ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[9, 2, 3]], [[0, 0, 0]]), "q4_k_m")["ok"]  # no greedy rule
+    off = ggufcheck.compare(ref, _measured([[[11.0, 0.0]]], [[1, 2, 3]], [[0, 0, 0]], nll=2.5), "f16")
+    assert len(off["problems"]) == 2 and "perplexity" in off["problems"][1]

@@ -1,0 +1,66 @@
+"""Reading a GGUF back: the header reader agrees with gguf-py's, hyper-parameters are compared with the merged
+config by name, and the converter's GPT-NeoX qkv reordering is undone exactly."""
+
+import pytest
+import torch
+
+from nbutils.export import ggufload
+
+
+def _write(path):
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), "qwen3")
+    w.add_token_list(["a", "b", "<|end|>"])
+    w.add_token_types([1, 1, 3])
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_key_length(16)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_array("test.floats", [0.5, 1.5])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_read_kv_agrees_with_gguf_py(tmp_path):
+    from gguf import GGUFReader
+
+    path = _write(tmp_path / "m.gguf")
+    ours = ggufload.read_kv(path)
+    fields = {k: f for k, f in GGUFReader(str(path)).fields.items() if not k.startswith("GGUF.")}  # header, not kv
+    assert set(ours) == set(fields)
+    for key, field in fields.items():
+        theirs = field.contents()
+        assert ours[key] == (list(theirs) if isinstance(theirs, list) else theirs), key
+    (tmp_path / "text.gguf").write_text("hello, not a GGUF file at all")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        ggufload.read_kv(tmp_path / "text.gguf")
+
+
+def test_hyperparameters_are_compared_by_name(tmp_path):
+    from types import SimpleNamespace
+
+    kv = ggufload.read_kv(_write(tmp_path / "m.gguf"))
+    same = SimpleNamespace(head_dim=16, rope_parameters={"rope_theta": 1e6}, rms_norm_eps=1e-6, hidden_size=None)
+    assert ggufload.hparam_problems(kv, same) == []
+    other = SimpleNamespace(head_dim=128, rope_parameters={"rope_theta": 1e4}, rms_norm_eps=1e-6)
+    problems = ggufload.hparam_problems(kv, other)
+    assert len(problems) == 2 and "qwen3.attention.key_length is 16, the merged config's head_dim is 128" in problems
+
+
+def test_gptneox_qkv_reordering_is_undone():
+    from types import SimpleNamespace
+
+    heads, embed = 4, 16
+    w = torch.randn(3 * embed, embed)
+    # what the converter does (conversion/gptneox.py): per-head [q, k, v] blocks -> all q, all k, all v
+    qkv = w.reshape(heads, 3, embed // heads, embed)
+    converted = torch.cat([qkv[:, i].reshape(-1, embed) for i in range(3)], dim=0)
+    config = SimpleNamespace(num_attention_heads=heads, hidden_size=embed)
+    assert torch.equal(ggufload._gptneox_qkv("gpt_neox.layers.0.attention.query_key_value.weight", converted, config), w)
+    bias = torch.randn(3 * embed)
+    converted_bias = torch.cat([bias.reshape(heads, 3, embed // heads)[:, i].reshape(-1) for i in range(3)])
+    assert torch.equal(ggufload._gptneox_qkv("x.attention.query_key_value.bias", converted_bias, config), bias)

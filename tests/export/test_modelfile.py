@@ -1,0 +1,80 @@
+"""The Modelfile: the Go template derived from each family's real chat template renders what the Jinja template
+renders (through a small Go-template interpreter and Ollama's view of a chat), one stop line per stop token."""
+
+import re
+
+import pytest
+
+from nbutils.export import modelfile
+from tests.export import gotemplate
+from tests.twins import templates
+
+TEMPLATES = {"llama-3.1": templates.LLAMA_31, "qwen2.5": templates.QWEN25, "qwen3": templates.QWEN3,
+             "gemma-2": templates.GEMMA2, "gemma-3": templates.GEMMA3, "mistral-v0.3": templates.MISTRAL_V03,
+             "phi-3.5": templates.PHI35, "smollm2": templates.SMOLLM2}
+# Gemma 2 refuses a system role; Mistral v0.3 puts it into the last user turn, which a Modelfile cannot say.
+NO_SYSTEM = {"gemma-2", "mistral-v0.3"}
+CHATS = [[{"role": "user", "content": "Hi there"}],
+         [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "And?"}],
+         [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+          {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]]
+SYSTEM_CHATS = [[{"role": "system", "content": "Be brief."}, *c] for c in CHATS]
+
+
+@pytest.fixture
+def family_tok(tok):
+    """tok(name) -> the embedded tokenizer wearing a family's chat template (only the template matters here)."""
+    def wear(name):
+        tok.chat_template = TEMPLATES[name]
+        return tok
+    yield wear
+    tok.chat_template = None
+
+
+def _jinja(tok, chat):
+    return tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_go_template_renders_what_the_chat_template_renders(family_tok, name):
+    tok = family_tok(name)
+    pieces = modelfile.derive(tok)
+    assert isinstance(pieces, modelfile.Pieces), pieces
+    go = modelfile.go_template(pieces)
+    for chat in CHATS:
+        assert gotemplate.render(go, chat) == _jinja(tok, chat), (name, chat)
+    assert (pieces.system == "") == (name in NO_SYSTEM)
+    for chat in SYSTEM_CHATS if pieces.system else ():
+        assert gotemplate.render(go, chat) == _jinja(tok, chat), (name, chat)
+
+
+def test_bos_the_tokenizer_adds_is_left_out_of_the_template(family_tok):
+    tok = family_tok("llama-3.1")
+    go = modelfile.go_template(modelfile.derive(tok), bos=tok.bos_token)
+    assert not gotemplate.render(go, CHATS[0]).startswith(tok.bos_token)
+    assert tok.bos_token + gotemplate.render(go, CHATS[0]) == _jinja(tok, CHATS[0])
+
+
+def test_modelfile_has_from_template_and_one_stop_per_stop_token(family_tok):
+    tok = family_tok("qwen2.5")
+    stops = [tok.eos_token_id, tok.pad_token_id, tok.eos_token_id]  # a repeat is one stop line
+    text, info = modelfile.modelfile("model-q8_0.gguf", tok, stops)
+    assert text.splitlines()[1] == "FROM ./model-q8_0.gguf"
+    assert re.findall(r'^PARAMETER stop "(.*)"$', text, re.M) == [tok.eos_token, tok.pad_token]
+    template = re.search(r'TEMPLATE """(.*)"""', text, re.S).group(1)
+    assert gotemplate.render(template, CHATS[1]) == _jinja(tok, CHATS[1])
+    assert info["system"] == "separate"
+
+
+def test_a_template_it_cannot_express_gives_the_reason_and_no_template(tok):
+    tok.chat_template = "{{ messages | length }} turns{% if add_generation_prompt %}:{% endif %}"
+    try:
+        text, info = modelfile.modelfile("m.gguf", tok, [tok.eos_token_id])
+    finally:
+        tok.chat_template = None
+    assert "TEMPLATE" not in text and "falls back to the GGUF's own chat template" in info["template"]
+
+
+def test_the_interpreter_refuses_what_it_does_not_know():
+    with pytest.raises(ValueError, match="unsupported"):
+        gotemplate.render("{{ range .Messages }}{{ .Content | upper }}{{ end }}", CHATS[0])

@@ -1,0 +1,78 @@
+"""05's plan: the method's memory, the learning rate, the held-out rows, and the proof the reference is 02's adapter."""
+
+import pytest
+
+from nbutils.runtime import modelsource
+from nbutils.train import memory, preference
+
+
+def test_memory_plan_counts_two_sequences_per_pair_the_reference_and_grpos_cache():
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256)  # Llama-3.2-1B's shape
+    dpo = memory.plan_preference(cfg, "dpo", 256, 8, 16, 4, 16, None)
+    orpo = memory.plan_preference(cfg, "orpo", 256, 8, 16, 4, 16, None)
+    grpo = memory.plan_preference(cfg, "grpo", 256, 8, 16, 4, 16, None)
+    sft = memory.estimate(memory.Shape.from_config(cfg), 256, 16, 16, "plain")
+    assert dpo["parts_gb"]["activations"] == pytest.approx(sft["activations"] / memory.GB, abs=1e-3)  # 8 pairs = 16
+    assert dpo["parts_gb"]["reference_adapter"] > 0 and orpo["parts_gb"]["reference_adapter"] == 0
+    assert grpo["parts_gb"]["kv_cache"] > 0 and dpo["parts_gb"]["kv_cache"] == 0
+    assert "2 prompts x 4" in grpo["what"]
+    assert memory.plan_preference(cfg, "dpo", 256, 8, 16, 4, 16, 0.0001)["fits"] is False
+
+
+def test_learning_rate_auto_is_small_for_real_models_and_given_wins():
+    cfg = modelsource.load_config("embedded")
+    assert preference.learning_rate("auto", cfg)[0] == preference.LR_TINY
+    assert preference.learning_rate("1e-5", cfg) == (1e-5, "given")
+
+
+def test_check_reference_refuses_a_reference_that_differs_or_trains(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import save_file
+
+    from nbutils.train import modeling
+
+    model = get_peft_model(modeling.load_base("embedded"), LoraConfig(r=4, target_modules=["q_proj"]))
+    saved = {k.replace(".default", ""): v.detach().clone() for k, v in model.named_parameters() if ".default." in k}
+    save_file(saved, str(tmp_path / "adapter_model.safetensors"))
+    model.add_adapter("ref", model.peft_config["default"])
+    for name, p in model.named_parameters():
+        if ".ref." in name:
+            p.data.copy_(model.get_parameter(name.replace(".ref.", ".default.")).data)
+    assert "tensors equal" in preference.check_reference(model, tmp_path)
+    next(p for n, p in model.named_parameters() if ".ref." in n and "lora_B" in n).data += 1.0
+    with pytest.raises(AssertionError, match="differs"):
+        preference.check_reference(model, tmp_path)
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_data, tmp_path):
+    """05 as a script (`nbutils.train.launch`), SIGKILLed at its second checkpoint save, then run again."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from nbutils.harness import notebook_recipe
+    from nbutils.train import faultpoints
+
+    sft = tmp_path / "train_qlora"
+    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
+    notebook_recipe.finish(session, model, tok)
+    out = tmp_path / "preference"
+    cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
+           "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(out),
+           "--eval_samples", "4"]
+    env = {**os.environ, "NBUTILS_WORKING_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run(cmd, env={**env, faultpoints.ENV: "save:2"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert not (out / "preference_summary.json").exists()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "resuming from" in again.stdout
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["global_step"]) == (2, 4)
+    assert json.loads((out / "preference_summary.json").read_text())["checkpoint_complete"]
