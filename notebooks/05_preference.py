@@ -51,7 +51,7 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # %% [markdown]
 # ## Parameters
 # The model and its 4-bit recipe come from 02's checkpoint: there is no `base_model` here. `smoke=True` trains 4
-# steps on 64 records: the whole notebook in a minute.
+# steps on 64 records and holds out 8: the whole notebook in a minute.
 
 # %% tags=["parameters"]
 method = "dpo"  # dpo | orpo | kto | grpo

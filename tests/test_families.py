@@ -1,6 +1,8 @@
 """The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 -> 05 under `python -m nbutils.harness run` with
 smoke=True, the model named in 01 alone (02, 03 and 04 take it from upstream, as a user's chain does), then the
-checkpoint reloads with its own tokenizer and chat template.
+checkpoint reloads with its own tokenizer and chat template, and 04's GGUF (q8_0, through llama.cpp's real
+converter) is verified with exactly the suite's stop ids, or, for a twin without a real tokenizer, its one-line
+reason.
 
 Two chains run at a time (one per core; each process uses one math thread), at batch size 4: the
 real embedding sizes (up to 262144 x 64) make the logits the big cost. `pytest -m families` runs
@@ -9,6 +11,7 @@ only this matrix.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nbutils import chain
+from tests.twins import realvocab
 from tests.twins.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,3 +77,32 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     summary05 = json.loads((preference / "preference_summary.json").read_text())  # DPO on 02's adapter, smoke
     assert summary05["global_step"] == 4 and summary05["checkpoint_complete"], name
     assert json.loads((preference / "checkpoint" / "run_config.json").read_text())["base_model"] == str(folder)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_gguf_converts_and_verifies_with_the_suites_stops_or_says_why_in_one_line(matrix, name):
+    """Twins with a real tokenizer (tests/twins/realvocab.py) convert to q8_0 and pass verification (reloaded, logits,
+    greedy tokens, perplexity); the GGUF's eos/eot/eom fields hold exactly the suite's stop ids and the Modelfile
+    one `PARAMETER stop` per stop token. The others pass the same way or give a one-line reason."""
+    from transformers import AutoTokenizer
+
+    from nbutils.export import ggufbuild, ggufcheck
+
+    _, out, proc = matrix[name]
+    export = out / "sandbox" / "04_export" / "working" / "export"
+    assert proc.returncode == 0 and (export / "export_summary.json").exists(), proc.stdout[-3000:]
+    result = json.loads((export / "export_summary.json").read_text())["gguf"]
+    if name not in realvocab.VOCAB and not result.get("file"):
+        assert result["reason"] and "\n" not in result["reason"] and "Traceback" not in result["reason"]
+        return
+    assert result.get("file"), f"{name} has a real tokenizer but no GGUF: {result.get('reason')}"
+    check = result["verification"]
+    assert check["ok"] and check["max_abs_diff"] <= check["tolerance"], check
+    merged = export / "merged"
+    tok = AutoTokenizer.from_pretrained(merged)
+    stop_ids = ggufbuild.stop_ids(tok, merged)  # the suite's, from the merged model's generation_config
+    meta = ggufcheck.read_metadata(result["file"])
+    assert sorted(v for v in meta["stops"].values() if v is not None) == sorted(set(stop_ids))
+    text = Path(result["path"]).read_text()
+    assert re.findall(r'^PARAMETER stop "(.*)"$', text, re.M) == [tok.convert_ids_to_tokens(i) for i in stop_ids]
+    assert f"FROM ./{Path(result['file']).name}" in text

@@ -1,10 +1,9 @@
 """A GGUF read back: its metadata (a fast header reader) and its weights in the merged model's architecture.
 
-`load` asks transformers first (`gguf_file`: the config comes from the GGUF's own hyper-parameters, so a wrong
-rope base or head size shows in the logits). Where transformers does not read the architecture (GPT-NeoX) or
-builds a config that does not fit the weights (Qwen3 with a head size other than 128), the weights are taken by
-name through gguf-py's tensor map into the merged model's architecture, the converter's rewrites undone, and the
-GGUF's hyper-parameters are compared with the merged config one by one instead.
+`load` compares the GGUF's hyper-parameters with the merged config one by one (a wrong rope base or head size is
+named), then asks transformers for the weights (`gguf_file`, with the merged config). Where transformers does not
+read the architecture (GPT-NeoX) or its weights do not fit, they are taken by name through gguf-py's tensor map
+into the merged model's architecture, the converter's rewrites undone.
 """
 
 from __future__ import annotations
@@ -71,18 +70,30 @@ def load_merged(folder: str | Path, device: str = "cpu", dtype=None):
     return _transformers(Path(folder), None, device, dtype or compute_dtype(folder, device))
 
 
-def _transformers(folder: Path, gguf_file: str | None, device: str, dtype):
+def _transformers(folder: Path, gguf_file: str | None, device: str, dtype, config=None):
     from transformers import AutoModelForCausalLM
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    kwargs |= {"config": config} if config is not None else {}
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map={"": device}, **kwargs).eval()
 
 
 def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
-    """(model, how it was read): transformers' GGUF loader, else by tensor name with the hyper-parameters checked."""
+    """(model, how it was read): the GGUF's hyper-parameters checked against the merged config, then its weights
+    through transformers' GGUF loader (which undoes the converter's rewrites), else by tensor name.
+
+    transformers is given the merged config: left to build its own from the GGUF, it parses the whole file twice
+    (gguf-py maps each of a 150k vocabulary's tokens and merges into its own numpy view: about 20 s a parse for
+    Llama 3), and the hyper-parameters it would take from there are the ones `hparam_problems` compares."""
+    from transformers import AutoConfig
+
     gguf_file, dtype = Path(gguf_file), dtype or compute_dtype(merged_dir, device)
+    config = AutoConfig.from_pretrained(merged_dir)
+    problems = hparam_problems(read_kv(gguf_file), config)
+    if problems:
+        raise GGUFLoadError(f"{gguf_file.name}: " + "; ".join(problems))
     try:
-        return _transformers(gguf_file.parent, gguf_file.name, device, dtype), "transformers (gguf_file)"
+        return _transformers(gguf_file.parent, gguf_file.name, device, dtype, config), "transformers (gguf_file)"
     except (ValueError, RuntimeError) as e:
         if "not supported" not in str(e) and "mismatched" not in str(e):
             raise

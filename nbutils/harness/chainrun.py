@@ -1,8 +1,8 @@
 """`make papermill-check`'s run of the chain, stamped so the tests reuse it while it is fresh for this source tree.
 
-CI executes the notebook chain once per environment: `check` runs 01 -> 04 in the project venv, then in each
-Kaggle image twin, and writes `chain-stamp.json` beside each run; tests/harness/test_notebooks.py reads those
-runs when a stamp's fingerprint matches the files it was made from, and runs the chain itself otherwise.
+CI executes the notebook chain once per environment: `check` runs the chain in the project venv and in each
+Kaggle image twin, side by side, and writes `chain-stamp.json` beside each run; tests/harness/test_notebooks.py
+reads those runs when a stamp's fingerprint matches the files it was made from, and runs the chain itself otherwise.
 Every run has a secret attached (`CANARY`), as a Kaggle user's HF_TOKEN is, so the secret-in-output check
 has a real value to look for.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from unittest import mock
 
@@ -59,20 +61,44 @@ def fresh_rows(out: Path, root: Path = ROOT) -> list[dict] | None:
     return stamp["rows"]
 
 
-def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | None, twin_names: list[str]) -> list:
-    """What `python -m nbutils.harness check` runs: static checks, the chain in the project venv, then in each twin.
+def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | None, twin_names: list[str],
+          jobs: int = 0, one=None) -> list:
+    """What `python -m nbutils.harness check` runs: static checks, the chain in the project venv and in each twin.
 
-    Offline, with `CANARY` as HF_TOKEN (the caller's own token never reaches the kernels: nothing online runs);
-    each run is stamped for the tests.
+    The runs are independent (each its own folder, kernels and twin copy), so they go `jobs` at a time in worker
+    processes (0: one per core, at most one per run), each kernel with its share of the cores' math threads: on
+    CI's two cores the three runs take about half the time they take one after another. Offline, with `CANARY` as
+    HF_TOKEN (the caller's own token never reaches the kernels: nothing online runs); each run is stamped for the
+    tests. Rows come back in the order of the runs: the project venv, then the twins. `one`: what runs one of them
+    (run_one; a module-level function, so a worker process can import it).
     """
     from nbutils.harness import runner
 
-    with mock.patch.dict(os.environ, {"HF_TOKEN": CANARY}):
-        t0 = time.monotonic()
-        execute = lambda: runner.with_static(notebooks, lambda: runner.run(notebooks, out, params, False, time_budget))  # noqa: E731
-        results = stamped(execute, out, params)
-        print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
-        return results + runner.run_twins(notebooks, out, params, False, time_budget, twin_names, stamp=stamped)
+    names = [t.name for t in runner._twins().twins(None if "all" in twin_names else twin_names)] if twin_names else []
+    runs, one = [None, *names], one or run_one
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(runs)))
+    threads = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+    with mock.patch.dict(os.environ, {"HF_TOKEN": CANARY, **(threads if jobs > 1 else {})}):
+        if jobs == 1:
+            return [r for name in runs for r in one(name, notebooks, out, params, time_budget)]
+        # spawn, not fork: the workers start clean (no copy of this process's threads or imported torch)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(one, name, notebooks, out, params, time_budget) for name in runs]
+            return [r for f in futures for r in f.result()]
+
+
+def run_one(twin_name: str | None, notebooks: list[Path], out: Path, params: dict, time_budget: float | None) -> list:
+    """One stamped run of the chain: in the project venv (twin_name None, static checks included) or in that twin."""
+    from nbutils.harness import runner
+
+    if twin_name is not None:
+        twin = runner._twins().twins([twin_name])[0]
+        return runner.run_twin(twin, notebooks, out, params, False, time_budget, stamp=stamped)
+    t0 = time.monotonic()
+    execute = lambda: runner.with_static(notebooks, lambda: runner.run(notebooks, out, params, False, time_budget))  # noqa: E731
+    results = stamped(execute, out, params)
+    print(f"[papermill-check] project venv: {len(notebooks)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+    return results
 
 
 def fresh_twin_runs(out: Path, root: Path = ROOT) -> list[Path]:

@@ -1,12 +1,13 @@
 """The harness command line: papermill-check runs notebooks the way a Kaggle background run does, and stricter.
 
-    python -m nbutils.harness check [--twin all]         # what `make papermill-check` runs (TWINS=0: no --twin)
+    python -m nbutils.harness check [--twin all] [--jobs N]   # what `make papermill-check` runs (TWINS=0: no --twin)
     python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
                                                          # static checks too, unless --no-static
     python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
 
 `--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
-pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv first.
+pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv and the twins side by
+side (--jobs at a time, default one per core).
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """
@@ -37,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--time-budget", type=float, default=600.0 if cmd == "check" else None)
             p.add_argument("--twin", action="append", default=[], metavar="NAME",
                            help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
-                                "check runs the project venv first, then the twins")
+                                "check runs the project venv and the twins side by side")
+        if cmd == "check":
+            p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core)")
         if cmd == "run":
             p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
     args = parser.parse_args(argv)
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     params = {k: _literal(v) for k, v in args.parameter}
     if args.command == "check":  # the default chain must work with the internet off: the embedded default needs none
         notebooks = [ROOT / nb for nb in chain.notebook_paths()]
-        return report(chainrun.check(notebooks, args.out, params, args.time_budget, args.twin), args.out)
+        return report(chainrun.check(notebooks, args.out, params, args.time_budget, args.twin, args.jobs), args.out)
     internet = False if args.no_internet else None
     if args.twin:
         ran = lambda: run_twins(args.notebooks, args.out, params, internet, args.time_budget, args.twin)

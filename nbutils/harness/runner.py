@@ -318,29 +318,33 @@ def run_twins(notebooks: list[Path], out: Path, params: dict, internet: bool | N
     """
     if not names:
         return []
+    return [r for t in _twins().twins(None if "all" in names else names)
+            for r in run_twin(t, notebooks, out, params, internet, time_budget, stamp)]
+
+
+def run_twin(t, notebooks: list[Path], out: Path, params: dict, internet: bool | None, time_budget: float | None,
+             stamp=None) -> list[Result]:
+    """The notebooks in one Kaggle image twin `t`, under out/twin-<name>/, then the last install cell once more."""
     twins = _twins()
-    results = []
-    for t in twins.twins(None if "all" in names else names):
-        t0 = time.monotonic()
-        execute = lambda: run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)  # noqa: E731,B023
-        ran = stamp(execute, out / f"twin-{t.name}", params) if stamp else execute()
-        twins.drop_spare(t, out / f"twin-{t.name}" / "sandbox")  # made for a notebook that never ran (a failure)
-        print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
-        last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
-        if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():
-            summary = twins.rerun_install(last)  # a second run in the same session installs nothing
-            print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
-            if "nothing to install" not in summary:
-                ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
-                                                f"the same session installed something: {summary}", "see nbutils.runtime.install"))
-                ran[-1].status = "failed"
-            twins.release(last)
-        for r in ran:
-            r.notebook = f"{r.notebook} [twin {t.name}]"
-            for p in r.problems:
-                p.notebook = r.notebook
-        results += ran
-    return results
+    t0 = time.monotonic()
+    execute = lambda: run(notebooks, out / f"twin-{t.name}", params, internet, time_budget, twin=t)  # noqa: E731
+    ran = stamp(execute, out / f"twin-{t.name}", params) if stamp else execute()
+    twins.drop_spare(t, out / f"twin-{t.name}" / "sandbox")  # made for a notebook that never ran (a failure)
+    print(f"[papermill-check] twin {t.name}: {len(ran)} notebooks in {time.monotonic() - t0:.0f} s", flush=True)
+    last = out / f"twin-{t.name}" / "sandbox" / notebooks[-1].stem
+    if len(ran) == len(notebooks) and not ran[-1].failing and (last / "env").exists():
+        summary = twins.rerun_install(last)  # a second run in the same session installs nothing
+        print(f"[papermill-check] twin {t.name}, install cell run again: {summary}", flush=True)
+        if "nothing to install" not in summary:
+            ran[-1].problems.append(Problem("rerun-install", ran[-1].notebook, None, "the install cell run again in "
+                                            f"the same session installed something: {summary}", "see nbutils.runtime.install"))
+            ran[-1].status = "failed"
+        twins.release(last)
+    for r in ran:
+        r.notebook = f"{r.notebook} [twin {t.name}]"
+        for p in r.problems:
+            p.notebook = r.notebook
+    return ran
 
 
 def with_static(notebooks: list[Path], execute) -> list[Result]:

@@ -27,6 +27,9 @@ METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
 LR_TINY, LR_REAL = 2e-3, 2e-5  # LoRA preference tuning: about a tenth of SFT's rate (toy: 3e-3 -> 2e-3)
 SMOKE = {"max_steps": 4, "save_steps": 2}
+# A smoke run reads this many records: enough to train its steps and show every figure, few enough that the
+# held-out passes (two sequences per pair, policy and reference, a 150k-token vocabulary) take seconds on a CPU.
+SMOKE_RECORDS = {"train": 64, "held_out": 8}
 
 
 class PreferencePlanError(ValueError):
@@ -122,12 +125,14 @@ def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], li
 
 
 def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
-              eval_fraction: float, seed: int, max_length: int, max_records: int | None) -> tuple[list, list, dict]:
-    """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan."""
+              eval_fraction: float, seed: int, max_length: int, max_records: dict | None) -> tuple[list, list, dict]:
+    """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan.
+
+    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS)."""
+    limit = max_records or {}
     if method == "grpo":
         train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
-        if max_records:
-            train = train[:max_records]
+        train, held = train[:limit.get("train")], held[:limit.get("held_out")]
         return train, held, {"prompts": len(train), "held_out_prompts": len(held)}
     if preference_data == "embedded":
         train_files, eval_files = _embedded_files(data_dir, out, seed)
@@ -135,9 +140,9 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
         train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
         eval_files = [p.strip() for p in preference_eval.split(",") if p.strip()]
     ledger = prefdata.Ledger()
-    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=max_records, ledger=ledger)
+    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger)
     if eval_files:
-        held, ledger = prefdata.read(eval_files, tokenizer, max_length, ledger=ledger)
+        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"), ledger=ledger)
     else:
         rows, held = prefdata.split(rows, eval_fraction, seed)
     ledger.counts["kept"] = len(rows) + len(held)
@@ -163,7 +168,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     tokenizer = chatformat.load_tokenizer(rec.base_model)
     config = modelsource.load_config(rec.base_model)
     train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
-                                    eval_fraction, seed, max_length, 64 if smoke else None)
+                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None)
     mem = memory.plan_preference(config, method, max_length, per_device_batch_size,
                                  int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
                                  env.gpu_memory_gb)

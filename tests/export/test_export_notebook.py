@@ -103,20 +103,28 @@ def _papermill(params: dict, out: Path, monkeypatch) -> Path:
     return executed
 
 
+def _planned_sizes(upstream: dict) -> dict[str, int]:
+    """What 04's disk plan will say each artifact takes (its own two calls: the checkpoint, the parameter count)."""
+    from nbutils.export import diskplan, merge
+    from nbutils.train import checkpoints
+
+    ckpt, _ = checkpoints.for_eval(Path(upstream["adapter_dir"]))
+    params = merge.memory_plan(upstream["base_model"])["params"]
+    return diskplan.export_sizes(ckpt, params, True, True, upstream["gguf_type"], True)[0]
+
+
 def test_04_on_a_tmpfs_smaller_than_merged_plus_gguf_keeps_what_fits_in_order(upstream, tmp_path, tmpfs, monkeypatch):
-    roomy = tmp_path / "roomy" / "export"
-    _papermill({**upstream, "output_dir": roomy}, tmp_path / "roomy", monkeypatch)
-    planned = _summary(roomy)["disk_plan"]["artifacts"]
-    gib = 2**30
-    kept = sum(planned[n]["size_gib"] for n in ("adapter", "adapter_gguf", "gguf")) * gib
-    size = int(kept * 1.1) + 2**20  # room for adapter, LoRA GGUF and GGUF as planned (+ the summary), not the merged
-    assert size < (planned["merged"]["size_gib"] + planned["gguf"]["size_gib"]) * gib
+    planned = _planned_sizes(upstream)
+    size = int(sum(planned[n] for n in ("adapter", "adapter_gguf", "gguf")) * 1.1) + 2**20  # + the summary, not merged
+    assert size < planned["merged"] + planned["gguf"]
     small = tmpfs(size)
     _papermill({**upstream, "output_dir": small}, tmp_path / "small", monkeypatch)
     summary = _summary(small)
-    where = {n: a["where"] for n, a in summary["disk_plan"]["artifacts"].items()}
+    artifacts = summary["disk_plan"]["artifacts"]
+    assert {n: a["size_gib"] for n, a in artifacts.items()} == {n: round(b / 2**30, 4) for n, b in planned.items()}
+    where = {n: a["where"] for n, a in artifacts.items()}
     assert where == {"adapter": "output", "adapter_gguf": "output", "gguf": "output", "merged": "temp"}, summary["disk_plan"]
-    assert "does not fit" in summary["disk_plan"]["artifacts"]["merged"]["why"]
+    assert "does not fit" in artifacts["merged"]["why"]
     assert summary["gguf"]["verification"]["ok"] and Path(summary["gguf"]["file"]).parent == small / "gguf"
     assert not list(small.rglob("*.partial")) and not list((tmp_path / "small").rglob("*.partial"))
     assert sorted(p.name for p in small.iterdir()) == ["adapter", "adapter_gguf", "export_summary.json", "gguf"]

@@ -64,3 +64,13 @@ def test_gptneox_qkv_reordering_is_undone():
     bias = torch.randn(3 * embed)
     converted_bias = torch.cat([bias.reshape(heads, 3, embed // heads)[:, i].reshape(-1) for i in range(3)])
     assert torch.equal(ggufload._gptneox_qkv("x.attention.query_key_value.bias", converted_bias, config), bias)
+
+
+def test_load_names_a_hyperparameter_that_differs_before_reading_any_weight(tmp_path):
+    from transformers import Qwen3Config
+
+    merged = tmp_path / "merged"
+    Qwen3Config(head_dim=16, rope_theta=1e4, rms_norm_eps=1e-6, hidden_size=64, num_attention_heads=4,
+                num_key_value_heads=4, num_hidden_layers=1, intermediate_size=128, vocab_size=3).save_pretrained(merged)
+    with pytest.raises(ggufload.GGUFLoadError, match="rope.freq_base is 1000000.0, the merged config's rope_theta"):
+        ggufload.load(_write(tmp_path / "m.gguf"), merged)  # a header only: weights would fail otherwise

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -64,8 +65,32 @@ def test_check_runs_every_environment_with_the_canary_token_and_stamps_each(tmp_
     monkeypatch.setattr(runner, "run", run)
     monkeypatch.setattr(runner, "lint", lambda notebooks: [])
     monkeypatch.setattr("nbutils.harness.twin.twins", lambda names: [SimpleNamespace(name="img", key="k")])
-    results = chainrun.check([Path("01_data_prep.ipynb")], tmp_path, {}, 60, ["all"])
+    results = chainrun.check([Path("01_data_prep.ipynb")], tmp_path, {}, 60, ["all"], jobs=1)
     assert seen == [(tmp_path.name, chainrun.CANARY, False), ("twin-img", chainrun.CANARY, False)]
     assert [r.notebook for r in results] == ["01_data_prep.ipynb", "01_data_prep.ipynb [twin img]"]
     assert chainrun.fresh_rows(tmp_path) is not None and chainrun.fresh_twin_runs(tmp_path) == [tmp_path / "twin-img"]
     assert os.environ["HF_TOKEN"] == "hf_the_users_own_token_never_reaches_a_kernel"  # put back after the run
+
+
+def _worker(twin_name, notebooks, out, params, time_budget):
+    """check's `one` in a worker process: which process ran it, what its kernels would see, and whether another
+    run was going on at the same time (each run waits, up to a minute, until two have started)."""
+    (out / f"{twin_name}.started").touch()
+    deadline = time.monotonic() + 60
+    while len(list(out.glob("*.started"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    together = len(list(out.glob("*.started"))) >= 2
+    return [Result(f"{together} {twin_name} {os.getpid()} {os.environ.get('HF_TOKEN')} {os.environ.get('OMP_NUM_THREADS')}")]
+
+
+def test_check_runs_the_environments_side_by_side_in_worker_processes(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("nbutils.harness.twin.twins", lambda names: [SimpleNamespace(name="a"), SimpleNamespace(name="b")])
+    rows = [r.notebook.split() for r in chainrun.check([], tmp_path, {}, 60, ["all"], jobs=2, one=_worker)]
+    assert all(r[0] == "True" for r in rows)  # two at a time
+    rows = [r[1:] for r in rows]
+    assert [r[0] for r in rows] == ["None", "a", "b"]  # the project venv first, then the twins, as the runs are listed
+    assert len({r[1] for r in rows}) == 2 and str(os.getpid()) not in {r[1] for r in rows}  # two workers, not here
+    assert {r[2] for r in rows} == {chainrun.CANARY}
+    assert {r[3] for r in rows} == {str(max(1, (os.cpu_count() or 1) // 2))}  # each run its share of the cores
+    assert "OMP_NUM_THREADS" not in os.environ
