@@ -84,7 +84,8 @@ def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dty
 
     transformers is given the merged config: left to build its own from the GGUF, it parses the whole file twice
     (gguf-py maps each of a 150k vocabulary's tokens and merges into its own numpy view: about 20 s a parse for
-    Llama 3), and the hyper-parameters it would take from there are the ones `hparam_problems` compares."""
+    Llama 3), and the hyper-parameters it would take from there are the ones `hparam_problems` compares. Where the
+    converter wrote the model as another architecture (Mistral as llama), transformers builds its config from the GGUF."""
     from transformers import AutoConfig
 
     gguf_file, dtype = Path(gguf_file), dtype or compute_dtype(merged_dir, device)
@@ -93,7 +94,10 @@ def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dty
     if problems:
         raise GGUFLoadError(f"{gguf_file.name}: " + "; ".join(problems))
     try:
-        return _transformers(gguf_file.parent, gguf_file.name, device, dtype, config), "transformers (gguf_file)"
+        try:
+            return _transformers(gguf_file.parent, gguf_file.name, device, dtype, config), "transformers (gguf_file)"
+        except NotImplementedError:  # names the tensors by the config's model_type; the converter wrote Mistral as
+            return _transformers(gguf_file.parent, gguf_file.name, device, dtype), "transformers (gguf_file)"  # llama
     except (ValueError, RuntimeError) as e:
         if "not supported" not in str(e) and "mismatched" not in str(e):
             raise
