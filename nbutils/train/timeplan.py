@@ -32,8 +32,8 @@ def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | No
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
     and save inside that window is taken instead (then nothing extra is done). None: too short to plan."""
     left = total - start
-    if left < 2 * (WARMUP + MIN_TIMED) + 1:
-        return None
+    if left < max(2 * (WARMUP + MIN_TIMED) + 1, math.ceil(MIN_TIMED / TIMED_SHARE)):  # under 80 steps: over before
+        return None  # a plan would matter, and a forced evaluation and save would cost more than COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
     both = math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
     scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
@@ -76,11 +76,15 @@ class TimeLog(TrainerCallback):
             control.should_evaluate = control.should_save = True
 
     def on_evaluate(self, args, state, control, **kw):
+        if self.last is None:  # no training in this process (a finished run's rerun evaluates once): nothing to time
+            return
         now = self.clock()
         self.evals.setdefault(state.global_step, now - self.last)
         self.last = now
 
     def on_save(self, args, state, control, **kw):
+        if self.last is None:
+            return
         now = self.clock()
         self.saves[state.global_step] = now - self.last
         if state.global_step == self.end_step and self.on_plan is not None:
