@@ -186,11 +186,13 @@ def _rendered(row: dict, tokenizer, max_tokens: int) -> dict:
 def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max_records: int | None = None,
          ledger: Ledger | None = None) -> tuple[list[dict], Ledger]:
     """Every record of every input: rendered rows kept, the rest in the ledger; raises PreferenceDataError when
-    nothing is usable, naming the most common reasons."""
+    nothing is usable, naming the most common reasons. max_records: the records this call reads (a shared
+    ledger's count goes on from the calls before)."""
     ledger, rows, seen = ledger or Ledger(), [], set()
+    first = ledger.counts["records"]
     for path in paths:
         for source, line, rec in readers.read(path, readers.sniff(path) if fmt == "auto" else fmt):
-            if max_records and ledger.counts["records"] >= max_records:
+            if max_records and ledger.counts["records"] - first >= max_records:
                 break
             ledger.counts["records"] += 1
             try:

@@ -86,3 +86,10 @@ def test_embedded_pairs_are_read_like_a_users_file(tok, prepared_data, tmp_path)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     rows, ledger = pairs.read([str(path)], tok, 128)
     assert ledger.counts["records"] == len(records) == len(rows) + ledger.counts["duplicates"]
+
+
+def test_max_records_counts_this_calls_records_when_the_ledger_is_shared(tok):
+    """05 reads the training file, then the held-out file into the same ledger, each with its own smoke limit."""
+    _, ledger = pairs.read([str(GALLERY / "pairs.jsonl")], tok, 128)
+    rows, ledger = pairs.read([str(GALLERY / "pairs.jsonl")], tok, 128, max_records=3, ledger=ledger)
+    assert ledger.counts["records"] == 7 + 3 and [r["line"] for r in rows] == [1]  # lines 1-3: one kept, two quarantined
