@@ -48,12 +48,24 @@ def sentencepiece_beside(merged_dir: Path, base_model: str) -> str | None:
     return str(found)
 
 
+def refused(why: str) -> str:
+    """The converter's last line, with what to do where the suite knows the cause."""
+    if SENTENCEPIECE in why and "not found" in why.lower():
+        return (f"the converter reads this family's SentencePiece vocabulary from {SENTENCEPIECE}, which neither the "
+                f"merged model nor its base model's folder has: put the original model's {SENTENCEPIECE} beside "
+                f"base_model's config.json and run 04 again (the converter said: {why})")
+    if "pre-tokenizer was not recognized" in why:
+        return (f"the converter refused this model: {why} (llama.cpp knows a tokenizer's pre-tokenizer by a hash "
+                "of how it splits a test text; a newer llama.cpp may know this one: set llama_cpp_dir to it)")
+    return f"the converter refused this model: {why}"
+
+
 def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict) -> tuple[Path | None, str]:
     """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note) or (None, why)."""
     final = work / f"model-{quant_type}.gguf"
     if quant_type in gguf.CONVERTER_TYPES:
         why = gguf.convert(merged_dir, final, quant_type, converter, fields)
-        return (None, f"the converter refused this model: {why}") if why else (final, "")
+        return (None, refused(why)) if why else (final, "")
     binary, note = quantize.find_quantize(converter.root), "llama-quantize found"
     if binary is None:
         print(f"[gguf] {quant_type} needs llama-quantize: building it from the pinned llama.cpp sources (minutes)", flush=True)
@@ -64,7 +76,7 @@ def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Conv
     try:
         why = gguf.convert(merged_dir, f16, "f16", converter, fields)
         if why:
-            return None, f"the converter refused this model: {why}"
+            return None, refused(why)
         why = quantize.quantize(binary, f16, final, quant_type)
         return (None, f"llama-quantize failed: {why}") if why else (final, note)
     finally:

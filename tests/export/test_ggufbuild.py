@@ -72,3 +72,13 @@ def test_the_sentencepiece_file_comes_from_the_base_model_when_missing(tmp_path)
     assert ggufbuild.sentencepiece_beside(merged, str(base)) == str(base / "tokenizer.model")
     assert (merged / "tokenizer.model").read_bytes() == b"spm"
     assert ggufbuild.sentencepiece_beside(merged, str(base)) is None  # already there: left alone
+
+
+def test_a_refusal_says_what_to_do_where_the_cause_is_known():
+    from nbutils.export import ggufbuild
+
+    spm = ggufbuild.refused("FileNotFoundError: File not found: /x/merged/tokenizer.model")
+    assert "put the original model's tokenizer.model beside base_model's config.json" in spm and "\n" not in spm
+    bpe = ggufbuild.refused("NotImplementedError: BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")
+    assert "BPE pre-tokenizer was not recognized" in bpe and "llama_cpp_dir" in bpe
+    assert ggufbuild.refused("disk full") == "the converter refused this model: disk full"
