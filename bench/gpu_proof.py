@@ -40,14 +40,14 @@ class Setup:
     models: tuple[str, ...]
     sweep: tuple[int, ...]  # batch sizes for the memory plan against the measured peak
     seq: int  # every row of the sweep this long: the plan's worst case
-    steps: int  # the calibrated run (time plan against actual)
+    steps: int  # the calibrated run (time plan against actual): 80 or more, or 02 makes no plan
     batch: int
     throughput_rows: int  # examples of the side-by-side tokens/s runs (0: skipped)
 
 
 GPU_SETUP = Setup(True, "fp16", 15.0, True, ("llama-3.2-1b-instruct", "qwen2.5-1.5b-instruct"), (1, 2, 4, 8, 16, 32),
-                  1024, 60, 4, 256)
-CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 30, 4, 0)
+                  1024, 100, 4, 256)
+CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 80, 4, 0)
 
 
 def _spawned(fn, *args):

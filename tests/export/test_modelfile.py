@@ -23,12 +23,15 @@ SYSTEM_CHATS = [[{"role": "system", "content": "Be brief."}, *c] for c in CHATS]
 
 @pytest.fixture
 def family_tok(tok):
-    """tok(name) -> the embedded tokenizer wearing a family's chat template (only the template matters here)."""
+    """tok(name) -> the embedded tokenizer wearing a family's chat template (only the template matters here); the
+    session's tokenizer gets its own template back after the test."""
+    own = tok.chat_template
+
     def wear(name):
         tok.chat_template = TEMPLATES[name]
         return tok
     yield wear
-    tok.chat_template = None
+    tok.chat_template = own
 
 
 def _jinja(tok, chat):
@@ -67,11 +70,11 @@ def test_modelfile_has_from_template_and_one_stop_per_stop_token(family_tok):
 
 
 def test_a_template_it_cannot_express_gives_the_reason_and_no_template(tok):
-    tok.chat_template = "{{ messages | length }} turns{% if add_generation_prompt %}:{% endif %}"
+    own, tok.chat_template = tok.chat_template, "{{ messages | length }} turns{% if add_generation_prompt %}:{% endif %}"
     try:
         text, info = modelfile.modelfile("m.gguf", tok, [tok.eos_token_id])
     finally:
-        tok.chat_template = None
+        tok.chat_template = own
     assert "TEMPLATE" not in text and "falls back to the GGUF's own chat template" in info["template"]
 
 
