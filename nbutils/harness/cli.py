@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "lint":
         return report(lint(args.notebooks), args.out)
-    params = {k: _literal(v) for k, v in args.parameter}
+    params = {k: literal(v) for k, v in args.parameter}
     if args.command == "check":  # the default chain must work with the internet off: the embedded default needs none
         notebooks = [ROOT / nb for nb in chain.notebook_paths()]
         return report(chainrun.check(notebooks, args.out, params, args.time_budget, args.twin, args.jobs), args.out)
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     return report(ran() if args.no_static else with_static(args.notebooks, ran), args.out)
 
 
-def _literal(value: str):
+def literal(value: str):
+    """A parameter's value as a Python literal (`True`, `4`, `[1, 'a']`), else as text."""
     import ast
 
     try:

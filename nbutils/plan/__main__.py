@@ -21,21 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     dry.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="a notebook parameter, as `python -m nbutils.harness run` takes it")
     args = parser.parse_args(argv)
+    from nbutils.harness.cli import literal  # the harness's rule for -p values
     from nbutils.plan.dryrun import dry_run
 
-    run = dry_run(args.model, args.out, {k: _literal(v) for k, v in args.parameter})
+    run = dry_run(args.model, args.out, {k: literal(v) for k, v in args.parameter})
     print(run.report())
     return 0 if run.ok else 1
-
-
-def _literal(value: str):
-    """A parameter's value as a Python literal (`True`, `4`), else as text (the harness's rule)."""
-    import ast
-
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return value
 
 
 if __name__ == "__main__":

@@ -51,6 +51,6 @@ def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
 
 
 def test_cli_parameter_values_are_python_literals_else_text():
-    assert cli._literal("7") == 7 and cli._literal("[1, 'a']") == [1, "a"] and cli._literal("True") is True
-    assert cli._literal("embedded") == "embedded" and cli._literal("1e-3") == 0.001
+    assert cli.literal("7") == 7 and cli.literal("[1, 'a']") == [1, "a"] and cli.literal("True") is True
+    assert cli.literal("embedded") == "embedded" and cli.literal("1e-3") == 0.001
 
