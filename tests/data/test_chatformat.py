@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
-from nbutils.data import chatformat, splits
+from nbutils.data import chatformat, pairs, splits
 from nbutils.eval import evaluation
 from nbutils.train import checkpoints, modeling
 from tests import recipe
@@ -73,6 +73,25 @@ def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, 
             assert run[-1] == stop, (name, tok.decode(run))
             assert ans["content"] in tok.decode(run)
     assert manifest["tokens"]["end_of_turn"] == fam.expect_stop
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_preference_pairs_render_as_01_rendered_the_conversation(twin, name, tmp_path):
+    """05's pairs (nbutils.data.pairs) give, prompt + chosen, exactly the tokens 01 gave the same conversation, and
+    each answer ends on the family's stop token (a newline a template writes after it is not the answer's): what DPO
+    compares is what SFT trained on. 05 itself runs on three families in tests/test_families.py."""
+    tok, _, rows = _prepared(twin, name, tmp_path)
+    conv = CONVS[2]
+    sft = next(r for r in rows if r["messages"][0]["content"] == conv[0]["content"])
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"prompt": conv[0]["content"], "chosen": conv[1]["content"], "rejected": "food"}) + "\n")
+    [row], ledger = pairs.read([str(path)], tok, 128)
+    assert ledger.counts["kept"] == 1
+    stop = tok.convert_tokens_to_ids(FAMILIES[name].expect_stop)
+    through_stop = sft["input_ids"][:len(sft["input_ids"]) - sft["input_ids"][::-1].index(stop)]
+    assert tok(row["prompt"] + row["chosen"], add_special_tokens=False)["input_ids"] == through_stop, name
+    for side in ("chosen", "rejected"):
+        assert tok(row["prompt"] + row[side], add_special_tokens=False)["input_ids"][-1] == stop, (name, row[side])
 
 
 @pytest.mark.parametrize("name", NAMES)
