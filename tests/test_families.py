@@ -1,13 +1,13 @@
-"""The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 under `python -m nbutils.harness run` with
-smoke=True, the model named in 01 alone (02, 03 and 04 take it from upstream, as a user's chain does), then the
-checkpoint reloads with its own tokenizer and chat template, and 04's GGUF (q8_0, through llama.cpp's real
-converter) is verified with exactly the suite's stop ids, or, for a twin without a real tokenizer, its one-line
-reason. 05 (DPO on 02's adapter) follows on the three families that differ most (PREFERENCE); the preference pairs
-of every family are rendered and checked in tests/data/test_chatformat.py, without a model.
+"""The family matrix: for every family twin, 01 -> 02 -> 03 -> 04 -> 05 under `python -m nbutils.harness run` with
+smoke=True, the model named in 01 alone (02 to 05 take it from upstream, as a user's chain does), then the
+checkpoint reloads with its own tokenizer and chat template, 04's GGUF (q8_0, through llama.cpp's real converter)
+is verified with exactly the suite's stop ids, or, for a twin without a real tokenizer, its one-line reason, and
+05's DPO run on 02's adapter completes.
 
-Two chains run at a time (one per core; each process uses one math thread), at batch size 4 (05: 2 pairs): the
-real embedding sizes (up to 262144 x 64) make the logits the big cost, and 05's most of all (policy and reference
-over both answers of each pair). The longest chains start first. `pytest -m families` runs only this matrix.
+Two chains run at a time (one per core; each process uses one math thread), at batch size 4 (05: 2 pairs a step):
+the real embedding sizes (up to 262144 x 64) make the logits the big cost, and 05's most of all (policy and
+reference over both answers of each pair). The largest vocabularies start first. `pytest -m families` runs only
+this matrix.
 """
 
 import json
@@ -26,16 +26,12 @@ from tests.twins.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN = [ROOT / nb for nb in chain.notebook_paths()]
-# An instruct template with its own end-of-turn token, the largest vocabulary with a template that folds the system
-# role, a base model on the fallback template.
-PREFERENCE = ("llama-3.2-instruct", "gemma-3", "pythia-base")
 pytestmark = [pytest.mark.integration, pytest.mark.families]
 
 
 def _chain(name: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
-    notebooks, dpo = (CHAIN, ["-p", "05_preference:per_device_batch_size", "2"]) if name in PREFERENCE else (CHAIN[:4], [])
-    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, notebooks), "-p", "01_data_prep:base_model",
-           str(folder), "-p", "04_export:force", "True", *dpo,
+    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "01_data_prep:base_model",
+           str(folder), "-p", "04_export:force", "True", "-p", "05_preference:per_device_batch_size", "2",
            "-p", "smoke", "True", "-p", "batch_size", "4", "-p", "per_device_batch_size", "4", "--no-internet",
            "--out", str(out)]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -46,7 +42,7 @@ def matrix(twin, tmp_path_factory):
     """name -> (folder, harness output dir, completed process), all chains run two at a time."""
     root = tmp_path_factory.mktemp("families")
     folders = {name: twin(name) for name in FAMILIES}  # built here, once, before the parallel runs
-    longest_first = sorted(FAMILIES, key=lambda n: (n not in PREFERENCE, -FAMILIES[n].model_vocab))
+    longest_first = sorted(FAMILIES, key=lambda n: -FAMILIES[n].model_vocab)
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = {n: pool.submit(_chain, n, folders[n], root / n) for n in longest_first}
         return {n: (folders[n], root / n, f.result()) for n, f in runs.items()}
@@ -79,8 +75,6 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     assert report03["tuned"]["n"] == 8
     export = json.loads((work / "04_export" / "working" / "export" / "export_summary.json").read_text())
     assert export["merged"]["same_argmax"] and export["adapter"]["files"], name
-    if name not in PREFERENCE:
-        return
     preference = work / "05_preference" / "working" / "preference"
     summary05 = json.loads((preference / "preference_summary.json").read_text())  # DPO on 02's adapter, smoke
     assert summary05["global_step"] == 4 and summary05["checkpoint_complete"], name
