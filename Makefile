@@ -29,10 +29,11 @@ setup: $(STAMP)
 
 # The full gate (the README's test command): unit and integration tests, in TEST_WORKERS processes. Each test file
 # stays in one process (--dist loadfile): a file's module fixtures (the fault-injection reference run, the family
-# matrix) are built once. pytest exits 5 when it collects nothing, which make counts as a failure like any other.
+# matrix) are built once, in the order tests/conftest.py gives (the family matrix first; xdist's reordering by test
+# count would start it late). pytest exits 5 when it collects nothing, which make counts as a failure like any other.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Unit tests alone (no notebook execution, no multi-process runs, no fault injection, no twins): the quick loop,
 # spread over FAST_WORKERS processes (pytest-xdist; the session fixtures' caches are built under a file lock).

@@ -9,6 +9,23 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+# The files whose module fixture is the longest piece of work: `make test` starts them first. Under --dist loadfile a
+# file runs whole in one worker, and xdist hands out files in collection order; the family matrix (about 12 of
+# make test's minutes) handed out late ran alone at the end while the other worker sat idle.
+LONGEST_FIRST = ("test_families.py",)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle: the rest keeps its order
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST), -files[item.path])
+
+    files: dict = {}
+    for item in items:
+        files[item.path] = files.get(item.path, 0) + 1
+    items.sort(key=rank)  # then the files with the most tests, as xdist's own reordering (turned off in make test) does
+
 
 @pytest.fixture(scope="session")
 def embedded_dir():
