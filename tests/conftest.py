@@ -9,10 +9,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-# The files whose module fixture is the longest piece of work: `make test` starts them first. Under --dist loadfile a
-# file runs whole in one worker, and xdist hands out files in collection order; the family matrix (about 12 of
-# make test's minutes) handed out late ran alone at the end while the other worker sat idle.
-LONGEST_FIRST = ("test_families.py",)
+# The longest files, longest first: `make test` starts them first. Under --dist loadfile a file runs whole in one
+# worker, and xdist hands out files in collection order; the family matrix (about 12 of make test's minutes) handed
+# out late ran alone at the end, and so did the 04 tests (3-4 minutes) after it. Measured with
+# `pytest -n 2 --dist loadfile --durations=45` (integration files only: the others take seconds).
+LONGEST_FIRST = ("test_families.py", "test_export_notebook.py", "test_distributed.py", "test_notebooks.py",
+                 "test_faults.py", "test_multinode.py", "test_gpu_proof.py", "test_preference.py", "test_twin.py",
+                 "test_runner.py")
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle: the rest keeps its order
