@@ -20,14 +20,12 @@ LONGEST_FIRST = ("test_families.py", "test_export_notebook.py", "test_distribute
 
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle: the rest keeps its order
 def pytest_collection_modifyitems(items):
-    def rank(item):
-        name = item.path.name
-        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST), -files[item.path])
+    from collections import Counter
 
-    files: dict = {}
-    for item in items:
-        files[item.path] = files.get(item.path, 0) + 1
-    items.sort(key=rank)  # then the files with the most tests, as xdist's own reordering (turned off in make test) does
+    tests_in = Counter(item.path for item in items)
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # then the files with the most tests, as xdist's own reordering (turned off in make test) does
+    items.sort(key=lambda item: (first.get(item.path.name, len(first)), -tests_in[item.path]))
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,7 @@ def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, 
 def test_preference_pairs_render_as_01_rendered_the_conversation(twin, name, tmp_path):
     """05's pairs (nbutils.data.pairs) give, prompt + chosen, exactly the tokens 01 gave the same conversation, and
     each answer ends on the family's stop token (a newline a template writes after it is not the answer's): what DPO
-    compares is what SFT trained on. 05 itself runs on three families in tests/test_families.py."""
+    compares is what SFT trained on. 05 itself runs on every family in tests/test_families.py."""
     tok, _, rows = _prepared(twin, name, tmp_path)
     conv = CONVS[2]
     sft = next(r for r in rows if r["messages"][0]["content"] == conv[0]["content"])
