@@ -19,6 +19,7 @@ CACHE = llamacpp.cache_root() / "tokenizers"
 VOCABS = {  # name -> llama.cpp's name in models/ggml-vocab-<name>.gguf
     "qwen2": "qwen2",  # Qwen2 / Qwen2.5: byte-level BPE, 151,936 ids
     "llama-3": "llama-bpe",  # Llama-3.x: byte-level BPE, 128,256 ids
+    "phi-3": "phi-3",  # Phi-3 / Phi-3.5: SentencePiece (Llama-2 style), 32,064 ids
 }
 
 

