@@ -1,5 +1,8 @@
 """The dry run: a model's exact architecture, shrunk, with random weights, through 01 -> 02 -> 03 -> 04 on a CPU.
 
+05 (preference tuning) joins with through="preference": it is optional after 02, and on a real vocabulary its
+policy and reference passes are the slowest notebook of the chain.
+
 Its light files are fetched (fetch.py), a twin is built from them (shrink.py), and the chain runs on it under the
 harness, as a Kaggle background run would (internet off), with smoke=True, the model named in 01 alone, and 04's
 gate forced (random weights never beat the base). Template, pad, label, attention, stop-token and export problems
@@ -21,6 +24,7 @@ from nbutils.plan import fetch, shrink
 ROOT = runner.ROOT
 BATCH = 4  # rows per batch: the real vocabulary's logits are the cost on a CPU
 TIME_BUDGET_S = 900.0  # per notebook
+THROUGH = "export"  # the last stage a dry run runs by default
 
 
 @dataclass
@@ -31,11 +35,12 @@ class DryRun:
     results: list[Result] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # fetch, build, chain, total; cpu: all processes' CPU time
     error: str = ""  # a model that could not be fetched or built
+    notebooks: int = 0  # how many notebooks the chain runs
 
     @property
     def ok(self) -> bool:
         return not self.error and bool(self.results) and not any(r.failing for r in self.results) and \
-            len(self.results) == len(chain.notebook_paths())
+            len(self.results) == self.notebooks
 
     def report(self) -> str:
         """What the command prints: the twin's shape, one row per notebook, every problem, the verdict."""
@@ -55,10 +60,17 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", str(model).strip("/")).strip("-").lower() or "model"
 
 
-def dry_run(model: str, out: str | Path | None = None, params: dict | None = None) -> DryRun:
-    """Fetch, shrink and run the chain; the DryRun says what passed and every problem found."""
+def notebooks_through(stage: str) -> list[str]:
+    """The chain's notebook paths from 01 up to the one writing `stage`."""
+    last = chain.NOTEBOOKS.index(chain.by_stage(stage).notebook)
+    return chain.notebook_paths()[:last + 1]
+
+
+def dry_run(model: str, out: str | Path | None = None, params: dict | None = None, through: str = THROUGH) -> DryRun:
+    """Fetch, shrink and run the chain up to `through`; the DryRun says what passed and every problem found."""
     folder = Path(out) if out else ROOT / "runs" / "dry-run" / slug(model)
-    run, t0, cpu0 = DryRun(model, folder), time.perf_counter(), _cpu_s()
+    paths = notebooks_through(through)
+    run, t0, cpu0 = DryRun(model, folder, notebooks=len(paths)), time.perf_counter(), _cpu_s()
     try:
         files = fetch.fetch(model, folder / "model")
         run.seconds["fetch"] = time.perf_counter() - t0
@@ -71,7 +83,7 @@ def dry_run(model: str, out: str | Path | None = None, params: dict | None = Non
     except (OSError, ValueError, KeyError) as e:  # unreachable, no config.json, an architecture transformers lacks
         run.error = f"{type(e).__name__}: {e}"
         return run
-    notebooks = [ROOT / nb for nb in chain.notebook_paths()]
+    notebooks = [ROOT / nb for nb in paths]
     params = {"01_data_prep:base_model": str(twin), "smoke": True, "04_export:force": True, "batch_size": BATCH,
               "per_device_batch_size": BATCH, **(params or {})}
     start = time.perf_counter()
