@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 STEPS, BATCH, GENERATIONS, COMPLETION = 6, 16, 4, 64
 REWARDS = "nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
+HELD_OUT, HELD_OUT_SEED, SAMPLES = 48, 11, 4  # held-out looping prompts (not the training ones) and samples a prompt
 
 
 def looping_prompts(n: int = 64, seed: int = 5) -> list[dict]:
@@ -40,8 +41,18 @@ def _plan(out: Path, rows: list[dict]):
                            held_out_rows=lambda: rows[:8])
 
 
-def one_run(guard: bool, rows: list[dict], seed: int = 0) -> dict:
-    """05's GRPO recipe on the looping base, guarded or not: tokens, stops, reward of the last steps, seconds."""
+def held_out_reward(model, tokenizer, rows: list[dict], seed: int = 0) -> list[float]:
+    """Mean reward per held-out prompt, sampled and scored as 05 scores GRPO's held-out reward."""
+    from nbutils.eval import judge, rewards
+
+    prompts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
+    return judge.sampled_rewards(model, tokenizer, prompts, [r["answer"] for r in rows], rewards.load(REWARDS),
+                                 SAMPLES, COMPLETION, seed)
+
+
+def one_run(guard: bool, rows: list[dict], held_out: list[dict], seed: int = 0, start: bool = False) -> dict:
+    """05's GRPO recipe on the looping base, guarded or not: tokens, stops, reward of the last steps, seconds, and
+    the held-out reward after training (and before it, when `start`)."""
     from nbutils.harness import notebook_recipe
     from nbutils.train import modeling, training
 
@@ -56,13 +67,20 @@ def one_run(guard: bool, rows: list[dict], seed: int = 0) -> dict:
         model = modeling.attach_lora(modeling.load_base("embedded", plan.precision, bnb), lora, seed=seed)
         run = training.Run(plan.out, {"base_model": "embedded"}, time_budget_min=60, save_total_limit=1,
                            progress="log")
+        before = held_out_reward(model, tokenizer, held_out, seed) if start else None
         trainer = ns["make_trainer"](model, tokenizer, run)
         t0 = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - t0
         rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
         stats = dict(trainer.guard_stats)
-    return {**stats, "seconds": seconds, "reward_last": sum(rewards[-3:]) / len(rewards[-3:]), "rewards": rewards}
+        after = held_out_reward(trainer.model, tokenizer, held_out, seed)
+    return {**stats, "seconds": seconds, "reward_last": sum(rewards[-3:]) / len(rewards[-3:]), "rewards": rewards,
+            "held_out_before": before, "held_out": after}
+
+
+def _ci(ci) -> str:
+    return f"{ci[0]:+.3f} to {ci[1]:+.3f}"
 
 
 def _tokenizer():
@@ -80,8 +98,12 @@ def _tokenizer():
 
 
 def run() -> list[dict]:
-    rows = looping_prompts()
-    plain, guarded = one_run(False, rows), one_run(True, rows)
+    from nbutils.eval import judge
+
+    rows, held_out = looping_prompts(), looping_prompts(HELD_OUT, seed=HELD_OUT_SEED)
+    plain, guarded = one_run(False, rows, held_out, start=True), one_run(True, rows, held_out)
+    start = judge.reward_figures(plain["held_out_before"], plain["held_out"])["sft"]
+    paired = judge.reward_figures(plain["held_out"], guarded["held_out"])  # "sft" here: the unguarded run
     saved = 1 - guarded["tokens"] / max(1, plain["tokens"])
     from nbutils.eval.rollouts import ROLLOUT_CHECK_EVERY, ROLLOUT_DETECT_EVERY
 
@@ -93,8 +115,14 @@ def run() -> list[dict]:
         {"bench": "preference", "metric": "rollout tokens saved by the guard", "value": f"{saved:.0%}", "target": ">= 30%"},
         {"bench": "preference", "metric": "rollouts the guard stopped",
          "value": f"{guarded['stopped']} of {guarded['rollouts']}"},
-        {"bench": "preference", "metric": "mean reward, last 3 steps: without / with the guard",
-         "value": f"{plain['reward_last']:.3f} / {guarded['reward_last']:.3f}", "target": "with >= without"},
+        {"bench": "preference", "metric": "training rollouts' mean reward, last 3 steps: without / with the guard",
+         "value": f"{plain['reward_last']:.3f} / {guarded['reward_last']:.3f}",
+         "note": "guarded rollouts are cut at the loop, so these are not the same measurement"},
+        {"bench": "preference", "metric": f"held-out reward before training ({HELD_OUT} prompts x {SAMPLES})",
+         "value": f"{start['mean']:.3f}", "note": f"95% interval {_ci(start['ci'])}"},
+        {"bench": "preference", "metric": f"held-out reward after {STEPS} steps: without / with the guard",
+         "value": f"{paired['sft']['mean']:.3f} / {paired['tuned']['mean']:.3f}", "target": "with >= without",
+         "note": f"with - without {paired['delta']['mean']:+.3f}, paired 95% interval {_ci(paired['delta']['ci'])}"},
         {"bench": "preference", "metric": "training seconds: without / with the guard",
          "value": f"{plain['seconds']:.0f} / {guarded['seconds']:.0f}"},
     ]
