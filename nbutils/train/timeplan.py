@@ -1,7 +1,8 @@
 """The time plan: the run's first steps timed on the real hardware and batch plan, then the whole run predicted.
 
-The calibration is not a separate run. `TimeLog` times the first steps of the real run; at the calibration's
-last step the Trainer evaluates and saves once (nothing extra when a scheduled evaluation and save falls there),
+The calibration is not a separate run. `TimeLog` times the first steps of the real run (about 5% of them, and at
+least MIN_TIMED_S seconds of steps where steps are short); at the calibration's last step the Trainer evaluates
+and saves once (nothing extra when a scheduled evaluation and save falls there),
 and the plan is printed right after, before the next step: no step is done twice, and the calibration costs that
 one evaluation and save, measured, whose share of the run the table says. From the timed steps (seconds per
 token: the batches of a length-grouped run differ in length), the evaluation and the save, `predict` gives the
@@ -25,6 +26,11 @@ WARMUP = 2  # steps not timed: the first ones allocate memory, pick kernels and 
 MIN_TIMED, MAX_TIMED = 4, 50
 TIMED_SHARE = 0.05  # time this share of the run's steps (between MIN_TIMED and MAX_TIMED): they are real steps
 COST_LIMIT = 0.03  # what the calibration may cost, as a share of the run
+# Steps of a small model are short: 20 steps may be a second, which sees one moment of a shared machine's speed (on
+# the 2-core VM the benches run on, a fixed workload's speed moves by 1.6x between one-second windows:
+# `python -m bench timeplan_bench`'s control). So the window goes on until it has timed MIN_TIMED_S, ending on a
+# scheduled evaluation and save where there are some, but never past MAX_TIMED_SHARE of the run's steps.
+MIN_TIMED_S, MAX_TIMED_SHARE = 5.0, 0.25
 MIN_RANGE = 0.10  # the range is never narrower than this: the load and the lengths still to come vary
 
 
@@ -69,6 +75,8 @@ class TimeLog(TrainerCallback):
         self.steps.append((state.global_step, now - self.last, seen - self.tokens))
         self.last, self.tokens = now, seen
         if state.global_step == self.end_step:
+            self.end_step = self.longer(state.global_step, state.max_steps, every(args, "eval"), every(args, "save"))
+        if state.global_step == self.end_step:
             if not control.should_evaluate:
                 self.forced.add(state.global_step)
             if not control.should_save:
@@ -90,6 +98,21 @@ class TimeLog(TrainerCallback):
         if state.global_step == self.end_step and self.on_plan is not None:
             self.on_plan(args, state)
         self.last = self.clock()  # the plan's own few milliseconds go to no step
+
+    def longer(self, step: int, total: int, eval_steps: int, save_steps: int) -> int:
+        """The window's last step, moved on when the steps timed so far add up to less than MIN_TIMED_S: to the next
+        scheduled evaluation and save (checked again there), or, with none scheduled, to where the steps should
+        reach it at their pace; never past MAX_TIMED_SHARE of the run's steps. `step` when it has timed enough."""
+        timed = [s for n, s, _ in self.steps if self.start_step + WARMUP < n <= step]
+        both = math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
+        cap = self.start_step + WARMUP + int((total - self.start_step) * MAX_TIMED_SHARE)
+        if both and cap // both * both > self.start_step + WARMUP:
+            cap = cap // both * both  # end on a scheduled evaluation and save: nothing extra
+        if sum(timed) >= MIN_TIMED_S or step >= cap or not timed:
+            return step
+        if both:  # the next scheduled evaluation and save: the window costs nothing
+            return min(cap, (step // both + 1) * both)
+        return min(cap, step + math.ceil((MIN_TIMED_S - sum(timed)) * len(timed) / sum(timed)))
 
     def timed(self) -> list[tuple[int, float, int]]:
         """The calibration's steps after the warm-up."""

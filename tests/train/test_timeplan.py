@@ -61,3 +61,32 @@ def test_every_reads_the_strategy():
     args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="no", save_steps=50)
     assert timeplan.every(args, "eval") == 20 and timeplan.every(args, "save") == 0
 
+
+
+def _timed(step_s: float, upto: int) -> timeplan.TimeLog:
+    log = timeplan.TimeLog()
+    log.start_step, log.steps = 0, [(s, step_s, 100) for s in range(1, upto + 1)]
+    return log
+
+
+def test_a_window_of_short_steps_goes_on_to_the_next_scheduled_evaluation_until_it_has_timed_enough():
+    # 0.05 s steps: the 18 timed steps by step 20 are 0.9 s, under MIN_TIMED_S (5 s)
+    assert _timed(0.05, 20).longer(20, 400, 20, 20) == 40  # the next scheduled evaluation and save
+    assert _timed(0.05, 100).longer(100, 400, 20, 20) == 100  # a quarter of the run: it ends there, at a scheduled one
+    assert _timed(0.05, 22).longer(22, 400, 0, 20) == 2 + 100  # nothing scheduled: where 5 s is reached, capped
+    assert _timed(1.0, 20).longer(20, 400, 20, 20) == 20  # 18 s timed: long enough
+
+
+def test_the_extended_window_asks_for_one_evaluation_and_save_at_its_end_only():
+    clock = iter(range(10_000))
+    log = timeplan.TimeLog(clock=lambda: next(clock) * 0.05)
+    args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="steps", save_steps=20)
+    state = SimpleNamespace(global_step=0, max_steps=400, num_input_tokens_seen=0)
+    log.on_train_begin(args, state, None)
+    asked = []
+    for step in range(1, 121):
+        state.global_step = step
+        control = SimpleNamespace(should_evaluate=step % 20 == 0, should_save=step % 20 == 0)
+        log.on_step_end(args, state, control)
+        asked += [step] if step == log.end_step else []
+    assert asked == [100] and log.end_step == 100 and not log.forced and not log.forced_saves
