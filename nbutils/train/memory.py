@@ -16,6 +16,10 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
                          gradient, that gradient scaled in backward, and the gradient scattered back into
                          the hidden states (measured on the CPU: `python -m bench loss`)
                  liger   planned as chunked (its Triton kernel's chunks are smaller: an upper bound)
+                 trl     trl's fused LM head (DPO, KTO and GRPO in trl 1.16: the logits never exist whole): one
+                         tile of at most 4096 tokens x 32768 vocabulary columns in the compute dtype, plus
+                         per token the hidden states it keeps (compute dtype), their fp32 gradient and its
+                         fp32 per-token statistics (12 at most) (measured on the CPU: `python -m bench loss`)
   overhead       CUDA context and allocator slack, 0.6 GB
 The constants are deliberately round; the notebook prints the measured peak next to the estimate.
 The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 GB = 2**30
 OVERHEAD = 0.6 * GB
-LOSSES = ("plain", "chunked", "liger")
+LOSSES = ("plain", "chunked", "liger", "trl")
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk of the chunked loss (nbutils.train.loss): its only large buffer
 
 
@@ -44,9 +48,22 @@ def logits_bytes(batch: int, seq_len: int, vocab: int, hidden: int, loss: str = 
     tokens = batch * seq_len
     if loss == "plain":
         return tokens * vocab * 12
+    if loss == "trl":
+        rows, cols = trl_tile()
+        return min(tokens, rows) * min(vocab, cols) * compute_bytes + tokens * (hidden * (compute_bytes + 4) + 12 * 4)
     low = compute_bytes if compute_bytes < 4 else 0  # a chunk's 16-bit logits or gradient beside the fp32 ones
     rows = min(tokens, chunk_rows(vocab))
     return rows * vocab * (4 + low) + tokens * hidden * compute_bytes * 4
+
+
+def trl_tile() -> tuple[int, int]:
+    """(tokens, vocabulary columns) of one tile of trl's fused LM head, from trl where it is installed."""
+    try:
+        from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
+        from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+        return TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE
+    except ImportError:  # trl absent or reorganised: its 1.16 values
+        return 4096, 32768
 
 
 @dataclass
@@ -150,7 +167,8 @@ def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r:
     in one batch); DPO and KTO keep a frozen copy of the adapter (fp32 weights, no gradient or optimizer state)
     and run a reference pass without gradients, which holds less than the training pass and adds no peak of its
     own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the 16-bit KV cache of its
-    batch of completions), then trains on those batch x (prompt + completion) tokens."""
+    batch of completions), then trains on those batch x (prompt + completion) tokens. DPO, KTO and GRPO score
+    through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain")."""
     shape = Shape.from_config(model_config)
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
     if method == "grpo":
@@ -160,7 +178,8 @@ def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r:
     else:
         rows, length, kv = batch * 2, seq_len, 0
         what = f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {length} tokens"
-    parts = estimate(shape, length, rows, lora_r, "plain")
+    # DPO, KTO and GRPO score answers through trl's fused LM head; ORPO (trl.experimental) builds the logits whole
+    parts = estimate(shape, length, rows, lora_r, "plain" if method == "orpo" else "trl")
     parts.pop("total")
     parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
     parts["kv_cache"] = kv

@@ -76,3 +76,18 @@ def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_da
     summary = json.loads((out / "training_summary.json").read_text())
     assert (summary["resumed_from_step"], summary["global_step"]) == (2, 4)
     assert json.loads((out / "preference_summary.json").read_text())["checkpoint_complete"]
+
+
+def test_dpo_and_grpo_plan_trls_fused_lm_head_not_whole_logits():
+    from transformers import Qwen2Config
+
+    cfg = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                      num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)  # Qwen2.5-1.5B's shape
+    dpo = memory.plan_preference(cfg, "dpo", 1024, 4, 16, 4, 64, 15.0)
+    orpo = memory.plan_preference(cfg, "orpo", 1024, 4, 16, 4, 64, 15.0)
+    rows, cols = memory.trl_tile()
+    tokens = 8 * 1024  # 4 pairs: 8 sequences
+    assert dpo["parts_gb"]["logits"] == pytest.approx(
+        (rows * cols * 2 + tokens * (1536 * 6 + 48)) / memory.GB, abs=1e-3)  # one fp16 tile, not 8k x 152k logits
+    assert orpo["parts_gb"]["logits"] > 10 * dpo["parts_gb"]["logits"]  # ORPO (trl.experimental) builds them whole
+    assert dpo["fits"] and not orpo["fits"]
