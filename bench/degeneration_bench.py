@@ -105,7 +105,7 @@ def guard_rows(name: str, healthy: list, bad: list) -> list[dict]:
              f"per script/kind: {_worst(g['fp_groups'])} (<= 0.01); structured {g['fp_structured']:.4f} (<= 0.01)"),
         _row(f"guard stops detect does not confirm on the decoded prefix ({name})", unconfirmed, "0",
              f"of {sum(v.stopped for v in stops.values())} stops"),
-        _row(f"guard time per 1,000 tokens, streamed ({name}), ms", round(1000 * spent / tokens, 1),
+        _row(f"guard time per 1,000 tokens, streamed ({name}), ms", round(1e6 * spent / tokens, 1),
              note=f"{tokens} tokens in {spent:.0f} s, the bench's own token-by-token loop included"),
     ]
 
