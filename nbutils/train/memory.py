@@ -19,7 +19,8 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
                  trl     trl's fused LM head (DPO, KTO and GRPO in trl 1.16: the logits never exist whole): one
                          tile of at most 4096 tokens x 32768 vocabulary columns in the compute dtype, plus
                          per token the hidden states it keeps (compute dtype), their fp32 gradient and its
-                         fp32 per-token statistics (12 at most) (measured on the CPU: `python -m bench loss`)
+                         fp32 per-token statistics (12 at most); read from trl's Triton path, not measured
+                         (on a CPU trl runs the head in plain torch, with several tile-sized temporaries)
   overhead       CUDA context and allocator slack, 0.6 GB
 The constants are deliberately round; the notebook prints the measured peak next to the estimate.
 The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
