@@ -7,7 +7,7 @@ evaluation. Rows: the predicted and the measured wall time (first step to final 
 included), the error, and what the calibration cost (its extra evaluation and save, when none was scheduled at
 its last step) as a share of the run.
 
-The plan's constants (nbutils/train/timeplan.py: warm-up, timed share, range) were set on runs at batch 16;
+The plan's constants (nbutils/train/timeplan.py: warm-up, timed share and seconds, range) were set on runs at batch 16;
 this bench reports batch sizes 8, 24 and 32, which were not used for that.
 
 Two controls say how much of the error is the machine's own: the first batch size run a second time, the same
