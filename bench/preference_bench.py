@@ -50,9 +50,10 @@ def held_out_reward(model, tokenizer, rows: list[dict], seed: int = 0) -> list[f
                                  SAMPLES, COMPLETION, seed)
 
 
-def one_run(guard: bool, rows: list[dict], held_out: list[dict], seed: int = 0, start: bool = False) -> dict:
+def one_run(guard: bool, rows: list[dict], held_out: list[dict] | None = None, seed: int = 0,
+            start: bool = False) -> dict:
     """05's GRPO recipe on the looping base, guarded or not: tokens, stops, reward of the last steps, seconds, and
-    the held-out reward after training (and before it, when `start`)."""
+    with `held_out` prompts the held-out reward after training (and before it, when `start`)."""
     from nbutils.harness import notebook_recipe
     from nbutils.train import modeling, training
 
@@ -67,14 +68,14 @@ def one_run(guard: bool, rows: list[dict], held_out: list[dict], seed: int = 0, 
         model = modeling.attach_lora(modeling.load_base("embedded", plan.precision, bnb), lora, seed=seed)
         run = training.Run(plan.out, {"base_model": "embedded"}, time_budget_min=60, save_total_limit=1,
                            progress="log")
-        before = held_out_reward(model, tokenizer, held_out, seed) if start else None
+        before = held_out_reward(model, tokenizer, held_out, seed) if start and held_out else None
         trainer = ns["make_trainer"](model, tokenizer, run)
         t0 = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - t0
         rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
         stats = dict(trainer.guard_stats)
-        after = held_out_reward(trainer.model, tokenizer, held_out, seed)
+        after = held_out_reward(trainer.model, tokenizer, held_out, seed) if held_out else None
     return {**stats, "seconds": seconds, "reward_last": sum(rewards[-3:]) / len(rewards[-3:]), "rewards": rewards,
             "held_out_before": before, "held_out": after}
 

@@ -28,7 +28,9 @@ def test_guarded_grpo_stops_looping_rollouts_and_counts_the_tokens_it_saved(monk
 
     rows = preference_bench.looping_prompts(16)
     monkeypatch.setattr(preference_bench, "STEPS", 2)
-    guarded = preference_bench.one_run(True, rows)
+    held_out = preference_bench.looping_prompts(2, seed=preference_bench.HELD_OUT_SEED)
+    guarded = preference_bench.one_run(True, rows, held_out)
     assert guarded["stopped"] > 0 and guarded["tokens_saved"] > 0
+    assert len(guarded["held_out"]) == 2 and all(-1.0 <= r <= 0.5 for r in guarded["held_out"])  # 05's held-out reward
     assert guarded["tokens"] + guarded["tokens_saved"] <= guarded["rollouts"] * preference_bench.COMPLETION
     assert len(guarded["rewards"]) == 2
