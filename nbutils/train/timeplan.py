@@ -34,6 +34,11 @@ MIN_TIMED_S, MAX_TIMED_SHARE = 5.0, 0.25
 MIN_RANGE = 0.10  # the range is never narrower than this: the load and the lengths still to come vary
 
 
+def scheduled_every(eval_steps: int, save_steps: int) -> int:
+    """Every how many steps an evaluation and a save fall on the same step (0: never)."""
+    return math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
+
+
 def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | None:
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
     and save inside that window is taken instead (then nothing extra is done). None: too short to plan."""
@@ -41,7 +46,7 @@ def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | No
     if left < max(2 * (WARMUP + MIN_TIMED) + 1, math.ceil(MIN_TIMED / TIMED_SHARE)):  # under 80 steps: over before
         return None  # a plan would matter, and a forced evaluation and save would cost more than COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
-    both = math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
+    both = scheduled_every(eval_steps, save_steps)
     scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
     return scheduled[0] if scheduled else last
 
@@ -103,8 +108,8 @@ class TimeLog(TrainerCallback):
         """The window's last step, moved on when the steps timed so far add up to less than MIN_TIMED_S: to the next
         scheduled evaluation and save (checked again there), or, with none scheduled, to where the steps should
         reach it at their pace; never past MAX_TIMED_SHARE of the run's steps. `step` when it has timed enough."""
-        timed = [s for n, s, _ in self.steps if self.start_step + WARMUP < n <= step]
-        both = math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
+        timed = [s for _, s, _ in self.timed(step)]
+        both = scheduled_every(eval_steps, save_steps)
         cap = self.start_step + WARMUP + int((total - self.start_step) * MAX_TIMED_SHARE)
         if both and cap // both * both > self.start_step + WARMUP:
             cap = cap // both * both  # end on a scheduled evaluation and save: nothing extra
@@ -114,9 +119,10 @@ class TimeLog(TrainerCallback):
             return min(cap, (step // both + 1) * both)
         return min(cap, step + math.ceil((MIN_TIMED_S - sum(timed)) * len(timed) / sum(timed)))
 
-    def timed(self) -> list[tuple[int, float, int]]:
-        """The calibration's steps after the warm-up."""
-        return [s for s in self.steps if self.start_step + WARMUP < s[0] <= (self.end_step or 0)]
+    def timed(self, until: int | None = None) -> list[tuple[int, float, int]]:
+        """The calibration's steps after the warm-up (up to its last step, or to `until`)."""
+        last = (self.end_step or 0) if until is None else until
+        return [s for s in self.steps if self.start_step + WARMUP < s[0] <= last]
 
     def cost_s(self) -> float | None:
         """What the calibration added to the run: its extra evaluation and save (none when they were scheduled)."""
