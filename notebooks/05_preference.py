@@ -206,6 +206,7 @@ def make_trainer(model, tokenizer, run):
     from trl.experimental.orpo import ORPOTrainer
 
     from nbutils.eval import rewards, rollouts
+    from nbutils.train.preference import trainables_fp32
 
     columns = {"dpo": ("prompt", "chosen", "rejected"), "orpo": ("prompt", "chosen", "rejected"),
                "kto": ("prompt", "completion", "label"), "grpo": ("prompt", "answer")}[method]
@@ -214,11 +215,15 @@ def make_trainer(model, tokenizer, run):
     held = Dataset.from_list([{k: r[k] for k in columns} for r in held])
     if method == "grpo":
         Trainer = rollouts.guarded(GRPOTrainer) if guard else rollouts.counted(GRPOTrainer)
-        return Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
-                       processing_class=tokenizer, reward_funcs=rewards.load(reward_functions), callbacks=run.callbacks)
-    Trainer = {"dpo": DPOTrainer, "orpo": ORPOTrainer, "kto": KTOTrainer}[method]
-    return Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
-                   processing_class=tokenizer, callbacks=run.callbacks)
+        trainer = Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
+                          processing_class=tokenizer, reward_funcs=rewards.load(reward_functions),
+                          callbacks=run.callbacks)
+    else:
+        Trainer = {"dpo": DPOTrainer, "orpo": ORPOTrainer, "kto": KTOTrainer}[method]
+        trainer = Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
+                          processing_class=tokenizer, callbacks=run.callbacks)
+    trainables_fp32(trainer.model)  # trl casts a 4-bit model's adapter to bf16: a T4's fp16 scaler fails
+    return trainer
 
 
 # %% [markdown]

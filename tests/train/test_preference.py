@@ -91,3 +91,34 @@ def test_dpo_and_grpo_plan_trls_fused_lm_head_not_whole_logits():
         (rows * cols * 2 + tokens * (1536 * 6 + 48)) / memory.GB, abs=1e-3)  # one fp16 tile, not 8k x 152k logits
     assert orpo["parts_gb"]["logits"] > 10 * dpo["parts_gb"]["logits"]  # ORPO (trl.experimental) builds them whole
     assert dpo["fits"] and not orpo["fits"]
+
+
+@pytest.mark.parametrize("method", ["dpo", "kto", "grpo"])
+def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
+    """trl casts a quantized model's trainable weights to bf16, which a T4's fp16 gradient scaler cannot unscale
+    (`make gpu-proof` met it on a GPU): 05's trainer leaves every trainable weight in fp32."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from nbutils.data import chatformat
+    from nbutils.harness import notebook_recipe
+    from nbutils.runtime.preflight import inspect
+    from nbutils.train import modeling, training
+
+    row = {"dpo": {"prompt": "a", "chosen": " b", "rejected": " c"},
+           "kto": {"prompt": "a", "completion": " b", "label": True},
+           "grpo": {"prompt": "a", "answer": "b"}}[method]
+    env, _ = inspect(load_in_4bit=True)
+    plan = SimpleNamespace(out=tmp_path, max_steps=1, learning_rate=1e-4, precision="fp32", save_steps=10, env=env,
+                           max_length=32, train_rows=[row] * 4, eval_rows=[row] * 4, method=method,
+                           held_out_rows=lambda: [row] * 4)
+    ns = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method=method, per_device_batch_size=2,
+                                   num_generations=2, max_completion_length=4,
+                                   reward_functions="nbutils.eval.rewards:well_formed")
+    bnb, lora = notebook_recipe.configs("fp32")
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", bnb), lora)
+    assert getattr(modeling.unwrap(model), "is_loaded_in_4bit", False) or model.base_model.model.is_loaded_in_4bit
+    trainer = ns["make_trainer"](model, chatformat.load_tokenizer("embedded"), training.Run(tmp_path, {}, time_budget_min=60))
+    dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
+    assert dtypes == {torch.float32}
