@@ -2,10 +2,13 @@
 
 Estimate of peak GPU memory for QLoRA training with gradient checkpointing (bytes):
   base weights   linear params x 0.53 (nf4 4 bits + double-quantized absmax constants)
-                 + embedding/lm_head params x 2 (kept in the 16-bit compute dtype)
+                 + embedding/lm_head params x 4 (not quantized; peft's k-bit preparation casts them to fp32)
   LoRA           r x (in + out) per linear layer, fp32 weight + grad + 2 Adam states = 16 bytes/param
-  activations    checkpointed layer inputs: layers x batch x seq x hidden x 2
+  activations    checkpointed layer inputs: layers x batch x seq x hidden x 4 (the residual stream is fp32:
+                 it starts at the fp32 embedding)
                  + one layer recomputed: batch x seq x (14 x hidden + 3 x intermediate) x 2
+  lm_head copy   vocab x hidden x 2: the fp32 LM head cast to the compute dtype while the loss runs
+                 (autocast's cast, or liger's own)
   logits         the loss step, by the loss that trains (nbutils.train.loss):
                  plain   batch x seq x vocab x 12: in backward, the saved fp32 log-softmax, its gradient
                          and the logits' gradient (3 x 4 bytes, measured on the CPU: `python -m bench loss`;
@@ -22,7 +25,9 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
                          fp32 per-token statistics (12 at most); read from trl's Triton path, not measured
                          (on a CPU trl runs the head in plain torch, with several tile-sized temporaries)
   overhead       CUDA context and allocator slack, 0.6 GB
-The constants are deliberately round; the notebook prints the measured peak next to the estimate.
+The constants are deliberately round; the notebook prints the measured peak next to the estimate. The fp32
+embedding, the fp32 checkpointed inputs and the LM head's 16-bit copy were read off the allocations live at the
+peak of a GPU run (`make gpu-proof`'s Llama-3.2-1B shape, batches 1 and 2, docs/planning.md).
 The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
 the fp32 figure the CPU bench checks against its measurement.
 """
@@ -95,9 +100,10 @@ def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "p
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     parts = {
-        "base_weights": linear * 0.53 + embed * 2,
+        "base_weights": linear * 0.53 + embed * 4,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
-        "activations": batch * seq_len * 2 * (shape.layers * shape.hidden + 14 * shape.hidden + 3 * shape.intermediate),
+        "activations": batch * seq_len * (4 * shape.layers * shape.hidden + 2 * (14 * shape.hidden + 3 * shape.intermediate)),
+        "lm_head_copy": shape.vocab * shape.hidden * 2,
         "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss),
         "overhead": OVERHEAD,
     }
