@@ -43,11 +43,21 @@ class Setup:
     steps: int  # the calibrated run (time plan against actual): 80 or more, or 02 makes no plan
     batch: int
     throughput_rows: int  # examples of the side-by-side tokens/s runs (0: skipped)
+    preference: tuple[tuple[str, tuple[int, ...]], ...] = ()  # 05's methods and batches (bench/gpu_preference.py)
+    preference_prompt: int = 512  # tokens of a prompt; DPO adds an answer of preference_answer tokens a side,
+    preference_answer: int = 512  # GRPO generates that many
+    preference_models: int = 1  # the first this many models get the preference rows
+    minutes: float = 7.0  # stages not started by then are recorded as skipped: the run ends within 10 minutes
+    stages: tuple[str, ...] = ()  # only these stages (STAGES); empty: all of them
 
 
-GPU_SETUP = Setup(True, "fp16", 15.0, True, ("llama-3.2-1b-instruct", "qwen2.5-1.5b-instruct"), (1, 2, 4, 8, 16, 32),
-                  1024, 100, 4, 256)
-CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 80, 4, 0)
+GPU_SETUP = Setup(True, "fp16", 15.0, True, ("qwen2.5-1.5b-instruct", "llama-3.2-1b-instruct"),
+                  (1, 2, 4, 8, 16, 32, 64), 1024, 100, 4, 256, (("dpo", (1, 4, 16)), ("grpo", (8, 32))), 512, 512)
+CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 80, 4, 0,
+                  (("dpo", (1,)), ("grpo", (4,))), 16, 16)
+
+
+STAGES = ("memory", "time plan", "preference memory", "tokens/s")
 
 
 def _spawned(fn, *args):
@@ -73,8 +83,19 @@ def prepared(model: Path, dest: Path, setup: Setup) -> Path:
 
 
 def _sweep(model: str, setup: Setup) -> list[dict]:
-    """The memory plan and the measured peak at each batch of setup.sweep (rows of setup.seq tokens), up to the
-    first batch that runs out of memory (under the cap)."""
+    """The memory plan and the measured peak at each batch of setup.sweep (rows of setup.seq tokens), each batch in
+    a fresh process (a model loaded before, in the same process, stays partly alive and would count in the next
+    peak), up to the first batch that runs out of memory (under the cap)."""
+    out = []
+    for batch in setup.sweep:
+        out.append(_spawned(_one_batch, model, batch, setup))
+        if not out[-1]["fits"]:
+            break
+    return out
+
+
+def _one_batch(model: str, batch: int, setup: Setup) -> dict:
+    """02's recipe for 3 steps at this batch, every row the widest: the plan's estimate and the measured peak."""
     import torch
     from datasets import Dataset
 
@@ -85,27 +106,22 @@ def _sweep(model: str, setup: Setup) -> list[dict]:
 
     machine.cap_gpu_memory()
     config, kind = modelsource.load_config(model), loss.choose("auto", cuda=setup.cuda)
-    out = []
-    for batch in setup.sweep:
-        ds = Dataset.from_list([_full_row(config.vocab_size, setup.seq)] * (batch * 3))  # every row the widest
-        batches = batching.plan([setup.seq] * len(ds), batch, setup.seq)
-        plan_gb = memory.plan(config, setup.seq, batch, 16, setup.memory_gb, loss=kind)["estimate_gb"]
-        if setup.cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            with tempfile.TemporaryDirectory() as d:
-                plan = notebook_recipe.adhoc_plan(d, ds, ds, batches, model, kind, 2e-4, max_steps=3)
-                plan.env = _with_precision(plan.env, setup.precision)
-                notebook_recipe.train(None, d, plan=plan, max_steps=3, per_device_batch_size=batch, resume=False,
-                                      chunked_loss=kind, probe_prompts=0, run={"progress": "off", "time_plan": False},
-                                      arguments={"eval_strategy": "no", "save_strategy": "no", "warmup_steps": 0})
-        except torch.OutOfMemoryError:
-            out.append({"batch": batch, "plan_gb": plan_gb, "peak_gb": None, "fits": False})
-            break
-        peak = torch.cuda.max_memory_allocated() / 2**30 if setup.cuda else None
-        out.append({"batch": batch, "plan_gb": plan_gb, "peak_gb": peak, "fits": True})
-    return out
+    ds = Dataset.from_list([_full_row(config.vocab_size, setup.seq)] * (batch * 3))
+    batches = batching.plan([setup.seq] * len(ds), batch, setup.seq)
+    plan_gb = memory.plan(config, setup.seq, batch, 16, setup.memory_gb, loss=kind)["estimate_gb"]
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            plan = notebook_recipe.adhoc_plan(d, ds, ds, batches, model, kind, 2e-4, max_steps=3)
+            plan.env = _with_precision(plan.env, setup.precision)
+            notebook_recipe.train(None, d, plan=plan, max_steps=3, per_device_batch_size=batch, resume=False,
+                                  chunked_loss=kind, probe_prompts=0, run={"progress": "off", "time_plan": False},
+                                  arguments={"eval_strategy": "no", "save_strategy": "no", "warmup_steps": 0})
+    except torch.OutOfMemoryError:
+        return {"batch": batch, "plan_gb": plan_gb, "peak_gb": None, "fits": False}
+    peak = torch.cuda.max_memory_allocated() / 2**30 if setup.cuda else None
+    print(f"[gpu-proof] batch {batch}: plan {plan_gb:.2f} GB, measured peak "
+          + (f"{peak:.2f} GB" if peak is not None else "(no GPU)"), flush=True)
+    return {"batch": batch, "plan_gb": plan_gb, "peak_gb": peak, "fits": True}
 
 
 def _full_row(vocab: int, seq: int) -> dict:
@@ -137,12 +153,12 @@ def _throughput(model: Path, setup: Setup) -> list[dict]:
     if not setup.throughput_rows:
         return []
     return throughput_bench.compare(f"{model.name}, random weights", str(model), n=setup.throughput_rows,
-                                    batch=setup.batch * 2, max_len=setup.seq, precision=setup.precision,
+                                    batch=setup.batch, max_len=setup.seq, precision=setup.precision,
                                     fused=setup.cuda, repeats=1)
 
 
-def rows_for(name: str, sweep: list[dict], timing: dict, memory_gb: float | None) -> list[dict]:
-    """The table's rows of one model: plan against peak per batch, the largest batch that fits, the time plan."""
+def memory_rows(name: str, sweep: list[dict], memory_gb: float | None) -> list[dict]:
+    """Plan against peak per batch, and the largest batch that fits."""
     out = [{"bench": "gpu_proof", "metric": f"{name}: memory plan / measured peak at batch {r['batch']}, GB",
             "value": f"{r['plan_gb']:.2f} / " + (f"{r['peak_gb']:.2f}" if r["peak_gb"] is not None else
                                                  ("out of memory" if not r["fits"] else "no GPU")),
@@ -152,53 +168,124 @@ def rows_for(name: str, sweep: list[dict], timing: dict, memory_gb: float | None
     out.append({"bench": "gpu_proof", "metric": f"{name}: largest batch that fits {cap}, measured",
                 "value": max(fitting) if fitting else 0,
                 "note": "the sweep stopped at its largest batch" if len(fitting) == len(sweep) else ""})
-    if timing:
-        out.append({"bench": "gpu_proof", "metric": f"{name}: time plan / actual, s ({timing['total_steps']} steps)",
-                    "value": f"{timing['predicted_s']:.1f} / {timing['actual_s']:.1f} ({timing['error']:+.1%})",
-                    "target": "within 15%", "note": f"calibration cost {timing['calibration_share']:.1%} of the run"})
     return out
 
 
-def run(setup: Setup = GPU_SETUP) -> list[dict]:
-    """Every measurement of the module docstring for each model of the setup; one list of rows."""
+def time_rows(name: str, timing: dict | None) -> list[dict]:
+    """The calibrated time plan against the actual time (none when 02 made no plan)."""
+    if not timing:
+        return [{"bench": "gpu_proof", "metric": f"{name}: time plan / actual", "value": "no plan",
+                 "note": "02 made no time plan for this run"}]
+    return [{"bench": "gpu_proof", "metric": f"{name}: time plan / actual, s ({timing['total_steps']} steps)",
+             "value": f"{timing['predicted_s']:.1f} / {timing['actual_s']:.1f} ({timing['error']:+.1%})",
+             "target": "within 15%", "note": f"calibration cost {timing['calibration_share']:.1%} of the run"}]
+
+
+def rows_for(name: str, sweep: list[dict], timing: dict | None, memory_gb: float | None) -> list[dict]:
+    """The table's rows of one model: plan against peak per batch, the largest batch that fits, the time plan."""
+    return memory_rows(name, sweep, memory_gb) + time_rows(name, timing)
+
+
+def _stages(name: str, model: Path, data: Path, out: Path, setup: Setup, first: bool) -> dict:
+    """The measurements of one model, in the order they matter (the first ones run if time runs short)."""
+    from bench import gpu_preference
+
+    stages = {"memory": lambda: memory_rows(name, _sweep(str(model), setup), setup.memory_gb),
+              "time plan": lambda: time_rows(name, _spawned(_timed_run, str(data), str(out), setup))}
+    if setup.preference and first:
+        stages["preference memory"] = lambda: gpu_preference.rows_for(
+            name, gpu_preference.sweep(str(model), setup, _spawned), setup.memory_gb)
+    stages["tokens/s"] = lambda: _throughput(model, setup)
+    return {k: v for k, v in stages.items() if not setup.stages or k in setup.stages}
+
+
+def run(setup: Setup = GPU_SETUP, saved=None) -> list[dict]:
+    """Every measurement of the module docstring for each model of the setup; one list of rows. A stage that
+    fails becomes a row with its error and the next one runs; stages not started within setup.minutes are
+    recorded as skipped. `saved(rows)` is called after every stage (partial results survive a killed run)."""
     if setup.memory_gb:
         os.environ["BENCH_GPU_MEMORY_GB"] = str(setup.memory_gb)  # the spawned processes cap themselves
-    rows = []
+    rows, deadline = [], time.monotonic() + setup.minutes * 60
     with tempfile.TemporaryDirectory() as d:
-        for name in setup.models:
-            model = model_folder(name, Path(d) / name, setup)
-            data = prepared(model, Path(d) / f"{name}-data", setup)
-            sweep = _spawned(_sweep, str(model), setup)
-            timing = _spawned(_timed_run, str(data), str(Path(d) / f"{name}-run"), setup)
-            rows += _throughput(model, setup) + rows_for(name, sweep, timing, setup.memory_gb)
+        for i, name in enumerate(setup.models):
+            model = data = None
+            try:
+                model = model_folder(name, Path(d) / name, setup)
+                data = prepared(model, Path(d) / f"{name}-data", setup)
+            except Exception as e:  # noqa: BLE001 - recorded as a row; the next model runs
+                rows.append(_failed(name, "model folder and 01's data", e))
+                continue
+            for stage, measure in _stages(name, model, data, Path(d) / f"{name}-run", setup, i < setup.preference_models).items():
+                t0 = time.monotonic()
+                if t0 > deadline:
+                    rows.append({"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "skipped",
+                                 "note": f"not started within {setup.minutes:g} minutes"})
+                    continue
+                try:
+                    rows += measure()
+                except Exception as e:  # noqa: BLE001 - recorded as a row; the next stage runs
+                    rows.append(_failed(name, stage, e))
+                print(f"[gpu-proof] {name}: {stage} took {time.monotonic() - t0:.0f} s", flush=True)
+                if saved:
+                    saved(rows)
     return rows
 
 
-def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine.RESULTS) -> Path:
-    """bench/results/gpu-<device>.json: the rows, the machine, the conditions and how long it took."""
+def _failed(name: str, stage: str, error: Exception) -> dict:
+    import traceback
+
+    traceback.print_exception(error)
+    return {"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "failed",
+            "note": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"}
+
+
+def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine.RESULTS,
+         command: str = "make gpu-proof") -> Path:
+    """bench/results/gpu-<device>.json (a run of some stages only: gpu-<device>-<stages>.json): the rows, the
+    machine, the conditions, the command and how long it took."""
     described = machine.describe()
     device = re.sub(r"[^a-z0-9]+", "-", (described["gpu"] or "cpu").lower()).strip("-")
-    path = results / f"gpu-{device}.json"
+    part = re.sub(r"[^a-z0-9]+", "-", "-".join(setup.stages).lower())
+    path = results / (f"gpu-{device}-{part}.json" if setup.stages else f"gpu-{device}.json")
     results.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": described, "command": "make gpu-proof", "setup": asdict(setup),
-                                "seconds": round(seconds, 1), "rows": rows}, indent=2) + "\n")
+    path.write_text(json.dumps({"gpu_proof": {"machine": described, "command": command, "setup": asdict(setup),
+                                              "seconds": round(seconds, 1), "rows": rows}}, indent=2) + "\n")
     return path
 
 
-def main(setup: Setup | None = None) -> int:
+def _setup(argv: list[str]) -> Setup:
+    """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each)."""
+    import argparse
+    from dataclasses import replace
+
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_proof")
+    parser.add_argument("--models", default=",".join(GPU_SETUP.models))
+    parser.add_argument("--stages", default="", help="a comma-separated subset of: " + ", ".join(STAGES))
+    args = parser.parse_args(argv)
+    stages = tuple(s for s in args.stages.split(",") if s)
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        parser.error(f"unknown stage {unknown[0]!r}: use one of {', '.join(STAGES)}")
+    return replace(GPU_SETUP, models=tuple(args.models.split(",")), stages=stages)
+
+
+def main(setup: Setup | None = None, argv: list[str] | None = None) -> int:
     import torch
 
+    argv = sys.argv[1:] if argv is None and setup is None else (argv or [])
     if setup is None:
         if not torch.cuda.is_available():
             print(NEEDS)
             return 0
-        setup = GPU_SETUP
+        setup = _setup(argv)
+    command = " ".join(["python -m bench.gpu_proof", *argv]) if argv else "make gpu-proof"
     t0 = time.perf_counter()
-    rows = run(setup)
+    rows = run(setup, saved=lambda rows: save(rows, setup, time.perf_counter() - t0, command=command))
     from bench.__main__ import print_table
 
     print_table(rows)
-    print(f"[gpu-proof] {save(rows, setup, time.perf_counter() - t0)} ({time.perf_counter() - t0:.0f} s)")
+    print(f"[gpu-proof] {save(rows, setup, time.perf_counter() - t0, command=command)} "
+          f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

@@ -23,7 +23,7 @@ def test_rows_and_the_result_file(tmp_path):
     assert rows[0]["value"] == "2.00 / 1.90" and rows[1]["value"] == "3.00 / out of memory"
     assert rows[2]["value"] == 1 and "15 GB" in rows[2]["metric"] and "-3.8%" in rows[3]["value"]
     path = gpu_proof.save(rows, gpu_proof.CPU_SETUP, 12.3, tmp_path)
-    saved = json.loads(path.read_text())
+    saved = json.loads(path.read_text())["gpu_proof"]  # bench.report's shape: {bench: {machine, command, rows}}
     assert path.name.startswith("gpu-") and saved["command"] == "make gpu-proof" and saved["rows"] == rows
 
 
