@@ -157,12 +157,12 @@ def _number(match: re.Match) -> str:
     return match.group(1) or NUM
 
 
-def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str | None:
+def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: bool = False) -> str | None:
     """Tail periodicity on normalized tokens (numbers are NUM): 'token-repeat', 'loop' or 'counting-loop'.
 
     partial: the text ends inside a word or number, so its last token may be cut short. It is left
     out of the search and must be the start of the token one period before it: the verdict is the
-    same wherever in its last period a loop was cut off.
+    same wherever in its last period a loop was cut off. fenced: the whole text ends inside a code block.
     """
     cut = tokens[-1] if partial and tokens else ""
     rev, nums = (tokens[-2::-1] if cut else tokens[::-1]), None
@@ -194,7 +194,7 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False) -> str |
         words = {t for t in unit if _is_word(t)}
         if _enough(unit, words, (run + p) / p, span, exact, counting) or (
                 exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
-            if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and tail.count("```") % 2:
+            if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and fenced:
                 continue  # inside a code block: a program's sample output says a line a few times
             m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
             if (copies := _line_copies(rev, run + p, p)) is not None:
@@ -220,10 +220,11 @@ def _sentence_cycle(tail: str, per_copy: float) -> bool:
     return bool(SENTENCE_END_RE.search(tail[-q - 3:]))
 
 
-def _sample_output(text: str, p: int) -> bool:
-    """A line said fewer than OUTPUT_COPIES times at the end of a text inside a code block: a program's output."""
+def _sample_output(text: str, p: int, fenced: bool) -> bool:
+    """A line said fewer than OUTPUT_COPIES times at the end of a text inside a code block (`fenced`, judged on the
+    whole text: a window of its end can start inside an earlier block): a program's output."""
     unit = text[-p:]
-    return unit.count("\n") == 1 and text.count("```") % 2 == 1 and text[-p * OUTPUT_COPIES:] != unit * OUTPUT_COPIES
+    return unit.count("\n") == 1 and fenced and text[-p * OUTPUT_COPIES:] != unit * OUTPUT_COPIES
 
 
 def _early_cycle(tail: str, m: dict) -> bool:
@@ -350,11 +351,12 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     if (cut_escape := PARTIAL_ESCAPE_RE.search(tail, len(tail) - 3)) and cut_escape.start():  # 0x, \\x cut short
         tail = tail[:cut_escape.start()]
     tokens = _tokens(tail)
-    last = tail[-1:]
-    loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M")
+    last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
+    loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
+                 fenced=fenced)
     if not loop and _early_cycle(tail, m):
         loop = "loop"
-    if not loop and (p := _char_period(recent)) and not _sample_output(recent, p):
+    if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"
         m.update(loop_period_chars=p)
     if loop:

@@ -290,6 +290,19 @@ def test_a_programs_sample_output_in_a_code_block_is_no_loop_until_it_goes_on():
     assert "loop" in detect("The output is:\n" + line * 3).reasons  # outside a code block, three copies are one
 
 
+def test_sample_output_after_a_long_document_is_judged_by_all_of_its_code_blocks():
+    """The end of a long text opens a code block; the window the check reads starts inside an earlier block whose
+    closing fence it sees: the whole text says where the end is."""
+    line = "automate that too.\n"
+    earlier = ("Install it:\n\n```bash\npip install automation-tools\nautomate init --path ./jobs\n"
+               "automate add nightly --cron '0 2 * * *' --command 'python backup.py'\nautomate add report --after "
+               "nightly --command 'python report.py --mail ops@example.org'\nautomate check --strict\n"
+               "automate list --format=json\n{\n  \"nightly\": \"0 2 * * *\",\n  \"report\": \"after nightly\"\n}\n```\n\n")
+    head = earlier + "Then:\n\n```pycon\n>>> for i in range(4):\n...     print('automate that too.')\n```\n\nOutput:\n\n```\n"
+    assert not any(detect(head + (line * 4)[:k]).degenerate for k in range(1, 4 * len(line)))
+    assert "loop" in detect(head + line * 6).reasons
+
+
 def test_a_list_of_shell_commands_is_no_soup():
     cmds = ("pip install torch transformers accelerate\npip uninstall -y bitsandbytes\npip install peft==0.17.1 "
             "datasets\npython -m pip install -U huggingface-hub\npip install tokenizers safetensors sentencepiece\n"
