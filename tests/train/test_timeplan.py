@@ -90,3 +90,14 @@ def test_the_extended_window_asks_for_one_evaluation_and_save_at_its_end_only():
         log.on_step_end(args, state, control)
         asked += [step] if step == log.end_step else []
     assert asked == [100] and log.end_step == 100 and not log.forced and not log.forced_saves
+
+
+def test_a_step_that_compiled_kernels_is_not_the_runs_pace():
+    """Steps 3 and 4 of a GPU run paid a one-time cost (make gpu-proof, Qwen2.5-1.5B, H200): left out of the pace;
+    a long step that is slow for its length only is kept."""
+    spikes = [(3, 1.93, 160), (4, 2.06, 150), (5, 0.63, 160), (6, 0.44, 140), (7, 0.42, 150), (8, 0.50, 160)]
+    fixed, per_token, _ = timeplan.step_model(spikes)
+    assert fixed + per_token * 155 < 0.6
+    proportional = [(3, 1.0, 100), (4, 2.1, 200), (5, 4.2, 400), (6, 1.05, 100)]  # slow because long: kept
+    fixed, per_token, _ = timeplan.step_model(proportional)
+    assert abs(fixed + per_token * 400 - 4.2) < 0.3
