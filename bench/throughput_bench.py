@@ -161,6 +161,8 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
                 continue
             try:
                 tries[name].append(_in_process(recipe, model_path, rows, batch, max_len, precision, chunked_loss=kind))
+                print(f"[throughput] {name}: {tries[name][-1]['runtime_s']:.1f} s, peak "
+                      f"{tries[name][-1]['peak_bytes'] / GB:.2f} GB", flush=True)
             except torch.OutOfMemoryError as e:
                 del tries[name]
                 out.append({"bench": "throughput", "metric": f"{name}: real target tokens/s ({where})",
@@ -179,27 +181,23 @@ def compare(label: str, model_path: str, n: int, batch: int, max_len: int, preci
     return out
 
 
+RATIOS = (  # (numerator, denominator, metric, extra fields): each row where both recipes ran
+    ("this suite", "plain recipe", "ratio this suite / plain recipe", {"target": ">= 1.8 (CPU), >= 2 (GPU)"}),
+    ("this suite", "this suite, plain loss", "ratio chunked / plain loss at equal batching",
+     {"note": "what the loss alone gives"}),
+    ("this suite + liger", "this suite", "ratio liger / this suite without", {"target": ">= 1.3"}),
+    ("this suite + liger", "plain recipe", "ratio liger / plain recipe", {"target": ">= 2"}),
+)
+
+
 def _ratios(runs: dict, label: str, fused: bool) -> list[dict]:
     """The ratios of tokens/s between the recipes that ran."""
-    def ratio(a: str, b: str) -> float | None:
-        return round(runs[a]["tokens_s"] / runs[b]["tokens_s"], 2) if a in runs and b in runs else None
-
-    out = []
-    if ratio("this suite", "plain recipe") is not None:
-        out.append({"bench": "throughput", "metric": f"ratio this suite / plain recipe, tokens/s ({label})",
-                    "value": ratio("this suite", "plain recipe"), "target": ">= 1.8 (CPU), >= 2 (GPU)"})
-    if ratio("this suite", "this suite, plain loss") is not None:
-        out.append({"bench": "throughput", "metric": f"ratio chunked / plain loss at equal batching, tokens/s ({label})",
-                    "value": ratio("this suite", "this suite, plain loss"), "note": "what the loss alone gives"})
+    out = [{"bench": "throughput", "metric": f"{metric}, tokens/s ({label})",
+            "value": round(runs[a]["tokens_s"] / runs[b]["tokens_s"], 2), **extra}
+           for a, b, metric, extra in RATIOS if a in runs and b in runs]
     if fused and "this suite + liger" not in runs:
         out.append({"bench": "throughput", "metric": f"liger rows ({label})", "value": "not run",
                     "note": "liger-kernel is not installed (pip install liger-kernel), or it ran out of memory"})
-    if ratio("this suite + liger", "this suite") is not None:
-        out.append({"bench": "throughput", "metric": f"ratio liger / this suite without, tokens/s ({label})",
-                    "value": ratio("this suite + liger", "this suite"), "target": ">= 1.3"})
-    if ratio("this suite + liger", "plain recipe") is not None:
-        out.append({"bench": "throughput", "metric": f"ratio liger / plain recipe, tokens/s ({label})",
-                    "value": ratio("this suite + liger", "plain recipe"), "target": ">= 2"})
     return out
 
 
