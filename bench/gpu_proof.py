@@ -52,7 +52,7 @@ class Setup:
 
 
 GPU_SETUP = Setup(True, "fp16", 15.0, True, ("qwen2.5-1.5b-instruct", "llama-3.2-1b-instruct"),
-                  (1, 2, 4, 8, 16, 32, 64), 1024, 100, 4, 256, (("dpo", (1, 4, 16)), ("grpo", (8, 32))), 512, 512)
+                  (1, 2, 4, 8, 16, 32, 64), 1024, 100, 4, 128, (("dpo", (1, 4, 16)), ("grpo", (8, 32))), 512, 512)
 CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2), 64, 80, 4, 0,
                   (("dpo", (1,)), ("grpo", (4,))), 16, 16)
 
@@ -64,6 +64,20 @@ def _spawned(fn, *args):
     """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
+
+
+def _spawned_all(fn, arglists: list[tuple]) -> list:
+    """fn(*args) for each args, each in a fresh process, as many at once as the GPU holds under the cap: a
+    process's cap and its peak (max_memory_allocated) are its own, so the batches of a sweep need not wait for each
+    other (on a 141 GB GPU, nine 15 GB processes; on an 80 GB one, five). Results in the order of arglists."""
+    import torch
+
+    gb = float(os.environ.get("BENCH_GPU_MEMORY_GB") or 0)
+    at_once = len(arglists)
+    if gb and torch.cuda.is_available():
+        at_once = max(1, min(at_once, int(torch.cuda.get_device_properties(0).total_memory / 2**30 // (gb + 1))))
+    with multiprocessing.get_context("spawn").Pool(at_once) as pool:
+        return pool.starmap(fn, arglists, chunksize=1)
 
 
 def model_folder(name: str, dest: Path, setup: Setup) -> Path:
@@ -85,11 +99,11 @@ def prepared(model: Path, dest: Path, setup: Setup) -> Path:
 def _sweep(model: str, setup: Setup) -> list[dict]:
     """The memory plan and the measured peak at each batch of setup.sweep (rows of setup.seq tokens), each batch in
     a fresh process (a model loaded before, in the same process, stays partly alive and would count in the next
-    peak), up to the first batch that runs out of memory (under the cap)."""
+    peak); the rows up to the first batch that runs out of memory (under the cap)."""
     out = []
-    for batch in setup.sweep:
-        out.append(_spawned(_one_batch, model, batch, setup))
-        if not out[-1]["fits"]:
+    for r in _spawned_all(_one_batch, [(model, batch, setup) for batch in setup.sweep]):
+        out.append(r)
+        if not r["fits"]:
             break
     return out
 
@@ -108,7 +122,7 @@ def _one_batch(model: str, batch: int, setup: Setup) -> dict:
     config, kind = modelsource.load_config(model), loss.choose("auto", cuda=setup.cuda)
     ds = Dataset.from_list([_full_row(config.vocab_size, setup.seq)] * (batch * 3))
     batches = batching.plan([setup.seq] * len(ds), batch, setup.seq)
-    plan_gb = memory.plan(config, setup.seq, batch, 16, setup.memory_gb, loss=kind)["estimate_gb"]
+    plan_gb = memory.plan(config, setup.seq, batch, 16, setup.memory_gb, loss=kind)["allocated_gb"]
     try:
         with tempfile.TemporaryDirectory() as d:
             plan = notebook_recipe.adhoc_plan(d, ds, ds, batches, model, kind, 2e-4, max_steps=3)
@@ -143,7 +157,27 @@ def _timed_run(data: str, out: str, setup: Setup) -> dict:
     machine.cap_gpu_memory()
     _, _, session = notebook_recipe.train(data, out, max_steps=setup.steps, per_device_batch_size=setup.batch,
                                           eval_steps=10, save_steps=10, resume=False, precision=setup.precision)
-    return session.result.time_plan
+    plan = session.result.time_plan
+    return plan and {**plan, "where": where_the_time_went(session.timelog)}
+
+
+def where_the_time_went(log) -> str:
+    """The calibration's steps against the rest, and its evaluation against the later ones: what a plan that
+    misses was told (nbutils.train.timeplan.TimeLog's record)."""
+    from statistics import fmean
+
+    end = log.end_step or 0
+    timed = [s for _, s, _ in log.timed()]
+    later = [s for step, s, _ in log.steps if step > end]
+    first_eval = log.evals.get(end)
+    evals = [s for step, s in log.evals.items() if step != end]
+    parts = [f"calibration steps {fmean(timed):.3f} s" if timed else "no calibration steps",
+             f"later steps {fmean(later):.3f} s" if later else "no later steps",
+             f"calibration's evaluation {first_eval:.2f} s" if first_eval is not None else "no calibration evaluation",
+             f"later evaluations {fmean(evals):.2f} s ({len(evals)})" if evals else "no later evaluations",
+             f"saves {fmean(log.saves.values()):.2f} s" if log.saves else "no saves",
+             "steps 1-20 " + " ".join(f"{s:.2f}" for _, s, _ in log.steps[:20]) + " s"]
+    return "; ".join(parts)
 
 
 def _throughput(model: Path, setup: Setup) -> list[dict]:
@@ -159,7 +193,8 @@ def _throughput(model: Path, setup: Setup) -> list[dict]:
 
 def memory_rows(name: str, sweep: list[dict], memory_gb: float | None) -> list[dict]:
     """Plan against peak per batch, and the largest batch that fits."""
-    out = [{"bench": "gpu_proof", "metric": f"{name}: memory plan / measured peak at batch {r['batch']}, GB",
+    out = [{"bench": "gpu_proof", "metric": f"{name}: memory plan / measured peak at batch {r['batch']}, GB "
+                                            "(allocations: the plan without its overhead)",
             "value": f"{r['plan_gb']:.2f} / " + (f"{r['peak_gb']:.2f}" if r["peak_gb"] is not None else
                                                  ("out of memory" if not r["fits"] else "no GPU")),
             "target": "0.9 - 1.1" if r["peak_gb"] else ""} for r in sweep]
@@ -178,7 +213,8 @@ def time_rows(name: str, timing: dict | None) -> list[dict]:
                  "note": "02 made no time plan for this run"}]
     return [{"bench": "gpu_proof", "metric": f"{name}: time plan / actual, s ({timing['total_steps']} steps)",
              "value": f"{timing['predicted_s']:.1f} / {timing['actual_s']:.1f} ({timing['error']:+.1%})",
-             "target": "within 15%", "note": f"calibration cost {timing['calibration_share']:.1%} of the run"}]
+             "target": "within 15%", "note": f"calibration cost {timing['calibration_share']:.1%} of the run"
+                                             + (f"; {timing['where']}" if timing.get("where") else "")}]
 
 
 def rows_for(name: str, sweep: list[dict], timing: dict | None, memory_gb: float | None) -> list[dict]:
@@ -194,7 +230,7 @@ def _stages(name: str, model: Path, data: Path, out: Path, setup: Setup, first: 
               "time plan": lambda: time_rows(name, _spawned(_timed_run, str(data), str(out), setup))}
     if setup.preference and first:
         stages["preference memory"] = lambda: gpu_preference.rows_for(
-            name, gpu_preference.sweep(str(model), setup, _spawned), setup.memory_gb)
+            name, gpu_preference.sweep(str(model), setup, _spawned_all), setup.memory_gb)
     stages["tokens/s"] = lambda: _throughput(model, setup)
     return {k: v for k, v in stages.items() if not setup.stages or k in setup.stages}
 
@@ -253,6 +289,42 @@ def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine
     return path
 
 
+_SFT_ROW = re.compile(r"^(?P<model>[^:]+): memory plan / measured peak at batch (?P<batch>\d+), GB")
+_PREF_ROW = re.compile(r"^(?P<model>[^:]+): (?P<method>dpo|grpo) memory plan / measured peak, GB, (?P<batch>\d+) "
+                       r".* x (?P<seq>\d+) tokens")
+
+
+def replan(results: Path) -> list[dict]:
+    """nbutils.train.memory's plan as it is now against every peak a GPU run recorded in `results` (its rows of
+    plan / measured peak): a change to the plan is checked against the GPU's measurements without a GPU
+    (`python -m bench.gpu_proof --replan bench/results/gpu-<device>.json`)."""
+    from transformers import AutoConfig
+
+    from nbutils.train import memory
+
+    run = json.loads(Path(results).read_text())["gpu_proof"]
+    setup, out = run["setup"], []
+    for row in run["rows"]:
+        sft, pref = _SFT_ROW.match(row["metric"]), _PREF_ROW.match(row["metric"])
+        measured = str(row["value"]).split(" / ")[-1].split(" ")[0]
+        if not (sft or pref) or not re.fullmatch(r"[\d.]+", measured):
+            continue
+        m = sft or pref
+        config = AutoConfig.for_model(**real_models.MODELS[m["model"]]["config"])
+        batch = int(m["batch"])
+        if sft:
+            plan = memory.plan(config, setup["seq"], batch, 16, setup["memory_gb"], loss="liger")
+        else:
+            answer = setup["preference_answer"]
+            seq = int(m["seq"]) - answer if m["method"] == "grpo" else int(m["seq"])
+            plan = memory.plan_preference(config, m["method"], seq, batch, 16, 4, answer, setup["memory_gb"])
+        ratio = float(measured) / plan["allocated_gb"]
+        out.append({"bench": "gpu_proof", "metric": re.sub(r" \(allocations[^)]*\)$", "", row["metric"]) + ", the plan now",
+                    "value": f"{plan['allocated_gb']:.2f} / {float(measured):.2f} (peak/plan {ratio:.2f})",
+                    "target": "0.9 - 1.1", "note": f"peak measured {run['machine']['date'][:10]}, {run['command']}"})
+    return out
+
+
 def _setup(argv: list[str]) -> Setup:
     """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each)."""
     import argparse
@@ -261,7 +333,14 @@ def _setup(argv: list[str]) -> Setup:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_proof")
     parser.add_argument("--models", default=",".join(GPU_SETUP.models))
     parser.add_argument("--stages", default="", help="a comma-separated subset of: " + ", ".join(STAGES))
+    parser.add_argument("--replan", metavar="RESULTS", help="no GPU needed: the memory plan as it is now against the "
+                                                            "peaks recorded in this results file")
     args = parser.parse_args(argv)
+    if args.replan:
+        from bench.__main__ import print_table
+
+        print_table(replan(Path(args.replan)))
+        raise SystemExit(0)
     stages = tuple(s for s in args.stages.split(",") if s)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
@@ -274,6 +353,8 @@ def main(setup: Setup | None = None, argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None and setup is None else (argv or [])
     if setup is None:
+        if "--replan" in argv:
+            _setup(argv)  # prints the table and exits
         if not torch.cuda.is_available():
             print(NEEDS)
             return 0

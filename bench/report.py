@@ -22,8 +22,8 @@ def section(bench: str, entry: dict) -> str:
     m = entry["machine"]
     where = f"{m['gpu'] or m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['date'][:10]}, load average " \
             f"{' / '.join(str(x) for x in m['load_average_1_5_15'])}"
-    lines = [f"### {bench}", "", f"`{entry['command']}` ({where})", "", "| metric | value | target | note |",
-             "|---|---|---|---|"]
+    lines = [f"### {bench}", "", f"`{entry['command']}` ({where})" + (f": {entry['note']}" if entry.get("note") else ""),
+             "", "| metric | value | target | note |", "|---|---|---|---|"]
     lines += [f"| {_cell(r['metric'])} | {_cell(r['value'])} | {_cell(r.get('target', ''))} | {_cell(r.get('note', ''))} |"
               for r in entry["rows"]]
     return "\n".join(lines)

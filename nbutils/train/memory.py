@@ -4,9 +4,13 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
   base weights   linear params x 0.53 (nf4 4 bits + double-quantized absmax constants)
                  + embedding/lm_head params x 4 (not quantized; peft's k-bit preparation casts them to fp32)
   LoRA           r x (in + out) per linear layer, fp32 weight + grad + 2 Adam states = 16 bytes/param
-  activations    checkpointed layer inputs: layers x batch x seq x hidden x 4 (the residual stream is fp32:
+  checkpoints    checkpointed layer inputs: layers x batch x seq x hidden x 4 (the residual stream is fp32:
                  it starts at the fp32 embedding)
-                 + one layer recomputed: batch x seq x (14 x hidden + 3 x intermediate) x 2
+  then the largest of the moments that do not overlap (`peak`):
+  loss step      lm_head copy + logits
+  layer backward one layer recomputed and its gradients: batch x seq x ((14 x hidden + 8 x intermediate) x 2
+                 + 8 x hidden: the fp32 gradient of the residual stream, in and out)
+  generation     GRPO's KV cache (plan_preference)
   lm_head copy   vocab x hidden x 2: the fp32 LM head cast to the compute dtype while the loss runs
                  (autocast's cast, or liger's own)
   logits         the loss step, by the loss that trains (nbutils.train.loss):
@@ -24,10 +28,13 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
                          per token the hidden states it keeps (compute dtype), their fp32 gradient and its
                          fp32 per-token statistics (12 at most); read from trl's Triton path, not measured
                          (on a CPU trl runs the head in plain torch, with several tile-sized temporaries)
-  overhead       CUDA context and allocator slack, 0.6 GB
+  overhead       CUDA context and allocator slack, 0.6 GB (torch.cuda.max_memory_allocated does not see it:
+                 `allocated_gb` is the estimate without it, what that counter should read)
 The constants are deliberately round; the notebook prints the measured peak next to the estimate. The fp32
 embedding, the fp32 checkpointed inputs and the LM head's 16-bit copy were read off the allocations live at the
-peak of a GPU run (`make gpu-proof`'s Llama-3.2-1B shape, batches 1 and 2, docs/planning.md).
+peak of a GPU run (`make gpu-proof`'s Llama-3.2-1B shape, batches 1 and 2, docs/planning.md); the two moments and
+the layer backward's 8 x intermediate from `make gpu-proof`'s sweeps of Llama-3.2-1B and Qwen2.5-1.5B at batches
+1 to 32 (a small batch peaks in the loss step, a large one in a layer's backward).
 The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
 the fp32 figure the CPU bench checks against its measurement.
 """
@@ -95,20 +102,33 @@ class Shape:
         return per_layer * self.layers
 
 
+LOSS_STEP = ("lm_head_copy", "logits")  # live together while the loss runs
+MOMENTS = (LOSS_STEP, ("layer_backward",), ("kv_cache",))  # the peak is the largest of these moments
+
+
 def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain") -> dict[str, float]:
-    """Estimated peak bytes by component (see the module docstring for the formula)."""
+    """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
+    tokens = batch * seq_len
     parts = {
         "base_weights": linear * 0.53 + embed * 4,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
-        "activations": batch * seq_len * (4 * shape.layers * shape.hidden + 2 * (14 * shape.hidden + 3 * shape.intermediate)),
+        "checkpoints": tokens * 4 * shape.layers * shape.hidden,
         "lm_head_copy": shape.vocab * shape.hidden * 2,
         "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss),
+        "layer_backward": tokens * (2 * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
         "overhead": OVERHEAD,
     }
-    parts["total"] = sum(parts.values())
+    parts["total"] = peak(parts)
     return parts
+
+
+def peak(parts: dict[str, float]) -> float:
+    """What is live all along (weights, LoRA and optimizer, checkpoints, overhead, a reference adapter) plus the
+    largest of the moments that do not overlap (MOMENTS: the loss step, one layer's backward, generation)."""
+    moments = [sum(parts.get(k, 0) for k in m) for m in MOMENTS]
+    return sum(v for k, v in parts.items() if k != "total" and not any(k in m for m in MOMENTS)) + max(moments)
 
 
 def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1,
@@ -120,7 +140,7 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
     est = estimate(shape, seq_len, batch, lora_r, loss)
     from nbutils.train.diskspace import checkpoint_mb
 
-    out = {"estimate_gb": round(est["total"] / GB, 2),
+    out = {"estimate_gb": round(est["total"] / GB, 2), "allocated_gb": round((est["total"] - OVERHEAD) / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in est.items() if k != "total"},
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
@@ -163,7 +183,8 @@ def table(p: dict) -> str:
     else:
         rows.append(("GPU memory", "no GPU: the plan is what a GPU run would need"))
     if p.get("measured_peak_gb") is not None:
-        rows.append(("measured peak", f"{p['measured_peak_gb']:.2f} GB after the first steps"))
+        rows.append(("measured peak", f"{p['measured_peak_gb']:.2f} GB after the first steps (torch's allocations; "
+                                      f"the plan's, without the overhead: {p['allocated_gb']:.2f} GB)"))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -190,8 +211,9 @@ def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r:
     parts.pop("total")
     parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
     parts["kv_cache"] = kv
-    total = sum(parts.values())
-    out = {"estimate_gb": round(total / GB, 2), "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
+    total = peak(parts)
+    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - OVERHEAD) / GB, 2),
+           "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": length, "what": what,
            "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
     if gpu_memory_gb:

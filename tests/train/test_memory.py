@@ -1,6 +1,8 @@
 """The memory plan: what drives it, the mode it decides on a T4, and the loss that trains (one chunk of logits,
 not the whole sequence's)."""
 
+from pathlib import Path
+
 import pytest
 
 from nbutils.train import memory
@@ -58,7 +60,8 @@ def test_memory_plan_on_a_t4_decides_the_mode():
 def test_memory_plan_grows_with_what_drives_it():
     base = memory.estimate(memory.Shape.from_config(LLAMA_8B), seq_len=1024, batch=2, lora_r=16)
     longer = memory.estimate(memory.Shape.from_config(LLAMA_8B), seq_len=2048, batch=2, lora_r=16)
-    assert longer["logits"] == 2 * base["logits"] and longer["activations"] == 2 * base["activations"]
+    assert longer["logits"] == 2 * base["logits"] and longer["checkpoints"] == 2 * base["checkpoints"]
+    assert longer["layer_backward"] == 2 * base["layer_backward"]
     assert longer["base_weights"] == base["base_weights"]
     # 4-bit weights: about half a byte per linear parameter, far below 16-bit; the two 128,256 x 4,096 matrices
     # of embedding and LM head in fp32 (the k-bit preparation casts them) add 3.9 GB
@@ -92,3 +95,26 @@ def test_memory_plan_reads_the_config_without_weights(embedded_dir, no_model_loa
 
 def test_a_chunk_of_the_chunked_loss_holds_about_128_mb_of_logits():
     assert memory.chunk_rows(128_256) == 261 and memory.chunk_rows(100) >= 16
+
+
+def test_the_peak_is_the_loss_step_at_a_small_batch_and_a_layers_backward_at_a_large_one():
+    shape = memory.Shape.from_config(LLAMA_8B)
+    small, large = (memory.estimate(shape, 1024, b, 16, "chunked") for b in (1, 32))
+    assert small["lm_head_copy"] + small["logits"] > small["layer_backward"]
+    assert large["layer_backward"] > large["lm_head_copy"] + large["logits"]
+    always = sum(small[k] for k in ("base_weights", "lora_and_optimizer", "checkpoints", "overhead"))
+    assert small["total"] == always + small["lm_head_copy"] + small["logits"]
+
+
+@pytest.mark.parametrize("results", sorted((Path(__file__).parents[2] / "bench" / "results").glob("gpu-*.json")),
+                         ids=lambda p: p.name)
+def test_the_plan_is_within_10_percent_of_every_peak_a_gpu_run_measured(results):
+    """make gpu-proof's measured peaks (torch.cuda.max_memory_allocated, fp16, 15 GB cap) against the plan's
+    allocations as the plan is now: SFT at batches 1-32, DPO and GRPO."""
+    from bench import gpu_proof
+
+    rows = gpu_proof.replan(results)
+    if not rows:
+        pytest.skip(f"{results.name} holds no plan / peak rows")
+    ratios = [float(r["value"].split("peak/plan ")[1].rstrip(")")) for r in rows]
+    assert all(0.9 <= x <= 1.1 for x in ratios), [(r["metric"], r["value"]) for r in rows]

@@ -15,7 +15,7 @@ def test_memory_plan_counts_two_sequences_per_pair_the_reference_and_grpos_cache
     orpo = memory.plan_preference(cfg, "orpo", 256, 8, 16, 4, 16, None)
     grpo = memory.plan_preference(cfg, "grpo", 256, 8, 16, 4, 16, None)
     sft = memory.estimate(memory.Shape.from_config(cfg), 256, 16, 16, "plain")
-    assert dpo["parts_gb"]["activations"] == pytest.approx(sft["activations"] / memory.GB, abs=1e-3)  # 8 pairs = 16
+    assert dpo["parts_gb"]["checkpoints"] == pytest.approx(sft["checkpoints"] / memory.GB, abs=1e-3)  # 8 pairs = 16
     assert dpo["parts_gb"]["reference_adapter"] > 0 and orpo["parts_gb"]["reference_adapter"] == 0
     assert grpo["parts_gb"]["kv_cache"] > 0 and dpo["parts_gb"]["kv_cache"] == 0
     assert "2 prompts x 4" in grpo["what"]
