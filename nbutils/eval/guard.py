@@ -147,8 +147,9 @@ class DegenerationGuard(StoppingCriteria):
     last 16 ids), when CHECK_CHARS characters are unjudged, and anyway every `detect_every` tokens, it
     decodes only the row's new tokens (plus two of context), appends them to the row's text tail and
     runs `detect` on it: every stop is `detect`'s verdict on the text decoded up to it (markers_pending and
-    settled say when a verdict waits). Rows that emitted EOS
-    are not checked again. It only ever marks rows done, so healthy rows get exactly the tokens they
+    settled say when a verdict waits). A row that emits EOS is judged once more, up to its end, when
+    it brought text not yet judged (its report then gives the reasons, with `stopped` False: it ended by itself),
+    and never again. It only ever marks rows done, so healthy rows get exactly the tokens they
     would get without it; stopped rows are then padded by generate (which needs an eos_token_id set
     to pad finished rows). With `stop=False` it records what it would have stopped and stops nothing.
     """
@@ -177,8 +178,12 @@ class DegenerationGuard(StoppingCriteria):
             self._checked = self._start
         generated = length - self._start
         due = generated % self.check_every == 0
-        if not due and not self._long.isdisjoint(input_ids[:, -1].tolist()):  # between checks: one set look-up
-            due = self._many_chars(input_ids)
+        if not due:  # between checks: set look-ups on the last tokens
+            last = input_ids[:, -1].tolist()
+            if not self._long.isdisjoint(last):
+                due = self._many_chars(input_ids)
+            if not due and not self.eos.isdisjoint(last):  # a row that ends now is judged up to its end
+                due = any(t in self.eos and not (r.eos or r.stopped) for t, r in zip(last, self.rows))
         if due:
             self._check(input_ids, generated, generated % self.detect_every == 0)
             self._checked = length
@@ -207,7 +212,9 @@ class DegenerationGuard(StoppingCriteria):
             row.tokens = len(row.ids)
             row.unjudged += sum(chars.get(t, 0) for t in new)
             if hit is not None:
-                row.eos = True  # finished: never checked again
+                row.eos = True  # finished: never checked again, after one last look at what it had not judged
+                if row.unjudged and not row.reasons:
+                    suspects.append(row)
             elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _long_repeat(row.buf):
                 suspects.append(row)
         if not suspects:
@@ -230,7 +237,8 @@ class DegenerationGuard(StoppingCriteria):
             verdict = detect(row.text, lookback=0)  # the guard judges every check as the text grows
             if settled(verdict) and not row.reasons and not markers_pending(row.text):
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
-                row.stopped = changed = self.stop
+                row.stopped = self.stop and not row.eos  # a row that ended is judged, nothing is left to stop
+                changed = changed or row.stopped
         if changed:
             self._done = torch.tensor([r.stopped for r in self.rows], dtype=torch.bool, device=self._done.device)
 

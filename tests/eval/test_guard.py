@@ -135,7 +135,7 @@ def test_guard_does_not_recheck_finished_rows(tiny_llama):
     guard = DegenerationGuard(tok, check_every=4)
     _generate((model, tok, prompts, ended), guard)
     state = guard.rows[3]
-    assert state.eos and state.tokens == 4 and not state.stopped and state.text == ""
+    assert state.eos and state.tokens == 4 and not state.stopped and state.decoded == 4  # judged to EOS, no further
 
 
 def test_guard_decodes_incrementally_like_a_full_decode():
@@ -197,7 +197,8 @@ def test_guard_lets_role_headers_before_an_answer_run_on_and_stops_markers_that_
     opening = "\n\n<|assistant|>\n\n<|assistant|>\n\n<|assistant|>\n\n\n"
     assert detect(opening).reasons == ["special-tokens-only"] and not settled(detect(opening))
     tok = load_tokenizer("embedded")
-    assert not _observe(tok, opening + " is a is a job .\n")[1]["reasons"]
+    ids, row = _observe(tok, opening + " is a is a job .\n")
+    assert not row["reasons"] or row["stop_token"] == len(ids)  # never mid-stream: at most judged at its EOS
     assert settled(detect("<pad>" * (GUARD_SPECIAL_CHARS // 5)))
     assert _observe(tok, "<|assistant|>\n\n" * 16)[1]["reasons"]  # markers that go on still stop
 
@@ -282,6 +283,29 @@ def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
         assert (row["stop_token"] + 1 if row["reasons"] else None) == stopped_by, row
         if row["reasons"]:
             assert detect(tok.decode(ids[:row["stop_token"] + 1])).degenerate and "char-repeat" in row["reasons"]
+
+
+def test_a_row_that_ends_in_a_run_between_two_checks_is_judged_up_to_its_end():
+    """Sixty 'o' in two tokens, then EOS between two checks, where generate makes its last call (a real tokenizer
+    packs such runs): the row ended by itself, so nothing is stopped, but its report says why it is degenerate, as
+    detect does on the whole text."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    from nbutils.eval.detect import detect
+
+    vocab = {"<eos>": 0, "<bos>": 1, "o" * 30: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
+    word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    word.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
+    ids = [3, 4, 5, 6, 3, 4, 5, 6, 6, 2, 2]  # a check at 8 (healthy), EOS at 12: generate's last call
+    assert detect(tok.decode(ids)).degenerate
+    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0)
+    seq = torch.tensor([[1] + ids + [0]])
+    for end in range(2, seq.shape[1] + 1):
+        guard(seq[:, :end], None)
+    row = guard.report()[0]
+    assert "char-repeat" in row["reasons"] and not row["stopped"] and row["eos"] and row["stop_token"] == len(ids)
 
 
 def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
