@@ -42,14 +42,22 @@ def scheduled_every(eval_steps: int, save_steps: int) -> int:
 
 def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | None:
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
-    and save inside that window is taken instead (then nothing extra is done). None: too short to plan."""
+    and save inside that window, or within twice it, is taken instead (then nothing extra is done). None: too
+    short to plan."""
     left = total - start
     if left < max(2 * (WARMUP + MIN_TIMED) + 1, math.ceil(MIN_TIMED / TIMED_SHARE)):  # under 80 steps: over before
         return None  # a plan would matter, and a forced evaluation and save would cost more than COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
     both = scheduled_every(eval_steps, save_steps)
     scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
-    return scheduled[0] if scheduled else last
+    if scheduled:
+        return scheduled[0]
+    # The next scheduled one, when it comes within twice the window and a quarter of the run: a few more steps
+    # timed instead of a forced evaluation and save (on a GPU one of those can be 5% of a 100-step run).
+    later = (last // both + 1) * both if both else None
+    if later and later - start <= 2 * (last - start) and later - start <= left * MAX_TIMED_SHARE:
+        return later
+    return last
 
 
 class TimeLog(TrainerCallback):

@@ -10,6 +10,8 @@ def test_the_window_takes_a_scheduled_evaluation_and_save_when_one_falls_in_it()
     assert timeplan.window(0, 400, 20, 20) == 20  # 2 warm-up + 20 timed: step 20 is evaluated and saved anyway
     assert timeplan.window(0, 400, 7, 11) == timeplan.WARMUP + 20  # nothing scheduled: 5% of the steps timed
     assert timeplan.window(0, 10, 5, 5) is None  # too short to plan
+    # 100 steps, evaluated and saved every 10: step 10 instead of a forced evaluation and save at step 7
+    assert timeplan.window(0, 100, 10, 10) == 10 and timeplan.window(0, 100, 50, 50) == 7
 
 
 def _log(step_s=1.0, eval_s=4.0, save_s=2.0, end=22, forced=False):
