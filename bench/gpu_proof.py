@@ -62,14 +62,14 @@ STAGES = ("memory", "time plan", "preference memory", "tokens/s")
 
 def _spawned(fn, *args):
     """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak)."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
+    return _spawned_all(fn, [args])[0]
 
 
 def _spawned_all(fn, arglists: list[tuple]) -> list:
-    """fn(*args) for each args, each in a fresh process, as many at once as the GPU holds under the cap: a
-    process's cap and its peak (max_memory_allocated) are its own, so the batches of a sweep need not wait for each
-    other (on a 141 GB GPU, nine 15 GB processes; on an 80 GB one, five). Results in the order of arglists."""
+    """fn(*args) for each args, each in a fresh process, as many at once as the GPU holds under the cap (plus 1 GB
+    for each CUDA context): a process's cap and its peak (max_memory_allocated) are its own, so the batches of a
+    sweep need not wait for each other (15 GB caps: 8 at once on a 141 GB GPU, 4 on an 80 GB one). Results in the
+    order of arglists."""
     import torch
 
     gb = float(os.environ.get("BENCH_GPU_MEMORY_GB") or 0)
@@ -300,6 +300,7 @@ def replan(results: Path) -> list[dict]:
     (`python -m bench.gpu_proof --replan bench/results/gpu-<device>.json`)."""
     from transformers import AutoConfig
 
+    from bench import gpu_preference
     from nbutils.train import memory
 
     run = json.loads(Path(results).read_text())["gpu_proof"]
@@ -317,7 +318,8 @@ def replan(results: Path) -> list[dict]:
         else:
             answer = setup["preference_answer"]
             seq = int(m["seq"]) - answer if m["method"] == "grpo" else int(m["seq"])
-            plan = memory.plan_preference(config, m["method"], seq, batch, 16, 4, answer, setup["memory_gb"])
+            plan = memory.plan_preference(config, m["method"], seq, batch, 16, gpu_preference.GENERATIONS, answer,
+                                          setup["memory_gb"])
         ratio = float(measured) / plan["allocated_gb"]
         out.append({"bench": "gpu_proof", "metric": re.sub(r" \(allocations[^)]*\)$", "", row["metric"]) + ", the plan now",
                     "value": f"{plan['allocated_gb']:.2f} / {float(measured):.2f} (peak/plan {ratio:.2f})",
@@ -325,8 +327,9 @@ def replan(results: Path) -> list[dict]:
     return out
 
 
-def _setup(argv: list[str]) -> Setup:
-    """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each)."""
+def _setup(argv: list[str]) -> tuple[Setup, str | None]:
+    """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each); and the
+    results file of --replan (None without it)."""
     import argparse
     from dataclasses import replace
 
@@ -336,34 +339,30 @@ def _setup(argv: list[str]) -> Setup:
     parser.add_argument("--replan", metavar="RESULTS", help="no GPU needed: the memory plan as it is now against the "
                                                             "peaks recorded in this results file")
     args = parser.parse_args(argv)
-    if args.replan:
-        from bench.__main__ import print_table
-
-        print_table(replan(Path(args.replan)))
-        raise SystemExit(0)
     stages = tuple(s for s in args.stages.split(",") if s)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         parser.error(f"unknown stage {unknown[0]!r}: use one of {', '.join(STAGES)}")
-    return replace(GPU_SETUP, models=tuple(args.models.split(",")), stages=stages)
+    return replace(GPU_SETUP, models=tuple(args.models.split(",")), stages=stages), args.replan
 
 
 def main(setup: Setup | None = None, argv: list[str] | None = None) -> int:
     import torch
 
     argv = sys.argv[1:] if argv is None and setup is None else (argv or [])
+    from bench.__main__ import print_table
+
     if setup is None:
-        if "--replan" in argv:
-            _setup(argv)  # prints the table and exits
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available() and "--replan" not in argv:  # --replan needs no GPU
             print(NEEDS)
             return 0
-        setup = _setup(argv)
+        setup, replan_file = _setup(argv)
+        if replan_file:
+            print_table(replan(Path(replan_file)))
+            return 0
     command = " ".join(["python -m bench.gpu_proof", *argv]) if argv else "make gpu-proof"
     t0 = time.perf_counter()
     rows = run(setup, saved=lambda rows: save(rows, setup, time.perf_counter() - t0, command=command))
-    from bench.__main__ import print_table
-
     print_table(rows)
     print(f"[gpu-proof] {save(rows, setup, time.perf_counter() - t0, command=command)} "
           f"({time.perf_counter() - t0:.0f} s)")
