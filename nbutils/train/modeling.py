@@ -64,8 +64,21 @@ def load_base(base_model: str, precision: str = "fp32", quantization=None, attn_
                              quantization_config=quantization_config(quantization),
                              dtype=getattr(torch, DTYPES[precision]), attn_implementation=attn_implementation,
                              device_map=device_map)
+    one_cpu_kernel(model)
     faultpoints.point("load")
     return model
+
+
+def one_cpu_kernel(model) -> None:
+    """Keep bitsandbytes' 4-bit layers on one kernel on a CPU with AVX512-BF16.
+
+    There, a 4-bit layer called in eval mode without gradients repacks its weights in place for a faster CPU
+    kernel: it refuses layers whose width is not a multiple of 32 (reduced twins, dry runs), and training after the
+    first evaluation then runs on other arithmetic than before it, so a run would depend on which CPU it got
+    (resume and reproducibility checks compare runs bit for bit). GPUs never take that path."""
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
 
 
 def attach_lora(model, config, seed: int = 0, gradient_checkpointing: bool = True):

@@ -195,12 +195,11 @@ def test_damaged_newest_checkpoint_falls_back_and_says_so(ctx, prepared_data, re
     assert same_weights(adapter(out), reference[0])
 
 
-EVAL_TOLERANCE = 1e-3  # max |difference| of any LoRA weight after 12 steps; measured: see the README
-
-
-def test_resume_with_evaluation_on_matches_within_tolerance(ctx, prepared_data, tmp_path):
-    """bitsandbytes' CPU path repacks the 4-bit weights when evaluation switches the model to eval mode, which
-    is lossy: an uninterrupted run and a resumed one evaluate at different moments, so they differ slightly."""
+def test_resume_with_evaluation_on_is_bit_identical(ctx, prepared_data, tmp_path):
+    """An uninterrupted run and a resumed one evaluate at different moments. On a CPU with AVX512-BF16, bitsandbytes
+    would repack the 4-bit weights (lossily) at the first evaluation, and the two runs would drift apart (2.5e-4 at
+    most per LoRA weight after 12 steps, this test with modeling.one_cpu_kernel taken out, on an AMD EPYC with
+    AVX512-BF16); the suite keeps its 4-bit layers on one kernel, so they match bit for bit on every CPU."""
 
     with_eval = {"eval_strategy": "steps", "eval_steps": SAVE}
     ref, out = tmp_path / "reference", tmp_path / "run"
@@ -208,16 +207,13 @@ def test_resume_with_evaluation_on_matches_within_tolerance(ctx, prepared_data, 
     assert run(ctx, prepared_data, out, cfg_kw=with_eval, kill_at="step:6") == -9
     assert run(ctx, prepared_data, out, cfg_kw=with_eval) == 0
     a, b = adapter(ref), adapter(out)
-    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-    scale = max(float(a[k].abs().max()) for k in a)
-    print(f"eval on: max |LoRA weight difference| {worst:.3g} (largest weight {scale:.3g})")
-    assert worst <= EVAL_TOLERANCE
-    assert finished(out)["train_loss"] == pytest.approx(finished(ref)["train_loss"], rel=1e-2)
+    assert all(a[k].equal(b[k]) for k in a), max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert finished(out)["train_loss"] == finished(ref)["train_loss"]
 
 
 def test_resume_with_evaluation_on_without_4bit_is_bit_identical(prepared_data, tmp_path):
-    """The control for the tolerance above: the same resume with a 16/32-bit base model matches bit for bit,
-    so the drift comes from the 4-bit path. (A time-budget stop, in process: no kill needed to show it.)"""
+    """The same resume with a 16/32-bit base model matches bit for bit too, with no 4-bit kernel involved (a
+    time-budget stop, in process: no kill needed to show it)."""
     import itertools
 
     from nbutils.harness import notebook_recipe

@@ -31,6 +31,19 @@ def test_t4_path_is_fp16_compute_with_fp32_trainables(embedded_dir):
     assert modeling.trainable_summary(model)["trainable_dtypes"] == ["float32"]
 
 
+def test_4bit_layers_keep_one_kernel_through_an_evaluation_on_any_cpu(embedded_dir):
+    """On a CPU with AVX512-BF16, bitsandbytes repacks a 4-bit layer's weights in place when it first runs in eval
+    mode without gradients: training after an evaluation would then run on other arithmetic (and layers whose width
+    is not a multiple of 32 fail). The suite keeps every CPU on the path training uses."""
+    model = modeling.attach_lora(modeling.load_base("embedded", "fp32", recipe.nf4()), recipe.lora(8))
+    layers = [m for m in model.modules() if hasattr(m, "support_avx512bf16_for_cpu")]
+    assert layers and not any(m.support_avx512bf16_for_cpu for m in layers)
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2, 3, 4]]))
+    assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)
+
+
 def test_lora_on_all_linear_layers_alpha_r_no_dropout(embedded_dir):
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", recipe.nf4()), recipe.lora(8))
     cfg = model.peft_config["default"]
