@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from nbutils.eval.detect import PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
+from nbutils.eval.detect import BLANK_RE, PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
 
 GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
@@ -103,12 +103,13 @@ def marker_tail(text: str) -> int:
 
 def markers_pending(text: str) -> bool:
     """Has a row written fewer than GUARD_SPECIAL_CHARS characters of markers and blank lines after text that is
-    healthy (or after nothing)? Then it may still answer, and is not stopped yet: the embedded base model writes
-    `<|assistant|>` and blank lines after echoing a field (" : name : bob") and then answers or ends with EOS.
+    healthy (or after nothing), with no run of blank lines that detect calls degenerate? Then it may still answer,
+    and is not stopped yet: the embedded base model writes `<|assistant|>` and a few blank lines after echoing a
+    field (" : name : bob") and then answers or ends with EOS.
     Post hoc `detect` flags the markers when they are what the row ends with."""
     tail = marker_tail(text)
-    if not 0 < tail < GUARD_SPECIAL_CHARS:
-        return False
+    if not 0 < tail < GUARD_SPECIAL_CHARS or BLANK_RE.search(text, len(text) - tail):
+        return False  # long enough, or blank lines as many as detect calls a run (a newline is one character)
     before = text[:-tail]
     return not before.strip() or not detect(before, lookback=0).degenerate
 
@@ -220,16 +221,17 @@ class DegenerationGuard(StoppingCriteria):
         if not suspects:
             return
         ctx = 2  # already-decoded tokens decoded again as context: a fragment alone loses its leading space
-        pieces = [r.ids[max(0, r.decoded - ctx):] for r in suspects]
+        # A row that ended is judged on its text, without the EOS marker (detect would read it as a space).
+        pieces = [r.ids[max(0, r.decoded - ctx):len(r.ids) - r.eos] for r in suspects]
         heads = [r.ids[max(0, r.decoded - ctx):r.decoded] for r in suspects]
         texts = self._decode(pieces + heads)
         changed = False
         for row, piece, head, full_text in zip(suspects, pieces, texts[len(suspects):], texts):
-            end = len(row.ids)
-            while full_text.endswith("\ufffd") and end > row.decoded + 1 and len(row.ids) - end < 3:
+            end = last = len(row.ids) - row.eos
+            while full_text.endswith("\ufffd") and end > row.decoded + 1 and last - end < 3:
                 end -= 1  # a character split across tokens: decode up to where it starts, the rest comes later
-                full_text = self._decode([piece[:len(piece) - len(row.ids) + end]])[0]
-            if full_text.endswith("\ufffd") and len(row.ids) - row.decoded < 8:
+                full_text = self._decode([piece[:len(piece) - last + end]])[0]
+            if full_text.endswith("\ufffd") and last - row.decoded < 8:
                 continue
             cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
             add = full_text[cut:]

@@ -135,7 +135,8 @@ def test_guard_does_not_recheck_finished_rows(tiny_llama):
     guard = DegenerationGuard(tok, check_every=4)
     _generate((model, tok, prompts, ended), guard)
     state = guard.rows[3]
-    assert state.eos and state.tokens == 4 and not state.stopped and state.decoded == 4  # judged to EOS, no further
+    assert state.eos and state.tokens == 4 and not state.stopped
+    assert state.decoded == 3 and state.text == "model is trained"  # judged up to EOS (its marker left out), no further
 
 
 def test_guard_decodes_incrementally_like_a_full_decode():
@@ -345,6 +346,8 @@ def test_markers_after_healthy_text_wait_until_they_are_a_model_saying_nothing()
     prefix = tok.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
     assert state["reasons"] and detect(prefix).degenerate and marker_tail(prefix) >= GUARD_SPECIAL_CHARS
     assert not markers_pending("the the the the the the the the the the the " + "<|assistant|>\n" * 2)
+    # A newline is one character: 36 blank lines after a marker stay below GUARD_SPECIAL_CHARS, yet are a run of them
+    assert markers_pending(" job\n\n\n<|assistant|>\n\n\n") and not markers_pending(" job\n<|assistant|>" + "\n" * 36)
 
 
 def test_the_embedded_base_model_rows_that_end_are_never_stopped(embedded_dir):
