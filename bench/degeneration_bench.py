@@ -21,7 +21,7 @@ import time
 
 from bench.degeneration import scorecard
 from bench.degeneration.stress import CUTS, REPORTED_SEED, TUNING_SEED, build
-from nbutils.eval.detect import detect, whisper_rule
+from nbutils.eval.detect import detect
 
 N_HEALTHY, PER_CLASS = 2500, 40  # about 80 healthy samples per script or kind; 320 texts per class
 # The guard is streamed token by token (about 5 texts a second per tokenizer on the shared 2-core machine), so each
@@ -53,7 +53,7 @@ def detect_rows(healthy: list, bad: list, tune: dict) -> list[dict]:
     """Per class: recall, its worst cut, latency, Whisper beside; then recall, false positives and latency overall."""
     flags = {id(s): _flag(s.text) for s in healthy + bad}
     ours = scorecard.score(healthy, bad, flags, _flag)
-    whisper = scorecard.score(healthy, bad, {id(s): whisper_rule(s.text) for s in healthy + bad})
+    whisper = scorecard.score(healthy, bad, {id(s): scorecard.whisper_rule(s.text) for s in healthy + bad})
     rows = [_row(f"detect recall {cls} (n={c['n']}, 8 cuts)", round(c["recall"], 3), ">= 0.97",
                  f"min over cuts {c['min_cut']:.3f}; median latency {_fmt(c['latency'])} chars; "
                  f"whisper {whisper['classes'][cls]['recall']:.3f}; tuning sample {tune['classes'][cls]['recall']:.3f}")

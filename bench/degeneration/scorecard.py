@@ -10,6 +10,7 @@ mode and returns, per text, whether and where it would have been stopped.
 from __future__ import annotations
 
 import statistics
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,12 @@ def latency(text: str, onset: int, flag: Callable[[str], bool], step: int = 8) -
         if end == len(text):
             return None
         k += step
+
+
+def whisper_rule(text: str, threshold: float = 2.4) -> bool:
+    """Whisper's fallback rule, for comparison: empty, or zlib compression ratio above 2.4."""
+    raw = text.encode("utf-8")
+    return not text.strip() or len(raw) / len(zlib.compress(raw)) > threshold
 
 
 def median(xs: list) -> float | None:

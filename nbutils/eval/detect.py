@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-import zlib
 from dataclasses import dataclass, field
 
 from nbutils.eval.junk import CJK, unicode_junk
@@ -65,6 +64,7 @@ SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
+INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
@@ -232,13 +232,12 @@ def _early_cycle(tail: str, m: dict) -> bool:
     word before, the rest of the cycle between them. Prose: few spaces and few of code's symbols (or a few and a
     sentence end); a sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
     component: ..." alike). `max_new_tokens` cuts a looping generation anywhere, often before the second copy
-    ends; healthy text seldom says sentences again verbatim.
+    ends; healthy prose seldom says sentences again verbatim. Indented lines (code, a docstring's body), prose
+    wrapped at a column (documentation) and lines inside a code block (a program's output) repeat blocks: those
+    wait for the second copy and the loop rules.
     """
-    at = tail.rfind(tail[-24:], 0, len(tail) - 25)
-    if at < 0 or len(tail) < 200:
-        return False
-    q = len(tail) - 24 - at  # how far back the ending was said before
-    if tail[-EARLY_CYCLE_CHARS:] != tail[-EARLY_CYCLE_CHARS - q:-q]:
+    q = _said_before(tail)  # how far back the ending was said before
+    if not q or tail[-EARLY_CYCLE_CHARS:] != tail[-EARLY_CYCLE_CHARS - q:-q]:
         return False
     lo, hi = EARLY_CYCLE_CHARS, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
     while lo < hi:
@@ -251,16 +250,44 @@ def _early_cycle(tail: str, m: dict) -> bool:
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     starts = (before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
               or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
-    if tail.count("```", 0, len(tail) - r - q) % 2:
-        return False  # inside a code block, opened before the first copy: a program's output said again
+    if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
+        return False  # lines inside a code block opened before the first copy: a program's output said again
     prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
     if r > q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
         return False  # more than two copies (the loop rules judge them), or no prose (a table, rulers)
+    cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
+    if INDENTED_RE.search(cycle) or _wrapped(cycle):
+        return False  # code, a docstring's body, wrapped documentation: they repeat blocks; the loop rules judge them
     code = len(CODE_RE.findall(tail, len(tail) - r))
     if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(tail, len(tail) - r)):
         return False  # code, which repeats its lines and blocks
     m.update(cycle_chars=q, cycle_said_again=r)
     return True
+
+
+def _wrapped(text: str) -> bool:
+    """A line break inside a sentence (after a lowercase or caseless letter or a comma, before a lowercase or caseless
+    letter, the next line indented or not): prose wrapped at a column, as docstrings, man pages and catalogs are. A
+    generation writes a paragraph as one line."""
+    at = text.find("\n", 1)
+    while 0 < at < len(text) - 1:
+        before, after = text[at - 1], text[at + 1:at + 9].lstrip(" \t")[:1]
+        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper():
+            return True
+        at = text.find("\n", at + 1)
+    return False
+
+
+def _said_before(tail: str) -> int:
+    """How far back the last 24 characters of `tail` were said before (0: not said, or a tail under 200 characters).
+    A run of one character at the end (a ruler being written) says nothing of where a cycle began: it is matched
+    from the characters before it."""
+    if len(tail) < 200:
+        return 0
+    run = len(tail) - len(tail.rstrip(tail[-1])) if tail[-10:] == tail[-1] * 10 else 0
+    end = len(tail) - run
+    at = tail.rfind(tail[end - 24:end], 0, end - 25)
+    return 0 if at < 0 else end - 24 - at
 
 
 def _line_copies(rev: list[str], size: int, p: int) -> float | None:
@@ -367,11 +394,3 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     if kind and kind not in reasons:
         reasons.append(kind)
     return Verdict(bool(reasons), reasons, m)
-
-
-def whisper_rule(text: str, threshold: float = 2.4) -> bool:
-    """Whisper's fallback rule, for comparison: empty, or zlib compression ratio above 2.4."""
-    raw = text.encode("utf-8")
-    return not text.strip() or len(raw) / len(zlib.compress(raw)) > threshold
-
-

@@ -6,7 +6,8 @@ import sysconfig
 
 import pytest
 
-from nbutils.eval.detect import detect, whisper_rule
+from bench.degeneration.scorecard import whisper_rule
+from nbutils.eval.detect import detect
 
 PROSE = ("The adapter is trained in four-bit precision so that it fits on a T4, and only the small low-rank "
          "matrices receive gradients. ")
@@ -326,6 +327,30 @@ def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop(
     assert "loop" in detect("Notes:\n" + unit + unit.rstrip()).reasons  # two whole copies, the last line end unsaid
     fenced = unit + "```\npython train.py\n```\n"  # the cycle opens a code block: the cycle is not inside one
     assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
+
+
+def test_a_cycle_of_sentences_after_an_opened_code_block_is_judged_where_it_repeats_mid_line():
+    """The head opened a code block and the generation went on in prose: sentences said again mid-line are a cycle
+    begun (a program's output said again starts its lines), and a ruler being written at the end still shows it."""
+    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
+               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
+    head = "Output:\n\n```\nThis version just zaps the buffer "
+    assert "loop" in detect(head + a + b + c + a + b).reasons
+    ruled = a + b + "-" * 60 + " " + c
+    assert "loop" in detect("Notes: " + ruled + ruled[:len(a + b) + 30]).reasons  # ends inside the second ruler
+
+
+def test_a_code_block_or_a_wrapped_docstring_said_again_once_is_healthy():
+    """Sibling methods share their bodies and their docstrings; wrapped at a column, or indented, they are layout
+    that repeats: the loop rules judge them at a second whole copy, not before."""
+    body = ("        if state:\n            self.encoder = None\n        else:\n            if sys.byteorder == "
+            "'little':\n                self.encoder = codecs.utf_16_le_encode\n            else:\n")
+    code = "    def getstate(self):\n" + body + "    def setstate(self, state):\n" + body
+    doc = ("Return a list of all header values.\n\nThese will be sorted in the order they appeared in the original "
+           "header\nlist, or were added to this instance, and may contain duplicates.\n\n")
+    docs = doc + "Return a list of the header keys.\n\n" + doc
+    for text in (code, docs):
+        assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3)), text
 
 
 def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
