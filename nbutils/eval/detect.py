@@ -64,6 +64,7 @@ SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
+WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
@@ -267,12 +268,13 @@ def _early_cycle(tail: str, m: dict) -> bool:
 
 def _wrapped(text: str) -> bool:
     """A line break inside a sentence (after a lowercase or caseless letter or a comma, before a lowercase or caseless
-    letter, the next line indented or not): prose wrapped at a column, as docstrings, man pages and catalogs are. A
-    generation writes a paragraph as one line."""
+    letter, the next line indented or not) in a line WRAP_COLUMNS wide or more: prose wrapped at a column, as
+    docstrings, man pages and catalogs are. A generation writes a paragraph as one line."""
     at = text.find("\n", 1)
     while 0 < at < len(text) - 1:
         before, after = text[at - 1], text[at + 1:at + 9].lstrip(" \t")[:1]
-        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper():
+        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
+                and _width(text[text.rfind("\n", 0, at) + 1:at]) >= WRAP_COLUMNS:
             return True
         at = text.find("\n", at + 1)
     return False

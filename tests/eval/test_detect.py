@@ -351,6 +351,9 @@ def test_a_code_block_or_a_wrapped_docstring_said_again_once_is_healthy():
     docs = doc + "Return a list of the header keys.\n\n" + doc
     for text in (code, docs):
         assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3)), text
+    # Short lines that start in lowercase were never wrapped (narrower than WRAP_COLUMNS): a cycle of them is judged.
+    unit = "saving the adapter files\nreading the newest checkpoint\ngoing on where training stopped\nchecking the files\n"
+    assert "loop" in detect("Notes:\n" + unit + unit[:100]).reasons and len(unit) > 100
 
 
 def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
