@@ -122,3 +122,24 @@ def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
     trainer = ns["make_trainer"](model, chatformat.load_tokenizer("embedded"), training.Run(tmp_path, {}, time_budget_min=60))
     dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
     assert dtypes == {torch.float32}
+
+
+@pytest.mark.integration  # trains 02's adapter for 5 steps first
+def test_05s_steps_default_to_the_methods_own(prepared_data, tmp_path):
+    """max_steps=0 (05's default) is the method's: GRPO learns from its own rollouts and needs 40 on the embedded
+    task where 16 left its held-out reward where it was; a value given is kept, smoke stays 4."""
+    from nbutils.harness import notebook_recipe
+    from nbutils.train import preference
+
+    sft = tmp_path / "train_qlora"
+    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
+    notebook_recipe.finish(session, model, tok)
+
+    out = tmp_path / "preference"
+    out.mkdir()
+
+    def steps(method, **kw):
+        return preference.plan_preference(method=method, data_dir=prepared_data, adapter_dir=sft, out=out, show=False,
+                                          **kw).max_steps
+
+    assert (steps("grpo"), steps("dpo"), steps("grpo", max_steps=12), steps("grpo", smoke=True)) == (40, 16, 12, 4)
