@@ -47,6 +47,16 @@ def test_check_reference_refuses_a_reference_that_differs_or_trains(tmp_path):
         preference.check_reference(model, tmp_path)
 
 
+def _sft_adapter(prepared_data, root):
+    """02's adapter after 5 steps on the embedded data, in root/train_qlora: what 05 starts from."""
+    from nbutils.harness import notebook_recipe
+
+    sft = root / "train_qlora"
+    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
+    notebook_recipe.finish(session, model, tok)
+    return sft
+
+
 @pytest.mark.integration
 @pytest.mark.faults
 def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_data, tmp_path):
@@ -59,9 +69,7 @@ def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_da
     from nbutils.harness import notebook_recipe
     from nbutils.train import faultpoints
 
-    sft = tmp_path / "train_qlora"
-    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
-    notebook_recipe.finish(session, model, tok)
+    sft = _sft_adapter(prepared_data, tmp_path)
     out = tmp_path / "preference"
     cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
            "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(out),
@@ -128,13 +136,9 @@ def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
 def test_05s_steps_default_to_the_methods_own(prepared_data, tmp_path):
     """max_steps=0 (05's default) is the method's: GRPO learns from its own rollouts and needs 40 on the embedded
     task where 16 left its held-out reward where it was; a value given is kept, smoke stays 4."""
-    from nbutils.harness import notebook_recipe
     from nbutils.train import preference
 
-    sft = tmp_path / "train_qlora"
-    model, tok, session = notebook_recipe.train(prepared_data, sft, max_steps=5, eval_steps=5, save_steps=5)
-    notebook_recipe.finish(session, model, tok)
-
+    sft = _sft_adapter(prepared_data, tmp_path)
     out = tmp_path / "preference"
     out.mkdir()
 
