@@ -175,6 +175,9 @@ def where_the_time_went(log) -> str:
              f"later steps {fmean(later):.3f} s" if later else "no later steps",
              f"calibration's evaluation {first_eval:.2f} s" if first_eval is not None else "no calibration evaluation",
              f"later evaluations {fmean(evals):.2f} s ({len(evals)})" if evals else "no later evaluations",
+             *(f"evaluation at step {step}: batches " + " ".join(f"{b:.2f}" for b in log.eval_batches[step])
+               + f" s, the rest {log.evals[step] - sum(log.eval_batches[step]):.2f} s (metrics, probe)"
+               for step in sorted(log.eval_batches)[:2] if step in log.evals),
              f"saves {fmean(log.saves.values()):.2f} s" if log.saves else "no saves",
              "steps 1-20 " + " ".join(f"{s:.2f}" for _, s, _ in log.steps[:20]) + " s"]
     return "; ".join(parts)
@@ -232,7 +235,7 @@ def _stages(name: str, model: Path, data: Path, out: Path, setup: Setup, first: 
         stages["preference memory"] = lambda: gpu_preference.rows_for(
             name, gpu_preference.sweep(str(model), setup, _spawned_all), setup.memory_gb)
     stages["tokens/s"] = lambda: _throughput(model, setup)
-    return {k: v for k, v in stages.items() if not setup.stages or k in setup.stages}
+    return {k: stages[k] for k in setup.stages if k in stages} if setup.stages else stages  # --stages' order
 
 
 def run(setup: Setup = GPU_SETUP, saved=None) -> list[dict]:

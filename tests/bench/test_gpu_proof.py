@@ -27,6 +27,17 @@ def test_rows_and_the_result_file(tmp_path):
     assert path.name.startswith("gpu-") and saved["command"] == "make gpu-proof" and saved["rows"] == rows
 
 
+def test_stages_run_in_the_order_given(tmp_path):
+    from dataclasses import replace
+
+    def order(stages):
+        setup = replace(gpu_proof.GPU_SETUP, stages=stages)
+        return list(gpu_proof._stages("m", tmp_path, tmp_path, tmp_path, setup, first=True))
+
+    assert order(()) == list(gpu_proof.STAGES)  # all of them: memory first, tokens/s last
+    assert order(("tokens/s", "time plan")) == ["tokens/s", "time plan"]  # a partial run: what it names first
+
+
 @pytest.mark.integration
 def test_the_cpu_setup_builds_runs_and_records(tmp_path):
     """The same code as on a GPU, CUDA-only settings off: twin of Llama-3.2-1B with its real tokenizer, the memory

@@ -103,3 +103,30 @@ def test_a_step_that_compiled_kernels_is_not_the_runs_pace():
     proportional = [(3, 1.0, 100), (4, 2.1, 200), (5, 4.2, 400), (6, 1.05, 100)]  # slow because long: kept
     fixed, per_token, _ = timeplan.step_model(proportional)
     assert abs(fixed + per_token * 400 - 4.2) < 0.3
+
+
+def test_what_the_first_evaluations_batches_paid_once_is_left_out_of_every_later_one():
+    log = _log(eval_s=6.0)
+    log.eval_batches = {22: [3.0, 0.5, 0.5, 0.5, 0.5]}  # the first batch compiled kernels: 2.5 s more than the others
+    plan = _predict(log)
+    assert abs(log.eval_s(22) - 3.5) < 1e-9 and abs(plan.eval_s - 3.5) < 1e-9
+    log.eval_batches = {22: [3.0, 0.5]}  # too few batches to tell a slow one from the typical one
+    assert log.eval_s(22) == 6.0
+    forced = _log(eval_s=6.0, forced=True)
+    forced.eval_batches = {22: [3.0, 0.5, 0.5, 0.5, 0.5]}
+    assert _predict(forced, total=40).cost_s == 8.0  # what the calibration cost: the evaluation as it took, 6 s + save 2 s
+
+
+def test_each_evaluation_batch_is_timed_from_the_training_steps_end():
+    clock = iter([0.0, 1.0, 4.0, 4.5, 5.0, 5.5, 100.0, 101.0])
+    log = timeplan.TimeLog(calibrate=False, clock=lambda: next(clock))
+    state = SimpleNamespace(global_step=0, num_input_tokens_seen=0)
+    log.on_train_begin(None, state, None)  # 0.0
+    state.global_step = 1
+    log.on_step_end(None, state, SimpleNamespace(should_evaluate=True, should_save=False))  # 1.0
+    for _ in range(4):
+        log.on_prediction_step(None, state, None)  # 4.0, 4.5, 5.0, 5.5
+    log.on_evaluate(None, state, None)  # 100.0: the metrics and the probe after the batches
+    assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5] and log.evals[1] == 99.0
+    log.on_prediction_step(None, state, None)  # an evaluation at a step already timed adds no batch
+    assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5]
