@@ -68,6 +68,7 @@ WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was w
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
+EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 78, 80, 100, 120 are common)
@@ -238,9 +239,12 @@ def _early_cycle(tail: str, m: dict) -> bool:
     wait for the second copy and the loop rules.
     """
     q = _said_before(tail)  # how far back the ending was said before
-    if not q or tail[-EARLY_CYCLE_CHARS:] != tail[-EARLY_CYCLE_CHARS - q:-q]:
+    need = EARLY_CYCLE_CHARS if q >= EARLY_CYCLE_CHARS else max(EARLY_CYCLE_MIN, q)  # a short cycle: said whole again
+    if not q or tail[-need:] != tail[-need - q:-q]:
         return False
-    lo, hi = EARLY_CYCLE_CHARS, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
+    if q < EARLY_CYCLE_CHARS and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
+        return False  # a line said twice (a program's output, a catalog's pair) or one sentence: the loop rules judge
+    lo, hi = need, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if tail[-mid:] == tail[-mid - q:-q] else (lo, mid - 1)
@@ -254,7 +258,7 @@ def _early_cycle(tail: str, m: dict) -> bool:
     if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
         return False  # lines inside a code block opened before the first copy: a program's output said again
     prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
-    if r > q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
+    if r > q or r < EARLY_CYCLE_CHARS and r < q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
         return False  # more than two copies (the loop rules judge them), or no prose (a table, rulers)
     cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
     if INDENTED_RE.search(cycle) or _wrapped(cycle):

@@ -319,6 +319,17 @@ def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
     assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
 
 
+def test_a_short_cycle_of_sentences_said_twice_whole_in_one_line_is_a_loop_a_line_said_twice_is_not():
+    """Under 100 characters, a cycle counts once said again whole, back to back: two sentences or more in one line.
+    One line said twice is a program's output or a catalog's pair."""
+    head = "The last lines of the log, as the run printed them, before it was stopped by the time budget: "
+    unit = "Conveying Verbatim Copies. Initialize internal state from a seed. *** WARNING: *** "
+    assert len(unit) < 100 and "loop" in detect(head + unit + unit).reasons
+    assert not detect(head + unit + unit[:-30]).degenerate  # not whole yet: the loop rules wait too
+    line = "Builds a profiler object using the specified timer function.\n"
+    assert not detect("Output:\n\n" + head + "\n" + line * 2).degenerate
+
+
 def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
     lines = ["Set focus on the main window (in order to collect key events)",
              "Check the adapter files before the export starts again",
