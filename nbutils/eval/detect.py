@@ -231,19 +231,16 @@ def _sample_output(text: str, p: int, fenced: bool) -> bool:
 
 def _early_cycle(tail: str, m: dict) -> bool:
     """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
-    word before, the rest of the cycle between them. Prose: few spaces and few of code's symbols (or a few and a
-    sentence end); a sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
-    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere, often before the second copy
-    ends; healthy prose seldom says sentences again verbatim. Indented lines (code, a docstring's body), prose
-    wrapped at a column (documentation) and lines inside a code block (a program's output) repeat blocks: those
-    wait for the second copy and the loop rules.
-    """
+    word before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle
+    between them. A sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
+    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences
+    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), lines inside
+    a code block (a program's output) and a line said twice (a catalog's pair) repeat: the loop rules judge those."""
     q = _said_before(tail)  # how far back the ending was said before
-    need = EARLY_CYCLE_CHARS if q >= EARLY_CYCLE_CHARS else max(EARLY_CYCLE_MIN, q)  # a short cycle: said whole again
-    if not q or tail[-need:] != tail[-need - q:-q]:
+    short = q < EARLY_CYCLE_CHARS
+    need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
+    if not q or tail[-need:] != tail[-need - q:-q] or short and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
         return False
-    if q < EARLY_CYCLE_CHARS and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
-        return False  # a line said twice (a program's output, a catalog's pair) or one sentence: the loop rules judge
     lo, hi = need, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -258,8 +255,9 @@ def _early_cycle(tail: str, m: dict) -> bool:
     if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
         return False  # lines inside a code block opened before the first copy: a program's output said again
     prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
-    if r > q or r < EARLY_CYCLE_CHARS and r < q or len(prose) < EARLY_CYCLE_CHARS // 2 or len(LETTER_RE.findall(prose)) < 0.5 * len(prose) or not starts:
-        return False  # more than two copies (the loop rules judge them), or no prose (a table, rulers)
+    if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
+            or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
+        return False  # more than two copies (the loop rules judge them), a short cycle not said whole, no prose
     cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
     if INDENTED_RE.search(cycle) or _wrapped(cycle):
         return False  # code, a docstring's body, wrapped documentation: they repeat blocks; the loop rules judge them
