@@ -75,7 +75,7 @@ class TimeLog(TrainerCallback):
         self.evals: dict[int, float] = {}
         self.eval_batches: dict[int, list[float]] = {}  # each evaluation's batches, timed one by one
         self.saves: dict[int, float] = {}
-        self.train_start = self.last = None
+        self.train_start = self.last = self.batch_end = None
         self.tokens = 0
 
     def on_train_begin(self, args, state, control, **kw):
@@ -102,7 +102,8 @@ class TimeLog(TrainerCallback):
         if self.last is None or state.global_step in self.evals:
             return
         batches, now = self.eval_batches.setdefault(state.global_step, []), self.clock()
-        batches.append(now - self.last - sum(batches))  # since the step's end, less the batches before it
+        batches.append(now - (self.batch_end if batches else self.last))  # the first: since the step's end
+        self.batch_end = now
 
     def on_evaluate(self, args, state, control, **kw):
         if self.last is None:  # no training in this process (a finished run's rerun evaluates once): nothing to time

@@ -23,7 +23,6 @@ def test_a_recipe_out_of_memory_is_a_row_and_the_rest_still_compare(monkeypatch)
     assert sum(r["metric"].startswith("plain recipe") for r in rows) == 1  # tried once, not again in the next round
 
 
-
 def test_the_gpu_plan_rows_compare_the_plans_allocations_with_the_measured_peak(tmp_path):
     """max_memory_allocated never counts the CUDA context: the row compares the plan without its overhead."""
     from transformers import AutoConfig
