@@ -1,8 +1,9 @@
 """Twin stage vs project-venv stage of `make papermill-check`, side by side in one `harness check` run.
 
 The project-venv stage runs the chain where every package is at our pins (the install cell does nothing);
-the twin stage runs it again in each Kaggle image twin (kaggle-image/*.txt), each notebook in a pristine
-hard-linked copy that installs from the attached nbutils dataset. Warm cache: the twins are built first
+the twin stage runs it again in each Kaggle image twin (kaggle-image/*.txt), each notebook in a hard-linked copy:
+the first a pristine one that installs from the attached nbutils dataset, the later ones a copy of that image right
+after its install (nbutils/harness/shared_install.py). Warm cache: the twins are built first
 (their build time, cold or cached, is reported from the cache's built.json), then only the check is timed.
 """
 
@@ -40,10 +41,12 @@ def run() -> list[dict]:
             proc = subprocess.run([sys.executable, "-m", "nbutils.harness", "check", "--twin", "all", "--out", out],
                                   cwd=ROOT, capture_output=True, text=True)
         ok = json.loads((Path(out) / "report.json").read_text())["ok"] if (Path(out) / "report.json").exists() else False
-    stages = {m.group(2) or "venv": int(m.group(4)) for m in map(STAGE.match, proc.stdout.splitlines()) if m}
+    matches = [m for m in map(STAGE.match, proc.stdout.splitlines()) if m]
+    stages = {m.group(2) or "venv": int(m.group(4)) for m in matches}
+    count = matches[0].group(3) if matches else "?"
     venv = stages.pop("venv", None)
     note = "one `harness check --twin all` run" + ("" if ok else " (the check FAILED: see its report)")
-    rows.append({"bench": "twin", "metric": "project-venv stage, 4 notebooks (s)", "value": venv, "note": note})
+    rows.append({"bench": "twin", "metric": f"project-venv stage, {count} notebooks (s)", "value": venv, "note": note})
     for name, seconds in stages.items():
         rows.append({"bench": "twin", "metric": f"twin {name} stage (s)", "value": seconds, "note": note})
     for name, seconds in stages.items() if venv else ():  # issue #13: each twin within 3x of the project venv

@@ -8,5 +8,6 @@
 - `install_lines`: install commands in cells, read the way a shell reads them.
 - `results`: one row per notebook, report.json, junit.xml and the summary table.
 - `chainrun`: the chain run papermill-check stamps, which the tests reuse while the sources are unchanged.
-- `twin`: twins of the Kaggle image, one venv per snapshot, a pristine copy per notebook.
+- `twin`: twins of the Kaggle image, one venv per snapshot, a hard-linked copy per notebook.
+- `shared_install`: a chain's install step run once per twin; the later notebooks start where it ended.
 """

@@ -6,8 +6,8 @@
     python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
 
 `--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
-pristine copy per notebook with the nbutils dataset attached; `check` runs the project venv and the twins side by
-side (--jobs at a time, default one per core).
+copy per notebook with the nbutils dataset attached (pristine for the first; harness/shared_install.py); `check`
+runs the project venv and the twins side by side (--jobs at a time, default one per core).
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """

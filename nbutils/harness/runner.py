@@ -18,6 +18,7 @@ from nbutils import chain
 from nbutils.harness import sandbox
 from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
 from nbutils.harness.results import Result
+from nbutils.harness.shared_install import SharedInstall, setup_cells
 from nbutils.runtime.packages import CHAIN_PACKAGES
 from nbutils.runtime.secrets import SECRET_SHAPES
 
@@ -156,8 +157,9 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
 
 
 def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
-                 mounts: list[tuple[Path, str]], twin=None, ahead: bool = False) -> tuple[Result, sandbox.Sandbox]:
-    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`)."""
+                 mounts: list[tuple[Path, str]], twin=None, ahead: bool = False, shared=None) -> tuple[Result, sandbox.Sandbox]:
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`;
+    `shared`: the chain's shared install in that twin, harness/shared_install.py)."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -169,7 +171,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     box = sandbox.create(out, path.stem)
     for src, slug in mounts:
         sandbox.mount_readonly(src, box, slug)
-    kernel, python, extra = _kernel(twin, box, ahead)  # before the input fingerprint: a twin's dataset is an input
+    kernel, python, extra = _kernel(twin, box, ahead, shared, (internet, *setup_cells(original)))  # a twin's dataset: an input
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
     result = Result(name, executed=str(executed_path))
@@ -216,10 +218,10 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     return result, box
 
 
-def _kernel(twin, box: sandbox.Sandbox, ahead: bool) -> tuple[str, str | None, dict]:
-    """(kernel name, python, env additions): the project venv's kernel, or a pristine copy of a Kaggle image twin
+def _kernel(twin, box: sandbox.Sandbox, ahead: bool, shared=None, key: tuple = ()) -> tuple[str, str | None, dict]:
+    """(kernel name, python, env additions): the project venv's kernel, or a copy of a Kaggle image twin
     (`nbutils.harness.twin.Twin`) with the nbutils dataset attached; ahead: a notebook follows (its copy is made now)."""
-    return ("python3", None, {}) if twin is None else _twins().prepare(twin, box, ahead)
+    return ("python3", None, {}) if twin is None else _twins().prepare(twin, box, ahead, shared, key)
 
 
 def _twins():
@@ -247,6 +249,7 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
                for p in notebooks}
     done: dict[str, sandbox.Sandbox] = {}
     results, unused = [], set(params)
+    shared = SharedInstall() if twin is not None else None
     for path in notebooks:
         m = meta.get(path.stem, {})
         # Without shipped metadata, every earlier notebook counts as a source (a plain chain).
@@ -262,7 +265,7 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
                 nb_params.setdefault(stage.param, str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage.stage))
         net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
-                                   time_budget, mounts, twin, ahead=path != notebooks[-1])
+                                   time_budget, mounts, twin, ahead=path != notebooks[-1], shared=shared)
         stage = _stage(path.stem)
         if stage and not result.failing:
             if not (box.working / stage.stage / stage.marker).exists():
@@ -274,6 +277,8 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
         results.append(result)
         if result.failing:
             break  # like a chain of Kaggle kernels: later ones would only fail for lack of inputs
+    if shared is not None and shared.folder is not None:
+        sandbox.discard(shared.folder)  # the later notebooks' copies hold their own links
     if unused and len(results) == len(notebooks):
         print(f"note: no notebook has a parameter named {', '.join(sorted(unused))} (ignored)", file=sys.stderr)
     return results

@@ -70,7 +70,7 @@ if os.environ.get("NBUTILS_NO_INTERNET") == "1":
 
 VERIFY_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "install_verify.py"
 STARTUP = r'''
-import importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
+import hashlib, importlib.metadata, importlib.util, json, os, subprocess, sys, warnings
 _LOG = os.environ.get("NBUTILS_EVENTS")
 _CHAIN = [n for n in os.environ.get("NBUTILS_CHAIN_PACKAGES", "").split(",") if n]
 def _event(**kw):
@@ -139,6 +139,18 @@ def _after_pip(count):
         for line in out.strip().splitlines():
             who = _verify.canonical(line.split(" ", 1)[0])
             _event(type="package-conflict", execution_count=count, detail=line.strip(), matters=who in used)
+_SNAP = os.environ.get("NBUTILS_INSTALL_SNAPSHOT", "")
+def _snapshot(result):
+    # A twin's first notebook: right after its install cell succeeded, this copy of the image as hard links, where
+    # the chain's later notebooks start (nbutils/harness/shared_install.py).
+    global _SNAP
+    want, _, dest = _SNAP.partition(":")
+    info = getattr(result, "info", None)
+    if not dest or not result.success or info is None or hashlib.sha256(info.raw_cell.encode()).hexdigest() != want:
+        return
+    _SNAP = ""
+    if subprocess.run(["cp", "-al", sys.prefix, dest + ".partial"]).returncode == 0:
+        os.rename(dest + ".partial", dest)
 def _post(result):
     count = result.execution_count
     code = _ip.user_ns.get("_exit_code", 0)
@@ -147,6 +159,7 @@ def _post(result):
     if os.path.exists(_LOG + ".pip"):  # a pip install ran during this cell (flag set by sitecustomize)
         os.remove(_LOG + ".pip")
         _after_pip(count)
+    _snapshot(result)
 _ip.events.register("pre_run_cell", _pre)
 _ip.events.register("post_run_cell", _post)
 '''

@@ -1,4 +1,4 @@
-"""Twins of the Kaggle image: one venv per snapshot in kaggle-image/, a pristine copy of it per notebook.
+"""Twins of the Kaggle image: one venv per snapshot in kaggle-image/, a hard-linked copy of it per notebook.
 
 A snapshot (`kaggle-image/<name>.txt`) pins what a Kaggle GPU image preinstalls that matters to the chain;
 torch is always this machine's own (requirements.txt's pin). A twin is a venv with the snapshot installed,
@@ -286,10 +286,12 @@ def dataset_dir() -> Path:
     return Path(os.environ.get("NBUTILS_TWIN_DATASET") or ROOT / "build" / "kaggle-dataset")
 
 
-def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
-    """For one notebook's sandbox: a pristine copy of the twin, its kernelspec, the nbutils dataset attached.
-    ahead: another notebook follows, so its copy is made while this one runs (never after the last one).
+def prepare(twin: Twin, box, ahead: bool = True, shared=None, key: tuple = ()) -> tuple[str, str, dict]:
+    """For one notebook's sandbox: a copy of the twin, its kernelspec, the nbutils dataset attached.
 
+    The copy is pristine, or with `shared` (a shared_install.SharedInstall for the chain) and a notebook whose `key`
+    (internet setting, setup cells) is the first notebook's, a copy of that notebook's image right after its install.
+    ahead: another notebook follows that needs a pristine copy, so it is made while this one runs.
     Returns (kernel name, python, environment additions) for the harness.
     """
     from nbutils.runtime import settings
@@ -299,12 +301,18 @@ def prepare(twin: Twin, box, ahead: bool = True) -> tuple[str, str, dict]:
     dataset = dataset_dir()
     if not (dataset / "wheelhouse.json").exists():
         raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-dataset` first")
-    python = pristine_copy(twin, box.root / "env", spare=True)
-    if ahead:
+    env = {}
+    if shared is not None and shared.usable(key):
+        python = shared.copy(box.root / "env", _fix_scripts)
+    else:
+        python = pristine_copy(twin, box.root / "env", spare=True)
+        if shared is not None and not shared.key and len(key) > 1:  # the first notebook with an install cell
+            env = shared.take_snapshot(key, box.root / "env", box.root)
+    if ahead and shared is None:
         prefetch(twin, box.root.parent)  # the next notebook's copy, made while this one runs
     kernel, folder = kernelspec(python, box.root / "jupyter")
     sandbox.mount_readonly(dataset, box, settings.DATASET_SLUG, link=True)
-    return kernel, str(python), {"JUPYTER_PATH": str(folder)}
+    return kernel, str(python), {"JUPYTER_PATH": str(folder), **env}
 
 
 def release(box_root: Path) -> None:

@@ -186,6 +186,19 @@ def test_executed_notebooks_read_like_a_report(chain):
         _reads_like_a_report(twin_run, install_lines=TWIN_INSTALL_LINES)
 
 
+def test_each_twin_installs_once_in_a_pristine_image_and_the_later_notebooks_start_where_it_ended():
+    """harness/shared_install.py: the first notebook's install cell does the install (every check on it), and the
+    later ones, the same cell on a copy of that image, find everything in place."""
+    runs = chainrun.fresh_twin_runs(SHARED)
+    if not runs:
+        pytest.skip("no twin run stamped for these sources: `make papermill-check` (TWINS=1, as CI runs it) makes them")
+    for twin_run in runs:
+        summaries = ["".join(text for src, _, text in _outputs(twin_run / Path(nb).name) if "ensure_packages()" in src)
+                     .strip().splitlines()[-1] for nb in stages.notebook_paths()]
+        assert summaries[0].startswith("[install] verified: "), (twin_run.name, summaries[0])
+        assert all(s.startswith("[install] nothing to install") for s in summaries[1:]), (twin_run.name, summaries)
+
+
 def test_05_reports_against_the_sft_adapter_and_04_can_read_its_folder(chain):
     from nbutils.export import gate
     from nbutils.runtime import environment

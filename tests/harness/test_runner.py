@@ -133,7 +133,7 @@ def test_clean_notebooks_pass_and_nothing_escapes_the_sandbox(tmp_path, monkeypa
 def test_a_twin_copy_goes_once_its_notebook_passed_and_stays_when_it_failed(tmp_path, monkeypatch):
     # A copy holds what the install cell put there (250-400 MB): eight kept copies filled CI's disk. The last
     # notebook's copy stays for the install cell's rerun (run_twins drops it after); a failed one stays for a look.
-    def fake_twin_kernel(twin, box, ahead):
+    def fake_twin_kernel(twin, box, ahead, shared=None, key=()):
         (box.root / "env" / "bin").mkdir(parents=True)
         return "python3", None, {}
 
