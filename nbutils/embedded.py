@@ -51,10 +51,14 @@ MODEL_SHAPE = dict(
 )
 
 
+def cache_root() -> Path:
+    """$NBUTILS_CACHE, else ~/.cache/nbutils: the suite's cache (the embedded default, llama.cpp, twins, wheelhouse)."""
+    return Path(os.environ.get("NBUTILS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbutils")
+
+
 def cache_dir() -> Path:
-    """Where the embedded default lives: $NBUTILS_CACHE, else ~/.cache/nbutils (built once, reused)."""
-    root = os.environ.get("NBUTILS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbutils"
-    return Path(root) / f"embedded-v{VERSION}"
+    """Where the embedded default lives (built once, reused)."""
+    return cache_root() / f"embedded-v{VERSION}"
 
 
 def _record(rng: random.Random) -> dict[str, str]:

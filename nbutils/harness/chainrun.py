@@ -81,10 +81,12 @@ def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | N
     with mock.patch.dict(os.environ, {"HF_TOKEN": CANARY, **(threads if jobs > 1 else {})}):
         if jobs == 1:
             return [r for name in runs for r in one(name, notebooks, out, params, time_budget)]
-        # spawn, not fork: the workers start clean (no copy of this process's threads or imported torch)
+        # spawn, not fork: the workers start clean (no copy of this process's threads or imported torch). The twins
+        # first: each takes longer than the project venv (its first notebook installs), which then fills the core
+        # the shorter twin leaves.
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(one, name, notebooks, out, params, time_budget) for name in runs]
-            return [r for f in futures for r in f.result()]
+            futures = {name: pool.submit(one, name, notebooks, out, params, time_budget) for name in [*runs[1:], None]}
+            return [r for name in runs for r in futures[name].result()]
 
 
 def run_one(twin_name: str | None, notebooks: list[Path], out: Path, params: dict, time_budget: float | None) -> list:

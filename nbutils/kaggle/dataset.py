@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from nbutils import embedded
 from nbutils.runtime import llamacpp, settings
 from nbutils.runtime.install import WHEELHOUSE_MANIFEST
 from nbutils.runtime.packages import EXTRA_PINS, NUMPY1_PINS, PINS, is_torch_stack, torch_pin
@@ -123,6 +124,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     """
     pins = {**PINS, **EXTRA_PINS}
     specs = [f"{name}=={version}" for name, version in pins.items()]
+    _share_wheelhouse(dest, specs, python_version)
     if _wheelhouse_current(dest, specs, python_version):  # same pins: only nbutils itself changed
         if not (dest / llamacpp.ARCHIVE).exists():
             llamacpp.pack(dest)
@@ -159,4 +161,36 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
     }))
     llamacpp.pack(dest)
     (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
+    _share_wheelhouse(dest, specs, python_version)
     return dest
+
+
+def _share_wheelhouse(dest: Path, specs: list[str], python_version: str) -> None:
+    """One download per set of pins on a machine: a checkout without a current wheelhouse takes the one in the suite's
+    cache (a fresh clone, as CI makes), and a current one fills the cache when it holds none for these pins."""
+    cached = embedded.cache_root() / "kaggle-wheelhouse"
+    here, there = (_wheelhouse_current(p, specs, python_version) for p in (dest, cached))
+    if there and not here:
+        _copy_wheelhouse(cached, dest)
+    elif here and not there:
+        _copy_wheelhouse(dest, cached)
+
+
+def _copy_wheelhouse(src: Path, dest: Path) -> None:
+    """The wheelhouse in src (all but the nbutils wheel) to dest, through a temporary folder renamed into place: a
+    copy cut short is never taken for a whole one. Hard links where both are on one filesystem (the files are
+    only ever replaced, never written in place)."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+
+    def link_or_copy(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, tmp, copy_function=link_or_copy, ignore=shutil.ignore_patterns("nbutils-*.whl", ".*"))
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)

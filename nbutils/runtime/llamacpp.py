@@ -37,9 +37,10 @@ SKIP = ("models/", "docs/", "tools/ui/", "tools/server/public", "tests/", "examp
 
 
 def cache_root() -> Path:
-    """$NBUTILS_CACHE, else ~/.cache/nbutils: shared with the embedded default and the twins."""
-    root = os.environ.get("NBUTILS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbutils"
-    return Path(root) / f"llama.cpp-{VERSION}"
+    """Under the suite's cache (embedded.cache_root), beside the embedded default and the twins."""
+    from nbutils import embedded
+
+    return embedded.cache_root() / f"llama.cpp-{VERSION}"
 
 
 def _sha256(path: Path) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,8 +127,9 @@ FAMILIES = {f.name: f for f in [
 
 
 def cache_root() -> Path:
-    root = os.environ.get("NBUTILS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbutils"
-    return Path(root) / "twins"
+    from nbutils import embedded
+
+    return embedded.cache_root() / "twins"
 
 
 def _corpus() -> list[str]:
