@@ -11,41 +11,28 @@ this matrix.
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from nbutils import chain
-from tests.twins import realvocab
+from tests.twins import chains, realvocab
 from tests.twins.families import FAMILIES
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAIN = [ROOT / nb for nb in chain.notebook_paths()]
 pytestmark = [pytest.mark.integration, pytest.mark.families]
-
-
-def _chain(name: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "nbutils.harness", "run", *map(str, CHAIN), "-p", "01_data_prep:base_model",
-           str(folder), "-p", "04_export:force", "True", "-p", "05_preference:per_device_batch_size", "2",
-           "-p", "smoke", "True", "-p", "batch_size", "4", "-p", "per_device_batch_size", "4", "--no-internet",
-           "--out", str(out)]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
 def matrix(twin, tmp_path_factory):
-    """name -> (folder, harness output dir, completed process), all chains run two at a time."""
-    root = tmp_path_factory.mktemp("families")
+    """name -> (folder, harness output dir, exit code, log tail), all chains run two at a time (tests/twins/chains.py:
+    a chain another test file already ran, or is running, in this session is read, not run again)."""
+    root = chains.shared_root(tmp_path_factory)
     folders = {name: twin(name) for name in FAMILIES}  # built here, once, before the parallel runs
     longest_first = sorted(FAMILIES, key=lambda n: -FAMILIES[n].model_vocab)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {n: pool.submit(_chain, n, folders[n], root / n) for n in longest_first}
-        return {n: (folders[n], root / n, f.result()) for n, f in runs.items()}
+        runs = {n: pool.submit(chains.family_chain, n, folders[n], root) for n in longest_first}
+        return {n: (folders[n], *f.result()) for n, f in runs.items()}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -56,9 +43,9 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
 
     from nbutils.train import modeling
 
-    folder, out, proc = matrix[name]
+    folder, out, returncode, log = matrix[name]
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    assert proc.returncode == 0 and report.get("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert returncode == 0 and report.get("ok"), log
     work = out / "sandbox"
     ckpt = work / "02_train_qlora" / "working" / "train_qlora" / "checkpoint"
     reloaded = AutoTokenizer.from_pretrained(ckpt)
@@ -90,9 +77,9 @@ def test_gguf_converts_and_verifies_with_the_suites_stops_or_says_why_in_one_lin
 
     from nbutils.export import ggufbuild, ggufcheck
 
-    _, out, proc = matrix[name]
+    _, out, returncode, log = matrix[name]
     export = out / "sandbox" / "04_export" / "working" / "export"
-    assert proc.returncode == 0 and (export / "export_summary.json").exists(), proc.stdout[-3000:]
+    assert returncode == 0 and (export / "export_summary.json").exists(), log
     result = json.loads((export / "export_summary.json").read_text())["gguf"]
     if name not in realvocab.VOCAB and not result.get("file"):
         assert result["reason"] and "\n" not in result["reason"] and "Traceback" not in result["reason"]

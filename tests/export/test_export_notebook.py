@@ -1,4 +1,5 @@
-"""04 end to end on the Qwen2.5 twin with its real tokenizer: 01 -> 03 once (smoke), then 04 with gguf_type="q8_0"
+"""04 end to end on the Qwen2.5 twin with its real tokenizer: the family matrix's chain (smoke, run once per session:
+tests/twins/chains.py), then 04 with gguf_type="q8_0"
 - in a Kaggle image twin, internet off, the nbutils dataset attached: a verified GGUF, its Modelfile and the adapter;
 - with a tmpfs smaller than merged + GGUF as the output: 04 finishes, keeps adapter and GGUF, leaves the merged
   model in the temp folder, says so in the summary, and no .partial is left anywhere.
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nbutils import chain
+from tests.twins import chains
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY, TWIN = "qwen2.5-instruct", "numpy2-2026"
@@ -31,11 +33,12 @@ def _harness(notebooks, out, params, twin=None):
 
 @pytest.fixture(scope="module")
 def upstream(twin, tmp_path_factory):
-    """01 -> 03 on the twin (smoke run): the folders 04 reads, and the twin as the base model."""
+    """The family matrix's chain on the twin (smoke run; tests/twins/chains.py: run once in a session, by whichever
+    test file asks first): the folders 04 reads, and the twin as the base model."""
     base = twin(FAMILY)
-    out = tmp_path_factory.mktemp("chain")
-    box = _harness([ROOT / nb for nb in chain.notebook_paths()[:3]], out,
-                   {"base_model": base, "smoke": True, "batch_size": 4, "per_device_batch_size": 4})
+    out, returncode, log = chains.family_chain(FAMILY, base, chains.shared_root(tmp_path_factory))
+    assert returncode == 0, log
+    box = out / "sandbox"
     working = {s: box / nb / "working" / s for s, nb in (("data_prep", "01_data_prep"), ("train_qlora", "02_train_qlora"),
                                                            ("eval", "03_eval"))}
     # force: a smoke run on random weights does not beat the base; the gate says so and 04 exports anyway.
