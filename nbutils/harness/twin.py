@@ -306,8 +306,8 @@ def prepare(twin: Twin, box, ahead: bool = True, shared=None, key: tuple = ()) -
         python = shared.copy(box.root / "env", _fix_scripts)
     else:
         python = pristine_copy(twin, box.root / "env", spare=True)
-        if shared is not None and not shared.key and len(key) > 1:  # the first notebook with an install cell
-            env = shared.take_snapshot(key, box.root / "env", box.root)
+        if ahead and shared is not None and not shared.key and len(key) > 1:  # the first notebook with an install
+            env = shared.take_snapshot(key, box.root / "env", box.root)  # cell, and one follows it
     if ahead and shared is None:
         prefetch(twin, box.root.parent)  # the next notebook's copy, made while this one runs
     kernel, folder = kernelspec(python, box.root / "jupyter")

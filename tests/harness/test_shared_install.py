@@ -74,6 +74,8 @@ def _fake_twin(tmp_path, monkeypatch):
 
 def test_later_notebooks_with_the_same_setup_start_from_the_snapshot_the_others_from_a_pristine_copy(tmp_path, monkeypatch):
     t, shared, key = _fake_twin(tmp_path, monkeypatch), SharedInstall(), (False, INSTALL)
+    alone = sandbox.create(tmp_path, "00")
+    assert SNAPSHOT_VAR not in twin.prepare(t, alone, False, SharedInstall(), key)[2]  # no notebook follows: no snapshot
     first = sandbox.create(tmp_path, "01")
     _, _, env = twin.prepare(t, first, True, shared, key)
     assert env[SNAPSHOT_VAR] == f"{digest(INSTALL)}:{first.root / 'installed'}"
