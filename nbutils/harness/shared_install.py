@@ -6,8 +6,8 @@ runs the first notebook in a pristine copy, every check on its install included 
 stale modules, fresh imports, `pip check`); right after its install cell succeeds, that hook takes a hard-linked
 snapshot of the copy (`SNAPSHOT_VAR`, sandbox.STARTUP). A later notebook whose cells before its parameters are
 the same code, with the same internet setting, starts from a copy of that snapshot instead: its install cell
-finds everything in place, as a second run of the cell in one session does. Each notebook skipped an install
-of about 15 s of CPU, and a notebook whose setup differs still gets a pristine copy.
+finds everything in place, as a second run of the cell in one session does, and the later notebooks skip the
+install's time. A notebook whose setup differs still gets a pristine copy.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import nbformat
 
 from nbutils.harness import sandbox, twin
 from nbutils.harness.shared_install import SNAPSHOT_VAR, SharedInstall, digest, setup_cells
+from tests.harness.faketwin import fake_twin
 
 INSTALL = "# @title Install\nensure_packages()\n"
 
@@ -57,13 +58,9 @@ def test_the_kernel_takes_the_snapshot_once_right_after_the_install_cell_succeed
     assert not (dest / "lib" / "later.py").exists()
 
 
-def _fake_twin(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
-    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
-    venv = t.folder / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "lib").mkdir()
-    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+def _prepared_twin(tmp_path, monkeypatch):
+    """The fake twin, built, with a dataset to attach: what `twin.prepare` needs."""
+    t, _ = fake_twin(tmp_path, monkeypatch)
     (t.folder / "built.json").write_text("{}")
     dataset = tmp_path / "dataset"
     dataset.mkdir()
@@ -73,7 +70,7 @@ def _fake_twin(tmp_path, monkeypatch):
 
 
 def test_later_notebooks_with_the_same_setup_start_from_the_snapshot_the_others_from_a_pristine_copy(tmp_path, monkeypatch):
-    t, shared, key = _fake_twin(tmp_path, monkeypatch), SharedInstall(), (False, INSTALL)
+    t, shared, key = _prepared_twin(tmp_path, monkeypatch), SharedInstall(), (False, INSTALL)
     alone = sandbox.create(tmp_path, "00")
     assert SNAPSHOT_VAR not in twin.prepare(t, alone, False, SharedInstall(), key)[2]  # no notebook follows: no snapshot
     first = sandbox.create(tmp_path, "01")

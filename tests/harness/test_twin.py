@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nbutils.harness import runner, twin
+from tests.harness.faketwin import fake_twin
 from tests.harness_gallery import make_gallery
 
 GALLERY = Path(make_gallery.__file__).parent
@@ -59,20 +60,8 @@ def test_refresh_keeps_only_what_matters_from_a_real_freeze(tmp_path):
         twin.refresh(freeze, "img", tmp_path)
 
 
-def _fake_twin(tmp_path, monkeypatch):
-    """A cached twin with one module and one script that names its interpreter by path."""
-    monkeypatch.setenv("NBUTILS_TWIN_CACHE", str(tmp_path / "cache"))
-    t = twin.Twin("fake", tmp_path / "fake.txt", "k")
-    venv = t.folder / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "lib").mkdir()
-    (venv / "lib" / "mod.py").write_text("old")
-    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
-    return t, venv
-
-
 def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monkeypatch):
-    t, venv = _fake_twin(tmp_path, monkeypatch)
+    t, venv = fake_twin(tmp_path, monkeypatch)
     python = twin.pristine_copy(t, tmp_path / "copy")
     assert python == tmp_path / "copy" / "bin" / "python"
     assert os.stat(tmp_path / "copy" / "lib" / "mod.py").st_ino == os.stat(venv / "lib" / "mod.py").st_ino
@@ -81,7 +70,7 @@ def test_a_pristine_copy_never_writes_through_to_the_cached_twin(tmp_path, monke
 
 
 def test_the_next_notebooks_copy_is_made_ahead_and_a_copy_cut_short_is_never_handed_out(tmp_path, monkeypatch):
-    t, venv = _fake_twin(tmp_path, monkeypatch)
+    t, venv = fake_twin(tmp_path, monkeypatch)
     boxes = tmp_path / "sandbox"
     twin.prefetch(t, boxes)
     dest = boxes / "02" / "env"
@@ -99,7 +88,7 @@ def test_the_next_notebooks_copy_is_made_ahead_and_a_copy_cut_short_is_never_han
 
 def test_a_spare_nobody_takes_is_dropped_once_its_copy_is_done(tmp_path, monkeypatch):
     # The chain stopped early (a failure): the copy made ahead for the next notebook goes, links and .ready mark too.
-    t, venv = _fake_twin(tmp_path, monkeypatch)
+    t, venv = fake_twin(tmp_path, monkeypatch)
     boxes = tmp_path / "sandbox"
     twin.prefetch(t, boxes)
     twin.drop_spare(t, boxes)
@@ -109,7 +98,7 @@ def test_a_spare_nobody_takes_is_dropped_once_its_copy_is_done(tmp_path, monkeyp
 
 
 def test_a_finished_notebooks_copy_is_released_and_its_outputs_stay(tmp_path, monkeypatch):
-    t, venv = _fake_twin(tmp_path, monkeypatch)
+    t, venv = fake_twin(tmp_path, monkeypatch)
     box = tmp_path / "sandbox" / "01"
     twin.pristine_copy(t, box / "env")
     (box / "working").mkdir()
@@ -120,7 +109,7 @@ def test_a_finished_notebooks_copy_is_released_and_its_outputs_stay(tmp_path, mo
 
 
 def test_older_builds_of_a_snapshot_go_once_unused_and_never_while_in_use(tmp_path, monkeypatch):
-    t, _ = _fake_twin(tmp_path, monkeypatch)
+    t, _ = fake_twin(tmp_path, monkeypatch)
     t = twin.Twin("fake", t.snapshot, "0123456789ab")
     cache = tmp_path / "cache"
     old, recent, other = cache / "fake-aaaaaaaaaaaa", cache / "fake-bbbbbbbbbbbb", cache / "fake-extra-cccccccccccc"
