@@ -18,7 +18,7 @@ CONFLICT = re.compile(r"^(?P<who>[A-Za-z0-9_.-]+) (?P<ver>\S+) (?:requires|has r
                       r"(?:, but you have (?P<have>.+?)(?: which is incompatible)?|, which is not installed)\.?$")
 # A fresh interpreter imports each module and prints what it found (run as `python -c`).
 PROBE = r'''
-import importlib, importlib.metadata, json, sys
+import importlib, importlib.metadata, json, os, sys
 out = {}
 for module, dist in json.loads(sys.argv[1]).items():
     try:
@@ -26,7 +26,8 @@ for module, dist in json.loads(sys.argv[1]).items():
         out[module] = {"ok": True, "version": str(getattr(mod, "__version__", "")), "installed": importlib.metadata.version(dist)}
     except BaseException as e:
         out[module] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+os._exit(0)  # the interpreter's teardown after torch & co: seconds of collecting what is thrown away
 '''
 # What the last probe found: module -> its result plus "dist" and "at" (the version installed when it ran). The
 # harness's post-cell hook reads it in the kernel (nbutils/harness/sandbox.py) and probes only what this one did

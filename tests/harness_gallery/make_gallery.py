@@ -102,7 +102,10 @@ CLEAN = {
     "clean_minimal": ["import json\nprint(json.dumps({'steps': steps}))"],
     "clean_files": ["from pathlib import Path\nPath('out.txt').write_text('ok')\nimport tempfile\n"
                     "tempfile.NamedTemporaryFile(delete=False).write(b'x')\nprint('TMPDIR', tempfile.gettempdir())\n"
-                    "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.savefig('plot.png')"],
+                    "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.savefig('plot.png')\n"
+                    # a file left open in a reference cycle: only the kernel's exit flushes it (harness/sandbox.py)
+                    "class Log: pass\nlog = Log(); log.self = log; log.file = open('left_open.txt', 'w')\n"
+                    "log.file.write('line\\n' * 500)"],
 }
 
 
