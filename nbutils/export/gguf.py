@@ -181,6 +181,11 @@ def main(argv: list[str]) -> None:
         _legacy_hparams()
     sys.argv = [str(script), *args]
     runpy.run_path(str(script), run_name="__main__")
+    # The writer has closed its file (and the GGUF is read back before it is kept): skip the interpreter's teardown,
+    # seconds of garbage collection once torch is loaded.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
