@@ -288,8 +288,11 @@ def mount_readonly(src: Path, box: Sandbox, slug: str, link: bool = False) -> Pa
 
 
 def make_writable(root: Path) -> None:
+    """Folders writable again, so what is inside can be removed. Files keep their mode: removing one needs no write
+    bit on it, and a hard-linked input's mode is its inode's, shared with every other link (another run's input
+    among them, whose fingerprint would then say it was written)."""
     for path in [root, *root.rglob("*")]:
-        if not path.is_symlink():
+        if path.is_dir() and not path.is_symlink():
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 

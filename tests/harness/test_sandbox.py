@@ -65,7 +65,21 @@ def test_mounted_inputs_are_read_only_copies(tmp_path):
     assert not os.stat(dest / "sub" / "data.json").st_mode & 0o222 and not os.stat(dest / "sub").st_mode & 0o222
     assert os.stat(tmp_path / "upstream" / "sub" / "data.json").st_mode & 0o200  # the source is untouched
     sandbox.make_writable(dest)
-    assert os.stat(dest / "sub" / "data.json").st_mode & 0o200
+    assert os.stat(dest / "sub").st_mode & 0o200 and not os.stat(dest / "sub" / "data.json").st_mode & 0o222
+
+
+def test_removing_an_old_sandbox_leaves_a_running_ones_linked_input_as_it_was(tmp_path):
+    # Two twins' runs hard-link the same dataset as their input: one run's clean-up must not move the other's
+    # fingerprint (a file's mode belongs to its inode, shared by every link).
+    (tmp_path / "dataset").mkdir()
+    (tmp_path / "dataset" / "a.whl").write_bytes(b"wheel")
+    running, old = (sandbox.create(tmp_path / name, "04_export") for name in ("run1", "run2"))
+    for box in (running, old):
+        sandbox.mount_readonly(tmp_path / "dataset", box, "qlora-nbutils", link=True)
+    before = sandbox.fingerprint(running.input)
+    sandbox.create(tmp_path / "run2", "04_export")  # the second run starts again: its old sandbox goes
+    assert sandbox.changed(before, sandbox.fingerprint(running.input)) == []
+    assert not (tmp_path / "run2" / "sandbox" / "04_export" / "input" / "qlora-nbutils").exists()
 
 
 def test_fingerprints_find_added_removed_and_rewritten_files(tmp_path):
