@@ -66,8 +66,9 @@ def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | N
     """What `python -m nbutils.harness check` runs: static checks, the chain in the project venv and in each twin.
 
     The runs are independent (each its own folder, kernels and twin copy), so they go `jobs` at a time in worker
-    processes (0: one per core, at most one per run), each kernel with its share of the cores' math threads: on
-    CI's two cores the three runs take about half the time they take one after another. Offline, with `CANARY` as
+    processes (0: all at once), each kernel with its share of the cores' math threads. All at once, not one per
+    core: a chain leaves its core idle while kernels start and pip reads, and with fewer cores than runs the
+    shortest would run last, alone. Offline, with `CANARY` as
     HF_TOKEN (the caller's own token never reaches the kernels: nothing online runs); each run is stamped for the
     tests. Rows come back in the order of the runs: the project venv, then the twins. `one`: what runs one of them
     (run_one; a module-level function, so a worker process can import it).
@@ -76,14 +77,13 @@ def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | N
 
     names = [t.name for t in runner._twins().twins(None if "all" in twin_names else twin_names)] if twin_names else []
     runs, one = [None, *names], one or run_one
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(runs)))
+    jobs = max(1, min(jobs or len(runs), len(runs)))
     threads = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
     with mock.patch.dict(os.environ, {"HF_TOKEN": CANARY, **(threads if jobs > 1 else {})}):
         if jobs == 1:
             return [r for name in runs for r in one(name, notebooks, out, params, time_budget)]
         # spawn, not fork: the workers start clean (no copy of this process's threads or imported torch). The twins
-        # first: each takes longer than the project venv (its first notebook installs), which then fills the core
-        # the shorter twin leaves.
+        # first: each takes longer than the project venv (its first notebook installs).
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {name: pool.submit(one, name, notebooks, out, params, time_budget) for name in [*runs[1:], None]}
             return [r for name in runs for r in futures[name].result()]

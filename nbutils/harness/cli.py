@@ -7,7 +7,7 @@
 
 `--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
 copy per notebook with the nbutils dataset attached (pristine for the first; harness/shared_install.py); `check`
-runs the project venv and the twins side by side (--jobs at a time, default one per core).
+runs the project venv and the twins side by side (--jobs at a time, default all at once).
 One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                            help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
                                 "check runs the project venv and the twins side by side")
         if cmd == "check":
-            p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per core)")
+            p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: all at once)")
         if cmd == "run":
             p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
     args = parser.parse_args(argv)
