@@ -1,7 +1,7 @@
 """The figures of bench/results/*.json as markdown, for docs/benchmarks.md (`python -m bench.report`).
 
 The docs quote measured figures from one source: the rows each bench saved, with the machine, its load and the
-command that made them. tests/bench/test_report.py keeps docs/benchmarks.md equal to this output.
+command that made them. tests/bench/test_bench_report.py keeps docs/benchmarks.md equal to this output.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
+from nbutils.eval.cycle import early_cycle
 from nbutils.eval.junk import CJK, unicode_junk
 from nbutils.eval.soup import soup
+from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
 TAIL_CHARS = 1600  # loops with a period up to ~500 characters are visible; the cost stays flat
 RECENT_CHARS = 400  # unicode and subword checks look only here: junk is judged where it is
@@ -35,20 +37,6 @@ SPECIAL_RUN_RE = re.compile(rf"(?:(?:{_SPECIAL})\s*){{4,}}$", re.I)  # special t
 END_MARK_RE = re.compile(r"end|eos|eot|</s>|stop", re.I)  # end-of-text markers: what follows them is padding
 
 
-def _mark_class() -> str:
-    """Every combining mark (Mn, Mc, Me) below U+20000 as a character-class body: marks belong to their letter."""
-    ranges, start = [], None
-    for c in range(0x300, 0x20001):
-        mark = c < 0x20000 and unicodedata.category(chr(c))[0] == "M"
-        if mark and start is None:
-            start = c
-        elif not mark and start is not None:
-            ranges.append(f"{chr(start)}-{chr(c - 1)}")
-            start = None
-    return "".join(ranges)
-
-
-MARKS = _mark_class()
 _LETTERS = rf"(?:[^\W\d_{CJK}][{MARKS}]*)+"  # a letter and its marks: Vietnamese in NFD, Devanagari, Thai, harakat
 # Hex literals, words, numbers, newlines, single punctuation; a CJK character is a token (no spaces there).
 TOKEN_RE = re.compile(rf"0[xX][0-9a-fA-F]+|\\[xuU][0-9a-fA-F]+|[{CJK}]|_*{_LETTERS}(?:_+{_LETTERS})*_*|\d+|\n"
@@ -58,25 +46,16 @@ ASCII_TOKEN_RE = re.compile(r"0x[0-9a-f]+|\\[xu][0-9a-f]+|_*[a-z]+(?:_+[a-z]+)*_
 # Whole numbers as TOKEN_RE sees them (Step 41, Q41, 0x1f); escapes and digits inside names (x1d4b0) are left alone.
 NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d+)(?=st\b|nd\b|rd\b|th\b|\W|$)")
 SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
-RUN_RE = re.compile(r"(.)\1{9,}", re.S)
 DIGIT_RE = re.compile(r"[\d\\]")
 SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
-WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
-INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
-EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
-EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
-LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
-CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 78, 80, 100, 120 are common)
 OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
-# The end of a sentence as prose writes it (a stop after a non-space, then a space): code has `a.b`, not `b. C`.
-SENTENCE_END_RE = re.compile(r"\S[.!?\u0964\u061f][\"'\u201d\u2019\u00bb)\]*`]*(?:\s|$)|[\u3002\uff01\uff1f]")
 
 @dataclass
 class Verdict:
@@ -112,7 +91,7 @@ def _char_runs(text: str, start: int, truncated: bool, m: dict) -> bool:
             elif s == 0 and truncated:
                 continue  # a ruler whose line starts before the text in view
             else:  # a ruler: its line holds only it (a byte-order mark or indentation may come first)
-                limit = RULER_COLUMNS // max(1, _width(c)) + 1
+                limit = RULER_COLUMNS // max(1, width(c)) + 1
         elif c.isspace():
             limit = 160  # indentation; blank lines are counted below
         elif c.isdigit() or text[max(0, s - 2):s] in ("0x", "0X"):
@@ -132,11 +111,6 @@ def _separator(c: str) -> bool:
     """A ruler character in any script: dashes, lines, dots, arrows, box drawing, and their full-width forms."""
     c = unicodedata.normalize("NFKC", c)[:1] or c
     return c in SEPARATORS or unicodedata.category(c) in ("Pd", "Pc", "Sm", "Sk") or "\u2190" <= c <= "\u2bff"
-
-
-def _width(line: str) -> int:
-    """Columns a line takes in a monospace font: wide (CJK) characters count two, combining marks none."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
 
 
 def _char_period(text: str) -> int:
@@ -227,71 +201,6 @@ def _sample_output(text: str, p: int, fenced: bool) -> bool:
     whole text: a window of its end can start inside an earlier block): a program's output."""
     unit = text[-p:]
     return unit.count("\n") == 1 and fenced and text[-p * OUTPUT_COPIES:] != unit * OUTPUT_COPIES
-
-
-def _early_cycle(tail: str, m: dict) -> bool:
-    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
-    word before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle
-    between them. A sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
-    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences
-    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), lines inside
-    a code block (a program's output) and a line said twice (a catalog's pair) repeat: the loop rules judge those."""
-    q = _said_before(tail)  # how far back the ending was said before
-    short = q < EARLY_CYCLE_CHARS
-    need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
-    if not q or tail[-need:] != tail[-need - q:-q] or short and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
-        return False
-    lo, hi = need, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if tail[-mid:] == tail[-mid - q:-q] else (lo, mid - 1)
-    r = lo
-    again = tail[-r:]
-    lead = r - len(again.lstrip(" .,;:!?\t"))  # the end of the sentences before both copies may match too
-    before = tail[:len(tail) - r + lead].rstrip(" ")
-    first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
-    starts = (before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
-              or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
-    if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
-        return False  # lines inside a code block opened before the first copy: a program's output said again
-    prose = RUN_RE.sub("", again)  # a ruler line in the cycle is layout, neither prose nor not
-    if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
-            or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
-        return False  # more than two copies (the loop rules judge them), a short cycle not said whole, no prose
-    cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
-    if INDENTED_RE.search(cycle) or _wrapped(cycle):
-        return False  # code, a docstring's body, wrapped documentation: they repeat blocks; the loop rules judge them
-    code = len(CODE_RE.findall(tail, len(tail) - r))
-    if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(tail, len(tail) - r)):
-        return False  # code, which repeats its lines and blocks
-    m.update(cycle_chars=q, cycle_said_again=r)
-    return True
-
-
-def _wrapped(text: str) -> bool:
-    """A line break inside a sentence (after a lowercase or caseless letter or a comma, before a lowercase or caseless
-    letter, the next line indented or not) in a line WRAP_COLUMNS wide or more: prose wrapped at a column, as
-    docstrings, man pages and catalogs are. A generation writes a paragraph as one line."""
-    at = text.find("\n", 1)
-    while 0 < at < len(text) - 1:
-        before, after = text[at - 1], text[at + 1:at + 9].lstrip(" \t")[:1]
-        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
-                and _width(text[text.rfind("\n", 0, at) + 1:at]) >= WRAP_COLUMNS:
-            return True
-        at = text.find("\n", at + 1)
-    return False
-
-
-def _said_before(tail: str) -> int:
-    """How far back the last 24 characters of `tail` were said before (0: not said, or a tail under 200 characters).
-    A run of one character at the end (a ruler being written) says nothing of where a cycle began: it is matched
-    from the characters before it."""
-    if len(tail) < 200:
-        return 0
-    run = len(tail) - len(tail.rstrip(tail[-1])) if tail[-10:] == tail[-1] * 10 else 0
-    end = len(tail) - run
-    at = tail.rfind(tail[end - 24:end], 0, end - 25)
-    return 0 if at < 0 else end - 24 - at
 
 
 def _line_copies(rev: list[str], size: int, p: int) -> float | None:
@@ -385,7 +294,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
     loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                  fenced=fenced)
-    if not loop and _early_cycle(tail, m):
+    if not loop and early_cycle(tail, m):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

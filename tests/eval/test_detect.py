@@ -1,5 +1,6 @@
 """Detection (`nbutils.eval.detect`): every degeneration class caught with its reason, healthy text of every kind
-left alone, wherever the text ends. Word and subword soup: tests/eval/test_soup.py; the stress set: tests/eval/test_stress.py."""
+left alone, wherever the text ends. Word and subword soup: tests/eval/test_soup.py; cycles
+cut before their second copy: tests/eval/test_cycle.py; the stress set: tests/bench/degeneration/test_stress.py."""
 
 import os
 import sysconfig
@@ -309,68 +310,6 @@ def test_a_list_of_shell_commands_is_no_soup():
             "datasets\npython -m pip install -U huggingface-hub\npip install tokenizers safetensors sentencepiece\n"
             "pip uninstall -y tensorflow jax\npython -m pip install -U rouge-score sacrebleu\npip install nltk")
     assert not any(detect(cmds[:k]).degenerate for k in range(20, len(cmds) + 1, 5))
-
-
-def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
-    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
-               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
-    text = "Here is what happens: " + a + b + c + a + b
-    assert "loop" in detect(text).reasons and detect(text).metrics["cycle_said_again"] >= 100
-    assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
-
-
-def test_a_short_cycle_of_sentences_said_twice_whole_in_one_line_is_a_loop_a_line_said_twice_is_not():
-    """Under 100 characters, a cycle counts once said again whole, back to back: two sentences or more in one line.
-    One line said twice is a program's output or a catalog's pair."""
-    head = "The last lines of the log, as the run printed them, before it was stopped by the time budget: "
-    unit = "Conveying Verbatim Copies. Initialize internal state from a seed. *** WARNING: *** "
-    assert len(unit) < 100 and "loop" in detect(head + unit + unit).reasons
-    assert not detect(head + unit + unit[:-30]).degenerate  # not whole yet: the loop rules wait too
-    line = "Builds a profiler object using the specified timer function.\n"
-    assert not detect("Output:\n\n" + head + "\n" + line * 2).degenerate
-
-
-def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
-    lines = ["Set focus on the main window (in order to collect key events)",
-             "Check the adapter files before the export starts again",
-             "The tokenizer is saved next to the weights in the output folder"]
-    unit = "\n".join(lines) + "\n"
-    assert "loop" in detect("Notes:\n" + unit + unit.rstrip()).reasons  # two whole copies, the last line end unsaid
-    fenced = unit + "```\npython train.py\n```\n"  # the cycle opens a code block: the cycle is not inside one
-    assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
-
-
-def test_a_cycle_of_sentences_after_an_opened_code_block_is_judged_where_it_repeats_mid_line():
-    """The head opened a code block and the generation went on in prose: sentences said again mid-line are a cycle
-    begun (a program's output said again starts its lines), and a ruler being written at the end still shows it."""
-    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
-               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
-    head = "Output:\n\n```\nThis version just zaps the buffer "
-    assert "loop" in detect(head + a + b + c + a + b).reasons
-    ruled = a + b + "-" * 60 + " " + c
-    assert "loop" in detect("Notes: " + ruled + ruled[:len(a + b) + 30]).reasons  # ends inside the second ruler
-
-
-def test_a_code_block_or_a_wrapped_docstring_said_again_once_is_healthy():
-    """Sibling methods share their bodies and their docstrings; wrapped at a column, or indented, they are layout
-    that repeats: the loop rules judge them at a second whole copy, not before."""
-    body = ("        if state:\n            self.encoder = None\n        else:\n            if sys.byteorder == "
-            "'little':\n                self.encoder = codecs.utf_16_le_encode\n            else:\n")
-    code = "    def getstate(self):\n" + body + "    def setstate(self, state):\n" + body
-    doc = ("Return a list of all header values.\n\nThese will be sorted in the order they appeared in the original "
-           "header\nlist, or were added to this instance, and may contain duplicates.\n\n")
-    docs = doc + "Return a list of the header keys.\n\n" + doc
-    for text in (code, docs):
-        assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3)), text
-    # Short lines that start in lowercase were never wrapped (narrower than WRAP_COLUMNS): a cycle of them is judged.
-    unit = "saving the adapter files\nreading the newest checkpoint\ngoing on where training stopped\nchecking the files\n"
-    assert "loop" in detect("Notes:\n" + unit + unit[:100]).reasons and len(unit) > 100
-
-
-def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
-    msg = " घटक के लिए डिफ़ॉल्ट चमक के लिए एक परिवर्तन का प्रतिनिधित्व करता है. शून्य कोई परिवर्तन नहीं दर्शाता है"
-    text = "\n\n".join(colour + msg for colour in ("लाल", "हरी", "नीले"))
-    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
 
 
 def test_a_character_cut_at_the_end_is_judged_without_its_first_bytes():

@@ -1,0 +1,95 @@
+"""A cycle of sentences said again before its second copy is whole: `detect`'s early-cycle rule.
+
+`max_new_tokens` cuts a looping generation anywhere, often before a cycle of a few sentences is said twice. Healthy
+documents say text again too (sibling docstrings, catalogs that translate two messages alike, code, a program's
+output), so the rule asks for 100+ characters of prose said again verbatim from where a line or a sentence starts,
+and leaves indented, wrapped, fenced and code-like blocks to the loop rules, which wait for a second whole copy.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
+
+WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
+INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
+EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
+EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
+LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
+CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
+LINK_RE = re.compile(r"!?\[([^\]\n]{0,200})\]\([a-z]+://[^\s)]*\)|[a-z]+://[^\s)>\]]+")  # markdown links, URLs
+
+
+def early_cycle(tail: str, m: dict) -> bool:
+    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
+    word before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle
+    between them. A sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
+    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences
+    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), lines inside
+    a code block (a program's output) and a line said twice (a catalog's pair) repeat: the loop rules judge those."""
+    q = _said_before(tail)  # how far back the ending was said before
+    short = q < EARLY_CYCLE_CHARS
+    need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
+    if not q or tail[-need:] != tail[-need - q:-q] or short and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
+        return False
+    lo, hi = need, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if tail[-mid:] == tail[-mid - q:-q] else (lo, mid - 1)
+    r = lo
+    again = tail[-r:]
+    lead = r - len(again.lstrip(" .,;:!?\t"))  # the end of the sentences before both copies may match too
+    before = tail[:len(tail) - r + lead].rstrip(" ")
+    first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
+    at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
+    starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
+              or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
+    if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
+        return False  # lines inside a code block opened before the first copy: a program's output said again
+    prose = RUN_RE.sub("", LINK_RE.sub(r"\1", again))  # a ruler line or an address is neither prose nor not
+    if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
+            or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
+        return False  # more than two copies (the loop rules judge them), a short cycle not said whole, no prose
+    cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
+    if INDENTED_RE.search(cycle) or _wrapped(cycle):
+        return False  # code, a docstring's body, wrapped documentation: siblings share all but their first words
+    code = len(CODE_RE.findall(prose))
+    if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(again) and not _margin_lines(again)):
+        return False  # code, which repeats its lines and blocks
+    m.update(cycle_chars=q, cycle_said_again=r)
+    return True
+
+
+def _margin_lines(text: str) -> bool:
+    """Two lines or more, none indented: messages or list items without stops (a changelog's, a catalog's), prose
+    that may name code; code indents its lines (a block's body, reStructuredText's `::`)."""
+    return "\n" in text.strip() and not re.search(r"\n[ \t]+\S", text)
+
+
+def _wrapped(text: str) -> bool:
+    """A line break inside a sentence (after a lowercase or caseless letter or a comma, before a lowercase or caseless
+    letter, the next line indented or not) in a line WRAP_COLUMNS wide or more, where the next word would not have fit
+    within the widest line: prose wrapped at a column, as docstrings, man pages and catalogs are (a wrapper breaks a
+    line only there). A generation writes a paragraph as one line; its lines of separate messages break anywhere."""
+    widest, at = max(map(width, text.split("\n"))), text.find("\n", 1)
+    while 0 < at < len(text) - 1:
+        before, after = text[at - 1], text[at + 1:at + 9].lstrip(" \t")[:1]
+        wide = width(text[text.rfind("\n", 0, at) + 1:at])
+        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
+                and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest:
+            return True
+        at = text.find("\n", at + 1)
+    return False
+
+
+def _said_before(tail: str) -> int:
+    """How far back the last 24 characters of `tail` were said before (0: not said, or a tail under 200 characters).
+    A run of one character at the end (a ruler being written) says nothing of where a cycle began: it is matched
+    from the characters before it."""
+    if len(tail) < 200:
+        return 0
+    run = len(tail) - len(tail.rstrip(tail[-1])) if tail[-10:] == tail[-1] * 10 else 0
+    end = len(tail) - run
+    at = tail.rfind(tail[end - 24:end], 0, end - 25)
+    return 0 if at < 0 else end - 24 - at

@@ -1,0 +1,104 @@
+"""The early-cycle rule (`nbutils.eval.cycle`), judged through `detect`: a cycle of sentences or lines said again
+before its second copy is whole is a loop wherever it is cut; blocks that documents repeat (code, wrapped prose, a
+program's output, a catalog's pairs, addresses) wait for a second whole copy."""
+
+from nbutils.eval.detect import detect
+
+
+def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
+    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
+               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
+    text = "Here is what happens: " + a + b + c + a + b
+    assert "loop" in detect(text).reasons and detect(text).metrics["cycle_said_again"] >= 100
+    assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
+
+
+def test_a_short_cycle_of_sentences_said_twice_whole_in_one_line_is_a_loop_a_line_said_twice_is_not():
+    """Under 100 characters, a cycle counts once said again whole, back to back: two sentences or more in one line.
+    One line said twice is a program's output or a catalog's pair."""
+    head = "The last lines of the log, as the run printed them, before it was stopped by the time budget: "
+    unit = "Conveying Verbatim Copies. Initialize internal state from a seed. *** WARNING: *** "
+    assert len(unit) < 100 and "loop" in detect(head + unit + unit).reasons
+    assert not detect(head + unit + unit[:-30]).degenerate  # not whole yet: the loop rules wait too
+    line = "Builds a profiler object using the specified timer function.\n"
+    assert not detect("Output:\n\n" + head + "\n" + line * 2).degenerate
+
+
+def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
+    lines = ["Set focus on the main window (in order to collect key events)",
+             "Check the adapter files before the export starts again",
+             "The tokenizer is saved next to the weights in the output folder"]
+    unit = "\n".join(lines) + "\n"
+    assert "loop" in detect("Notes:\n" + unit + unit.rstrip()).reasons  # two whole copies, the last line end unsaid
+    fenced = unit + "```\npython train.py\n```\n"  # the cycle opens a code block: the cycle is not inside one
+    assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
+
+
+def test_a_cycle_of_sentences_after_an_opened_code_block_is_judged_where_it_repeats_mid_line():
+    """The head opened a code block and the generation went on in prose: sentences said again mid-line are a cycle
+    begun (a program's output said again starts its lines), and a ruler being written at the end still shows it."""
+    a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
+               "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
+    head = "Output:\n\n```\nThis version just zaps the buffer "
+    assert "loop" in detect(head + a + b + c + a + b).reasons
+    ruled = a + b + "-" * 60 + " " + c
+    assert "loop" in detect("Notes: " + ruled + ruled[:len(a + b) + 30]).reasons  # ends inside the second ruler
+
+
+def test_a_code_block_or_a_wrapped_docstring_said_again_once_is_healthy():
+    """Sibling methods share their bodies and their docstrings; wrapped at a column, or indented, they are layout
+    that repeats: the loop rules judge them at a second whole copy, not before."""
+    body = ("        if state:\n            self.encoder = None\n        else:\n            if sys.byteorder == "
+            "'little':\n                self.encoder = codecs.utf_16_le_encode\n            else:\n")
+    code = "    def getstate(self):\n" + body + "    def setstate(self, state):\n" + body
+    doc = ("Return a list of all header values.\n\nThese will be sorted in the order they appeared in the original "
+           "header\nlist, or were added to this instance, and may contain duplicates.\n\n")
+    docs = doc + "Return a list of the header keys.\n\n" + doc
+    for text in (code, docs):
+        assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3)), text
+    # Short lines that start in lowercase were never wrapped (narrower than WRAP_COLUMNS): a cycle of them is judged.
+    unit = "saving the adapter files\nreading the newest checkpoint\ngoing on where training stopped\nchecking the files\n"
+    assert "loop" in detect("Notes:\n" + unit + unit[:100]).reasons and len(unit) > 100
+
+
+def test_a_cycle_of_changelog_lines_that_name_code_and_links_is_a_loop_before_its_second_copy():
+    """Lines at the margin without stops (changelog items, messages) may name code in backticks and carry links: a
+    cycle of them is prose said again, judged before its second copy is whole, wherever it is cut."""
+    unit = ("- Speed up ``build_name_map`` on large fonts (#3923)\nExtra space to add for GTK_CAN_DEFAULT buttons\n"
+            "* [@someone](https://github.com/someone) made their first contribution in this release\n")
+    head = "Release notes, newest first, as the maintainers wrote them for this version: "
+    for k in range(int(0.6 * len(unit)), len(unit)):
+        assert "loop" in detect(head + unit + unit[:k]).reasons, k
+    indented = "".join("  " + line + "\n" for line in unit.splitlines())  # code indents its lines: judged at two copies
+    assert not detect(head + "\n" + indented + indented[:110]).degenerate
+
+
+def test_a_cycle_said_again_from_a_line_start_that_opens_with_punctuation_is_a_loop():
+    unit = ":param obj: the document object to patch in place\nThis is likely the last minor release before 1.0.\n" \
+           ":return: a new patch instance for the document\n"
+    assert "loop" in detect("normalisation of the string " + unit + unit[:int(0.7 * len(unit))]).reasons
+
+
+def test_lines_that_break_where_the_next_word_fits_were_not_wrapped_a_wrapped_paragraph_said_again_is_healthy():
+    """A wrapper breaks a line only where the next word would not fit: separate messages one per line break
+    anywhere, and a cycle of them is a loop. A catalog that says a wrapped paragraph again after another message
+    (a singular and a plural help text) is healthy."""
+    unit = ("Copies an object property or an array element to a new location\nlocal folder for the exported model "
+            "files\n## [3.4.7](https://github.com/example/project/compare/3.4.6...3.4.7) (2026-04-02)\n")
+    assert "loop" in detect("Notes, as printed: " + unit + unit[:int(0.7 * len(unit))]).reasons
+    para = ("If the DOMAIN parameter is not given, the domain is taken from the\nenvironment variable TEXTDOMAIN. If "
+            "the catalog is not found in the\ndefault folder, the variable TEXTDOMAINDIR names another\nplace.\n")
+    text = "Show the translation of a message.\n\n" + para + "Default search folder: %s\n\n" + para
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3))
+
+
+def test_an_address_said_again_is_not_prose():
+    link = "`Draft 2020-12 <https://docs.example.org/en/latest/api/schema/validators/#schema.validators.Draft202012>`_"
+    text = "* Full support for " + link + ", " + link.replace("2020-12", "2019-09")
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3))
+
+
+def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
+    msg = " घटक के लिए डिफ़ॉल्ट चमक के लिए एक परिवर्तन का प्रतिनिधित्व करता है. शून्य कोई परिवर्तन नहीं दर्शाता है"
+    text = "\n\n".join(colour + msg for colour in ("लाल", "हरी", "नीले"))
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
