@@ -160,11 +160,10 @@ def lora_check(gguf_file: str | Path, adapter_dir: str | Path) -> dict:
     import json
 
     import numpy as np
-    from gguf import GGUFReader
     from gguf.quants import dequantize
     from safetensors.torch import load_file
 
-    reader = GGUFReader(str(gguf_file))
+    reader = ggufload.reader(gguf_file)
     ours = sorted(float(t.float().norm()) for t in load_file(Path(adapter_dir) / "adapter_model.safetensors").values())
     theirs = sorted(float(np.linalg.norm(dequantize(t.data, t.tensor_type).astype("float64"))) for t in reader.tensors)
     alpha = reader.fields["adapter.lora.alpha"].contents() if "adapter.lora.alpha" in reader.fields else None

@@ -40,6 +40,24 @@ def test_read_kv_agrees_with_gguf_py(tmp_path):
         ggufload.read_kv(tmp_path / "text.gguf")
 
 
+def test_the_plain_view_reader_parses_as_gguf_py_does_and_transformers_gets_it_only_for_its_call(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = _write(tmp_path / "m.gguf")
+    plain, theirs = ggufload.reader(path), gguf.GGUFReader(str(path))
+    assert type(plain.data) is np.ndarray and isinstance(theirs.data, np.memmap)  # a view: the file is not copied
+    assert not plain.data.flags.writeable and np.shares_memory(plain.data, plain.data.base)
+    assert {k: f.contents() for k, f in plain.fields.items()} == {k: f.contents() for k, f in theirs.fields.items()}
+    original = gguf.GGUFReader
+    with pytest.raises(RuntimeError), ggufload.plain_reader_for_transformers():
+        from gguf import GGUFReader  # what transformers does at its call
+
+        assert GGUFReader is type(plain)
+        raise RuntimeError("the load failed")
+    assert gguf.GGUFReader is original
+
+
 def test_hyperparameters_are_compared_by_name(tmp_path):
     from types import SimpleNamespace
 

@@ -23,9 +23,9 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 def read_vocab(path: Path) -> dict:
     """tokens, token types, scores and merges of a ggml-vocab file (gguf-py's reader)."""
-    from gguf import GGUFReader
+    from nbutils.export import ggufload
 
-    fields = GGUFReader(str(path)).fields
+    fields = ggufload.reader(path).fields
 
     def array(key):
         f = fields.get(key)
