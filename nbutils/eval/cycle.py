@@ -8,6 +8,7 @@ and leaves indented, wrapped, fenced and code-like blocks to the loop rules, whi
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
@@ -19,6 +20,7 @@ EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once 
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 LINK_RE = re.compile(r"!?\[([^\]\n]{0,200})\]\([a-z]+://[^\s)]*\)|[a-z]+://[^\s)>\]]+")  # markdown links, URLs
+FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters before each copy, this much alike
 
 
 def early_cycle(tail: str, m: dict) -> bool:
@@ -51,6 +53,8 @@ def early_cycle(tail: str, m: dict) -> bool:
     if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
             or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
         return False  # more than two copies (the loop rules judge them), a short cycle not said whole, no prose
+    if _framed(tail, r, q):
+        return False  # one frame before both copies, a word changed: a catalog's or a template's pair of messages
     cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
     if INDENTED_RE.search(cycle) or _wrapped(cycle):
         return False  # code, a docstring's body, wrapped documentation: siblings share all but their first words
@@ -59,6 +63,15 @@ def early_cycle(tail: str, m: dict) -> bool:
         return False  # code, which repeats its lines and blocks
     m.update(cycle_chars=q, cycle_said_again=r)
     return True
+
+
+def _framed(tail: str, r: int, q: int) -> bool:
+    """The FRAME_CHARS before the part said again and before its first copy are more alike than not ("This option
+    sets what a double-click / a middle-click ..."): text built from one template. A looping generation's first copy
+    follows whatever it wrote before the loop began, its second the end of the cycle."""
+    end = len(tail) - r
+    before_first, before_again = tail[max(0, end - q - FRAME_CHARS):end - q], tail[max(0, end - FRAME_CHARS):end]
+    return difflib.SequenceMatcher(None, before_first, before_again, autojunk=False).ratio() >= FRAME_ALIKE
 
 
 def _margin_lines(text: str) -> bool:

@@ -102,3 +102,14 @@ def test_a_catalog_that_says_one_message_for_three_colours_is_healthy():
     msg = " घटक के लिए डिफ़ॉल्ट चमक के लिए एक परिवर्तन का प्रतिनिधित्व करता है. शून्य कोई परिवर्तन नहीं दर्शाता है"
     text = "\n\n".join(colour + msg for colour in ("लाल", "हरी", "नीले"))
     assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
+
+
+def test_messages_built_from_one_template_are_healthy_a_cycle_after_other_text_is_not():
+    """A catalog says one long message for a double-click, a middle-click and a right-click: the frame before each
+    copy differs by a word. A loop's first copy follows other text."""
+    msg = ("-click on the title bar does. Valid values are toggle-shade, which rolls the window up, toggle-maximize, "
+           "which maximizes it, minimize, menu and none, which does nothing at all.")
+    text = "\n\n".join(f"This option sets what a {button}{msg}" for button in ("double", "middle", "right"))
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
+    unit = "This option sets what a double" + msg + " "
+    assert "loop" in detect("Here is the setting you asked about. " + unit + unit[:int(0.7 * len(unit))]).reasons
