@@ -1,6 +1,8 @@
 """Evaluation (03_eval): generation under the degeneration guard, task metrics, the report.
 
 - `detect`, `soup`, `junk`: whether a generation is degenerate (loops, token soup, unicode junk, empty).
+- `cycle`: `detect`'s rule for a cycle of sentences said again before its second copy is whole.
+- `textshape`: characters as layout sees them (combining marks, display width, sentence ends, runs).
 - `guard`: `detect` inside `model.generate`, stopping only the rows that degenerate.
 - `degeneration`: the circuit breaker for whole runs, summaries, and `python -m nbutils.eval.degeneration check`.
 - `evaluation`: guarded batched generation on a bounded sample, the task metric, the eval loss.

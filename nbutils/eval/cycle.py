@@ -1,9 +1,10 @@
 """A cycle of sentences said again before its second copy is whole: `detect`'s early-cycle rule.
 
 `max_new_tokens` cuts a looping generation anywhere, often before a cycle of a few sentences is said twice. Healthy
-documents say text again too (sibling docstrings, catalogs that translate two messages alike, code, a program's
-output), so the rule asks for 100+ characters of prose said again verbatim from where a line or a sentence starts,
-and leaves indented, wrapped, fenced and code-like blocks to the loop rules, which wait for a second whole copy.
+documents say text again too (sibling docstrings, catalogs that translate two messages alike, code), so the rule
+asks for 100+ characters of prose said again verbatim from where a line or a sentence starts, and leaves indented,
+wrapped and code-like blocks, and a template's pairs of messages, to the loop rules, which wait for a second whole
+copy.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def early_cycle(tail: str, m: dict) -> bool:
     word before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle
     between them. A sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
     component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences
-    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), lines inside
-    a code block (a program's output) and a line said twice (a catalog's pair) repeat: the loop rules judge those."""
+    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), one frame
+    before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A program's
+    output is one short line said a few times (the loop rules know code blocks); lines of prose said again inside a
+    code block are a loop as anywhere."""
     q = _said_before(tail)  # how far back the ending was said before
     short = q < EARLY_CYCLE_CHARS
     need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
@@ -47,8 +50,6 @@ def early_cycle(tail: str, m: dict) -> bool:
     at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
     starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
               or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
-    if before[-1:] in ("", "\n") and tail.count("```", 0, len(tail) - r - q) % 2:
-        return False  # lines inside a code block opened before the first copy: a program's output said again
     prose = RUN_RE.sub("", LINK_RE.sub(r"\1", again))  # a ruler line or an address is neither prose nor not
     if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
             or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):

@@ -34,13 +34,15 @@ def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop(
     assert "loop" in detect("Notes:\n" + fenced + fenced[:len(unit) + 10]).reasons
 
 
-def test_a_cycle_of_sentences_after_an_opened_code_block_is_judged_where_it_repeats_mid_line():
-    """The head opened a code block and the generation went on in prose: sentences said again mid-line are a cycle
-    begun (a program's output said again starts its lines), and a ruler being written at the end still shows it."""
+def test_a_cycle_of_sentences_or_lines_after_an_opened_code_block_is_a_loop_before_its_second_copy():
+    """The head opened a code block and the generation went on in prose, mid-line or line by line: sentences said
+    again are a cycle begun there as anywhere, and a ruler being written at the end still shows it."""
     a, b, c = ("The adapter is saved next to the tokenizer files in the output folder. ",
                "Resume reads the newest checkpoint it finds there. ", "Then training goes on where it stopped. ")
     head = "Output:\n\n```\nThis version just zaps the buffer "
     assert "loop" in detect(head + a + b + c + a + b).reasons
+    lines = a.strip() + "\n" + b.strip() + "\n" + c.strip() + "\n"
+    assert "loop" in detect("Clone it:\n\n```\n$ git clone https://example.org/project " + lines + lines[:110]).reasons
     ruled = a + b + "-" * 60 + " " + c
     assert "loop" in detect("Notes: " + ruled + ruled[:len(a + b) + 30]).reasons  # ends inside the second ruler
 
