@@ -76,8 +76,19 @@ def _spawned_all(fn, arglists: list[tuple]) -> list:
     at_once = len(arglists)
     if gb and torch.cuda.is_available():
         at_once = max(1, min(at_once, int(torch.cuda.get_device_properties(0).total_memory / 2**30 // (gb + 1))))
-    with multiprocessing.get_context("spawn").Pool(at_once) as pool:
+    with _context(torch.cuda.is_available()).Pool(at_once) as pool:
         return pool.starmap(fn, arglists, chunksize=1)
+
+
+def _context(cuda: bool):
+    """spawn on a GPU (each process's own CUDA context, memory cap and peak). On the CPU nothing is capped or
+    measured per process, so the processes fork from a server that imported torch, transformers and peft once
+    (seconds each) and has run nothing: no CUDA context, no thread pool to inherit."""
+    if cuda:
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "transformers", "peft"])
+    return ctx
 
 
 def model_folder(name: str, dest: Path, setup: Setup) -> Path:

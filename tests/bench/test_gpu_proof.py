@@ -38,6 +38,11 @@ def test_stages_run_in_the_order_given(tmp_path):
     assert order(("tokens/s", "time plan")) == ["tokens/s", "time plan"]  # a partial run: what it names first
 
 
+def test_a_gpu_run_spawns_each_measurement_the_cpu_run_forks_them_from_a_preloaded_server():
+    assert gpu_proof._context(True).get_start_method() == "spawn"  # a process's CUDA context, cap and peak are its own
+    assert gpu_proof._context(False).get_start_method() == "forkserver"
+
+
 @pytest.mark.integration
 def test_the_cpu_setup_builds_runs_and_records(tmp_path):
     """The same code as on a GPU, CUDA-only settings off: twin of Llama-3.2-1B with its real tokenizer, the memory
