@@ -68,10 +68,10 @@ def check(notebooks: list[Path], out: Path, params: dict, time_budget: float | N
     The runs are independent (each its own folder, kernels and twin copy), so they go `jobs` at a time in worker
     processes (0: all at once), each kernel with its share of the cores' math threads. All at once, not one per
     core: a chain leaves its core idle while kernels start and pip reads, and with fewer cores than runs the
-    shortest would run last, alone. Offline, with `CANARY` as
-    HF_TOKEN (the caller's own token never reaches the kernels: nothing online runs); each run is stamped for the
-    tests. Rows come back in the order of the runs: the project venv, then the twins. `one`: what runs one of them
-    (run_one; a module-level function, so a worker process can import it).
+    shortest would run last, alone. Offline, with `CANARY` as HF_TOKEN (the caller's own token never reaches the
+    kernels: nothing online runs); each run is stamped for the tests. Rows come back in the order of the runs: the
+    project venv, then the twins. `one`: what runs one of them (run_one; a module-level function, so a worker
+    process can import it).
     """
     from nbutils.harness import runner
 
