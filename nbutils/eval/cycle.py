@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
@@ -88,13 +89,21 @@ def _wrapped(text: str) -> bool:
     line only there). A generation writes a paragraph as one line; its lines of separate messages break anywhere."""
     widest, at = max(map(width, text.split("\n"))), text.find("\n", 1)
     while 0 < at < len(text) - 1:
-        before, after = text[at - 1], text[at + 1:at + 9].lstrip(" \t")[:1]
+        before, after = _base(text, at), text[at + 1:at + 9].lstrip(" \t")[:1]
         wide = width(text[text.rfind("\n", 0, at) + 1:at])
         if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
                 and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest:
             return True
         at = text.find("\n", at + 1)
     return False
+
+
+def _base(text: str, at: int) -> str:
+    """The character before `at`, its combining marks skipped (a decomposed "ệ" is "e" and two marks)."""
+    i = at - 1
+    while i > 0 and unicodedata.combining(text[i]):
+        i -= 1
+    return text[i]
 
 
 def _said_before(tail: str) -> int:

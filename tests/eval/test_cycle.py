@@ -115,3 +115,16 @@ def test_messages_built_from_one_template_are_healthy_a_cycle_after_other_text_i
     assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
     unit = "This option sets what a double" + msg + " "
     assert "loop" in detect("Here is the setting you asked about. " + unit + unit[:int(0.7 * len(unit))]).reasons
+
+
+
+def test_a_line_that_ends_in_a_letter_with_marks_wraps_as_any_letter_does_composed_or_not():
+    """Vietnamese written decomposed (NFD, as some catalogs are) ends a wrapped line with a mark after its letter:
+    the break is inside a sentence all the same, so the paragraph said again waits for the loop rules."""
+    import unicodedata
+
+    para = ("Chép (reflink/clone) không được hỗ trợ hoặc không hợp lệ và tệp không thể được hỗ\ntrợ nên nó "
+            "không được sao chép sang thư mục đích đã chọn trước đó.\n")
+    for form in ("NFC", "NFD"):
+        text = unicodedata.normalize(form, "Ghi chú về phiên bản mới:\n" + para + "Bản dịch cũ:\n" + para)
+        assert not any(detect(text[:k]).degenerate for k in range(200, len(text) + 1, 3)), form
