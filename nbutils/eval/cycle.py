@@ -61,7 +61,8 @@ def early_cycle(tail: str, m: dict) -> bool:
     if INDENTED_RE.search(cycle) or _wrapped(cycle):
         return False  # code, a docstring's body, wrapped documentation: siblings share all but their first words
     code = len(CODE_RE.findall(prose))
-    if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(again) and not _margin_lines(again)):
+    # A stop where the text is cut ("array([-1.") is no sentence end yet: a number may go on.
+    if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(again + "\0") and not _margin_lines(again)):
         return False  # code, which repeats its lines and blocks
     m.update(cycle_chars=q, cycle_said_again=r)
     return True

@@ -128,3 +128,14 @@ def test_a_line_that_ends_in_a_letter_with_marks_wraps_as_any_letter_does_compos
     for form in ("NFC", "NFD"):
         text = unicodedata.normalize(form, "Ghi chú về phiên bản mới:\n" + para + "Bản dịch cũ:\n" + para)
         assert not any(detect(text[:k]).degenerate for k in range(200, len(text) + 1, 3)), form
+
+
+def test_two_space_code_said_again_cut_after_a_number_and_a_stop_is_not_prose():
+    """reStructuredText's literal blocks indent code two spaces; cut after "-1." the text has not ended a sentence
+    (a number may go on), so the code said again waits for the loop rules, as code does."""
+    block = ("  scale = weights.std(axis=0) # scale = array([0.5, 1, 1.5, 2])\n"
+             "  mask = np.isfinite(values) & (counts > 0) # mask =\n"
+             "  array([True,False,True,True])\n  result = (values/scale).clip(-1, 1) # array([-1.")
+    text = ("Scale the values first, then keep the rows that are finite, as the example shows::\n\n" + block +
+            " 0.3, 1.])\n  result[~mask] = 0\n\nWithout the copy the inputs change in place, so that::\n\n" + block)
+    assert not detect(text).degenerate
