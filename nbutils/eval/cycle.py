@@ -100,9 +100,10 @@ def _wrapped(text: str) -> bool:
 
 
 def _base(text: str, at: int) -> str:
-    """The character before `at`, its combining marks skipped (a decomposed "ệ" is "e" and two marks)."""
+    """The character before `at`, its marks skipped (a decomposed "ệ" is "e" and two marks; Devanagari and Thai
+    write vowel signs after their consonant)."""
     i = at - 1
-    while i > 0 and unicodedata.combining(text[i]):
+    while i > 0 and unicodedata.category(text[i])[0] == "M":
         i -= 1
     return text[i]
 

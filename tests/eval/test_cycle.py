@@ -128,6 +128,10 @@ def test_a_line_that_ends_in_a_letter_with_marks_wraps_as_any_letter_does_compos
     for form in ("NFC", "NFD"):
         text = unicodedata.normalize(form, "Ghi chú về phiên bản mới:\n" + para + "Bản dịch cũ:\n" + para)
         assert not any(detect(text[:k]).degenerate for k in range(200, len(text) + 1, 3)), form
+    hindi = ("यह फ़ाइल पहले से मौजूद है और इसे बदलने से पहले उसकी एक प्रति बनाई जाती है ताकि पुरानी\nसामग्री "
+             "खो न जाए और बाद में उसे फिर से पाया जा सके। फिर नई फ़ाइल लिखी जाती है।\n")  # the line ends in a vowel sign
+    text = "टिप्पणी:\n" + hindi + "पुराना अनुवाद:\n" + hindi
+    assert not any(detect(text[:k]).degenerate for k in range(200, len(text) + 1, 3))
 
 
 def test_two_space_code_said_again_cut_after_a_number_and_a_stop_is_not_prose():
