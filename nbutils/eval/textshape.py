@@ -30,5 +30,7 @@ SENTENCE_END_RE = re.compile(r"\S[.!?\u0964\u061f][\"'\u201d\u2019\u00bb)\]*`]*(
 
 
 def width(line: str) -> int:
-    """Columns a line takes in a monospace font: wide (CJK) characters count two, combining marks none."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+    """Columns a line takes in a monospace font: wide (CJK) characters count two, marks written over or under their
+    letter none (Mn, Me: accents, Thai and Devanagari vowel signs, which have no combining class), spacing marks one."""
+    return sum(0 if unicodedata.category(c) in ("Mn", "Me") else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+               for c in line)

@@ -117,7 +117,6 @@ def test_messages_built_from_one_template_are_healthy_a_cycle_after_other_text_i
     assert "loop" in detect("Here is the setting you asked about. " + unit + unit[:int(0.7 * len(unit))]).reasons
 
 
-
 def test_a_line_that_ends_in_a_letter_with_marks_wraps_as_any_letter_does_composed_or_not():
     """Vietnamese written decomposed (NFD, as some catalogs are) ends a wrapped line with a mark after its letter:
     the break is inside a sentence all the same, so the paragraph said again waits for the loop rules."""

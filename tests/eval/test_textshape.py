@@ -17,6 +17,7 @@ def test_combining_marks_in_every_script_are_in_the_class_and_letters_are_not():
 def test_width_counts_wide_characters_twice_and_marks_not_at_all():
     assert width("abc") == 3 and width("中文") == 4 and width("ｔｅｓｔ") == 8
     assert width(unicodedata.normalize("NFD", "tiếng")) == 5
+    assert width("\u0e2a\u0e31\u0e19") == 2 and width("\u0915\u0948") == 1  # Thai and Devanagari signs above or below
 
 
 def test_a_sentence_ends_with_a_stop_after_a_word_and_then_a_space_code_does_not():
