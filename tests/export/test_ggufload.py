@@ -7,7 +7,7 @@ import torch
 from nbutils.export import ggufload
 
 
-def _write(path):
+def _write(path, nested=False):
     from gguf import GGUFWriter
 
     w = GGUFWriter(str(path), "qwen3")
@@ -19,6 +19,11 @@ def _write(path):
     w.add_rope_freq_base(1e6)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_array("test.floats", [0.5, 1.5])
+    w.add_token_scores([0.0, -1.0, 0.0])
+    w.add_token_merges(["a b", "ab <|end|>"])
+    w.add_array("test.empty", [])
+    if nested:  # gguf-py flattens an array of arrays (read_kv keeps it nested); the plain reader does as gguf-py
+        w.add_array("test.nested", [[1, 2], [3]])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
@@ -38,17 +43,27 @@ def test_read_kv_agrees_with_gguf_py(tmp_path):
     (tmp_path / "text.gguf").write_text("hello, not a GGUF file at all")
     with pytest.raises(ValueError, match="not a GGUF"):
         ggufload.read_kv(tmp_path / "text.gguf")
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        ggufload.read_kv(tmp_path / "empty.gguf")
+    (tmp_path / "cut.gguf").write_bytes(path.read_bytes()[:100])  # a copy cut inside its header
+    with pytest.raises(ValueError, match="truncated"):
+        ggufload.read_kv(tmp_path / "cut.gguf")
 
 
 def test_the_plain_view_reader_parses_as_gguf_py_does_and_transformers_gets_it_only_for_its_call(tmp_path):
     import gguf
     import numpy as np
 
-    path = _write(tmp_path / "m.gguf")
+    path = _write(tmp_path / "m.gguf", nested=True)
     plain, theirs = ggufload.reader(path), gguf.GGUFReader(str(path))
     assert type(plain.data) is np.ndarray and isinstance(theirs.data, np.memmap)  # a view: the file is not copied
     assert not plain.data.flags.writeable and isinstance(plain.data.base, np.memmap)  # the file's map, not a copy
     assert {k: f.contents() for k, f in plain.fields.items()} == {k: f.contents() for k, f in theirs.fields.items()}
+    for key, field in theirs.fields.items():  # the same parts, as transformers reads them (parts[data[i]])
+        ours = plain.fields[key]
+        assert (ours.offset, ours.data, ours.types) == (field.offset, field.data, field.types), key
+        assert [(p.dtype, p.tolist()) for p in ours.parts] == [(p.dtype, p.tolist()) for p in field.parts], key
     original = gguf.GGUFReader
     with pytest.raises(RuntimeError), ggufload.plain_reader_for_transformers():
         from gguf import GGUFReader  # what transformers does at its call
