@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils.runtime import llamacpp
@@ -88,47 +89,69 @@ def _tail(text: str, lines: int = 1) -> str:
     return " | ".join(kept[-lines:]) if kept else "(no output)"
 
 
-def run_converter(converter: Converter, script: str, args: list[str], fields: dict | None = None) -> str | None:
-    """Run one of llama.cpp's converters through the stop-token hook; None when it succeeded, else its last line."""
-    cmd = [sys.executable, "-m", "nbutils.export.gguf", json.dumps(fields or {}), str(converter.root / script), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if proc.returncode == 0:
-        return None
-    return _tail(proc.stderr or proc.stdout)
+@dataclass
+class Job:
+    """One run of a llama.cpp converter: its script (CONVERTER or LORA_CONVERTER), the arguments before
+    `--outfile`, the file it writes and the stop fields the writer hook sets (none for a LoRA)."""
+    script: str
+    args: list[str]
+    out: Path
+    fields: dict = field(default_factory=dict)
+
+
+def model_job(merged_dir: str | Path, out_file: str | Path, outtype: str, fields: dict) -> Job:
+    """The merged model as a GGUF of `outtype`, carrying `fields` (stop_fields, add_bos)."""
+    return Job(CONVERTER, [str(merged_dir), "--outtype", outtype], Path(out_file), fields)
+
+
+def lora_job(adapter_dir: str | Path, base_dir: str | Path, out_file: str | Path, outtype: str = "f16") -> Job:
+    """The adapter alone as a GGUF LoRA for llama.cpp's `--lora` (on a GGUF of the base model)."""
+    return Job(LORA_CONVERTER, [str(adapter_dir), "--base", str(base_dir), "--outtype", outtype], Path(out_file))
+
+
+def _partial(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+def run_converters(converter: Converter, jobs: list[Job]) -> list[str | None]:
+    """Run the jobs one after another in one process (the converters import torch and transformers: seconds, paid
+    once); per job None when it wrote its file (written as `.partial`, renamed when complete), else the last line it
+    printed. No partial file stays."""
+    spec = [{"script": str(converter.root / j.script), "args": [*j.args, "--outfile", str(_partial(j.out))],
+             "fields": j.fields} for j in jobs]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nbutils.export.gguf", json.dumps(spec)], capture_output=True,
+                              text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        # stderr: each job's output, then JOB_END and its outcome; a process that died ends without them
+        pieces = re.split(rf"^{re.escape(JOB_END)} (ok|failed)\n", proc.stderr, flags=re.M)
+        outcomes = dict(enumerate(zip(pieces[1::2], pieces[0::2])))
+        died = f"{_tail(pieces[-1] or proc.stdout)} (the converter process ended with exit code {proc.returncode})"
+        whys = []
+        for i, job in enumerate(jobs):
+            status, said = outcomes.get(i, ("died", ""))
+            if status == "ok":
+                os.replace(_partial(job.out), job.out)
+            said = said if said.strip() else proc.stdout  # a converter that printed its error, not logged it
+            whys.append(None if status == "ok" else died if status == "died" else _tail(said))
+        return whys
+    finally:
+        for job in jobs:
+            _partial(job.out).unlink(missing_ok=True)
 
 
 def convert(merged_dir: str | Path, out_file: str | Path, outtype: str, converter: Converter, fields: dict) -> str | None:
-    """merged folder -> out_file (written as .partial, renamed when complete); None, or why the converter refused."""
-    out_file = Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    try:
-        why = run_converter(converter, CONVERTER, [str(merged_dir), "--outfile", str(partial), "--outtype", outtype],
-                            fields)
-        if why is None:
-            os.replace(partial, out_file)
-        return why
-    finally:
-        partial.unlink(missing_ok=True)
+    """merged folder -> out_file; None, or why the converter refused."""
+    return run_converters(converter, [model_job(merged_dir, out_file, outtype, fields)])[0]
 
 
-def convert_lora(adapter_dir: str | Path, base_dir: str | Path, out_file: str | Path, converter: Converter,
-                 outtype: str = "f16") -> str | None:
-    """The adapter alone as a GGUF LoRA for llama.cpp's `--lora` (on a GGUF of the base model); None or why not."""
-    out_file = Path(out_file)
-    partial = out_file.with_name(out_file.name + ".partial")
-    try:
-        why = run_converter(converter, LORA_CONVERTER, [str(adapter_dir), "--base", str(base_dir),
-                                                        "--outfile", str(partial), "--outtype", outtype])
-        if why is None:
-            os.replace(partial, out_file)
-        return why
-    finally:
-        partial.unlink(missing_ok=True)
+# The stop fields the writer hook sets, for the job running now (one process runs a model's and a LoRA's jobs).
+_FIELDS: dict = {}
 
 
-def _hooked(fields: dict) -> None:
-    """Make the converter's writer carry `fields` over whatever it found: eos/eot/eom as tokenizer.ggml.<name>_token_id
-    (a stop field left out is removed), add_bos as tokenizer.ggml.add_bos_token."""
+def _hooked() -> None:
+    """Make the converter's writer carry the running job's fields over whatever it found: eos/eot/eom as
+    tokenizer.ggml.<name>_token_id (a stop field left out is removed), add_bos as tokenizer.ggml.add_bos_token.
+    A job without fields (a LoRA) is written as the converter has it."""
     from gguf import GGUFValueType, GGUFWriter
     from gguf.gguf_writer import GGUFValue
 
@@ -136,12 +159,12 @@ def _hooked(fields: dict) -> None:
 
     def write_header_to_file(self, *args, **kwargs):
         kv = self.kv_data[0]
-        for name in STOP_FIELDS:
+        for name in STOP_FIELDS if _FIELDS else ():
             kv.pop(f"tokenizer.ggml.{name}_token_id", None)
-            if name in fields:
-                kv[f"tokenizer.ggml.{name}_token_id"] = GGUFValue(int(fields[name]), GGUFValueType.UINT32)
-        if "add_bos" in fields:
-            kv["tokenizer.ggml.add_bos_token"] = GGUFValue(bool(fields["add_bos"]), GGUFValueType.BOOL)
+            if name in _FIELDS:
+                kv[f"tokenizer.ggml.{name}_token_id"] = GGUFValue(int(_FIELDS[name]), GGUFValueType.UINT32)
+        if "add_bos" in _FIELDS:
+            kv["tokenizer.ggml.add_bos_token"] = GGUFValue(bool(_FIELDS["add_bos"]), GGUFValueType.BOOL)
         return original(self, *args, **kwargs)
 
     GGUFWriter.write_header_to_file = write_header_to_file
@@ -167,24 +190,48 @@ def _legacy_hparams() -> None:
     ModelBase.load_hparams = staticmethod(load_hparams)
 
 
-def main(argv: list[str]) -> None:
-    """`python -m nbutils.export.gguf FIELDS_JSON SCRIPT ARGS...`: run SCRIPT as __main__ with the vendored gguf-py."""
-    import runpy
+JOB_END = "[nbutils.export.gguf] job"  # on stderr after each job's output, with "ok" or "failed"
 
-    fields, script, args = json.loads(argv[0]), Path(argv[1]), argv[2:]
-    # The script's folder and its gguf-py first, as `python convert_hf_to_gguf.py` would have them: the hook
+
+def _run_script(script: str) -> bool:
+    """Run SCRIPT as __main__; False (its error printed, as the interpreter would) when it failed."""
+    import runpy
+    import traceback
+
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code in (None, 0):
+            return True
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        return False
+    except Exception:  # whatever the converter raises is its refusal, reported by its last line
+        traceback.print_exc()
+        return False
+    return True
+
+
+def main(argv: list[str]) -> None:
+    """`python -m nbutils.export.gguf JOBS_JSON`: run each job's script as __main__, in order, with the vendored
+    gguf-py; each job's output on stderr ends with a JOB_END line."""
+    jobs = json.loads(argv[0])
+    root = Path(jobs[0]["script"]).parent
+    # The scripts' folder and its gguf-py first, as `python convert_hf_to_gguf.py` would have them: the hook
     # must patch the very gguf module the converter imports, not a pip-installed one.
-    sys.path[:0] = [str(script.parent), str(script.parent / "gguf-py")]
-    if fields:
-        _hooked(fields)
-    if (script.parent / "conversion").is_dir():
+    sys.path[:0] = [str(root), str(root / "gguf-py")]
+    _hooked()
+    if (root / "conversion").is_dir():
         _legacy_hparams()
-    sys.argv = [str(script), *args]
-    runpy.run_path(str(script), run_name="__main__")
-    # The writer has closed its file (and the GGUF is read back before it is kept): skip the interpreter's teardown,
-    # seconds of garbage collection once torch is loaded.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for job in jobs:
+        _FIELDS.clear()
+        _FIELDS.update(job["fields"])
+        sys.argv = [job["script"], *job["args"]]
+        ok = _run_script(job["script"])
+        sys.stdout.flush()
+        print(f"{JOB_END} {'ok' if ok else 'failed'}", file=sys.stderr, flush=True)
+    # The writers have closed their files (and each GGUF is read back before it is kept): skip the interpreter's
+    # teardown, seconds of garbage collection once torch is loaded.
     os._exit(0)
 
 

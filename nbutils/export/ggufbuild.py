@@ -60,25 +60,27 @@ def refused(why: str) -> str:
     return f"the converter refused this model: {why}"
 
 
-def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict) -> tuple[Path | None, str]:
-    """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note) or (None, why)."""
-    final = work / f"model-{quant_type}.gguf"
+def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict,
+             lora: gguf.Job | None) -> tuple[Path | None, str, str | None]:
+    """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note, the LoRA job's
+    refusal) or (None, why, ...). The LoRA job, if any, runs in the same converter process as the model's."""
+    final, jobs = work / f"model-{quant_type}.gguf", [lora] if lora else []
     if quant_type in gguf.CONVERTER_TYPES:
-        why = gguf.convert(merged_dir, final, quant_type, converter, fields)
-        return (None, refused(why)) if why else (final, "")
+        why, *lora_why = gguf.run_converters(converter, [gguf.model_job(merged_dir, final, quant_type, fields), *jobs])
+        return (None, refused(why), None) if why else (final, "", (lora_why or [None])[0])
     binary, note = quantize.find_quantize(converter.root), "llama-quantize found"
     if binary is None:
         print(f"[gguf] {quant_type} needs llama-quantize: building it from the pinned llama.cpp sources (minutes)", flush=True)
         binary, note = quantize.build(_sources(converter))
         if binary is None:
-            return None, note
+            return None, note, None
     f16 = work / "model-f16.gguf"
     try:
-        why = gguf.convert(merged_dir, f16, "f16", converter, fields)
+        why, *lora_why = gguf.run_converters(converter, [gguf.model_job(merged_dir, f16, "f16", fields), *jobs])
         if why:
-            return None, refused(why)
+            return None, refused(why), None
         why = quantize.quantize(binary, f16, final, quant_type)
-        return (None, f"llama-quantize failed: {why}") if why else (final, note)
+        return (None, f"llama-quantize failed: {why}", None) if why else (final, note, (lora_why or [None])[0])
     finally:
         f16.unlink(missing_ok=True)
 
@@ -90,23 +92,34 @@ def _sources(converter: gguf.Converter) -> Path:
     return converter.root if (converter.root / "CMakeLists.txt").exists() else llamacpp.converter_dir(sources=True)
 
 
-def _lora(disk: diskplan.DiskPlan, adapter_dir: Path, converter: gguf.Converter) -> dict | None:
-    """The adapter as a GGUF LoRA (f16) for llama.cpp's --lora, checked against the adapter's own matrices."""
+def _lora_job(disk: diskplan.DiskPlan, adapter_dir: Path) -> gguf.Job | None:
+    """The adapter as a GGUF LoRA (f16) for llama.cpp's --lora, where the disk plan keeps one."""
     folder = disk.path("adapter_gguf")
     if folder is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "adapter-f16.gguf"
-    why = gguf.convert_lora(adapter_dir, disk.path("merged"), out, converter)
+    return gguf.lora_job(adapter_dir, disk.path("merged"), folder / "adapter-f16.gguf")
+
+
+def _discard(job: gguf.Job | None) -> None:
+    """An adapter GGUF comes with a verified model GGUF, or not at all (both are converted in one process)."""
+    if job is not None:
+        job.out.unlink(missing_ok=True)
+
+
+def _lora(job: gguf.Job | None, why: str | None, adapter_dir: Path) -> dict | None:
+    """The converted adapter checked against the adapter's own matrices, or the converter's refusal."""
+    if job is None:
+        return None
     if why:
         print(f"[gguf] adapter as GGUF skipped: the LoRA converter refused it: {why}", flush=True)
         return {"file": None, "reason": why}
-    check = ggufcheck.lora_check(out, adapter_dir)
+    check = ggufcheck.lora_check(job.out, adapter_dir)
     if not check["ok"]:
-        out.unlink()
-        raise ggufcheck.GGUFCheckFailed(f"{out.name} does not hold the adapter's matrices: {check}")
-    print(f"[gguf] adapter as GGUF: {out} ({check['tensors']} LoRA matrices, alpha {check['alpha']})", flush=True)
-    return {"file": str(out), **check}
+        job.out.unlink()
+        raise ggufcheck.GGUFCheckFailed(f"{job.out.name} does not hold the adapter's matrices: {check}")
+    print(f"[gguf] adapter as GGUF: {job.out} ({check['tensors']} LoRA matrices, alpha {check['alpha']})", flush=True)
+    return {"file": str(job.out), **check}
 
 
 def _place(disk: diskplan.DiskPlan, made: Path, tokenizer, stops: list[int], num_ctx: int, facts: dict,
@@ -146,18 +159,21 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     if sentencepiece_beside(merged_dir, base_model):
         print(f"[gguf] {SENTENCEPIECE} copied from {base_model} into the merged model (the converter reads it)", flush=True)
     work.mkdir(parents=True, exist_ok=True)
-    made, note = _convert(merged_dir, work, quant_type, converter, {**fields, "add_bos": add_bos})
+    lora_job = _lora_job(disk, Path(adapter_dir)) if lora else None
+    made, note, lora_why = _convert(merged_dir, work, quant_type, converter, {**fields, "add_bos": add_bos}, lora_job)
     if made is None:
+        _discard(lora_job)
         return _skip(note, converter=converter.origin)
     try:
         check = ggufcheck.verify(made, merged_dir, tokenizer, stops, prompts, texts, quant_type, device, add_bos)
     except Exception:
         made.unlink(missing_ok=True)  # a GGUF that failed its check is not kept anywhere
+        _discard(lora_job)
         raise
     result = {**_place(disk, made, tokenizer, stops, num_ctx, facts, quant_type), "type": quant_type,
               "converter": converter.origin, "build": note, "stop_fields": fields, "add_bos": add_bos,
               "verification": check}
-    result["lora"] = _lora(disk, Path(adapter_dir), converter) if lora else None
+    result["lora"] = _lora(lora_job, lora_why, Path(adapter_dir))
     return result
 
 

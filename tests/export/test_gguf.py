@@ -56,12 +56,32 @@ def test_the_hook_writes_the_stop_fields_over_the_converters(fake_converter, tmp
 
 def test_a_refusal_is_one_line_and_leaves_no_file(fake_converter, tmp_path):
     out = tmp_path / "m.gguf"
-    why = gguf.run_converter(fake_converter, gguf.CONVERTER, ["refuse", "--outfile", str(out)])
+    [why] = gguf.run_converters(fake_converter, [gguf.Job(gguf.CONVERTER, ["refuse"], out)])
     assert why == "NotImplementedError: BPE pre-tokenizer was not recognized - update get_vocab_base_pre()"
     (fake_converter.root / gguf.CONVERTER).write_text(
         "import sys; open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write('half'); sys.exit('disk full')")
     assert gguf.convert(tmp_path, out, "q8_0", fake_converter, {}) == "disk full"
     assert list(tmp_path.glob("m.gguf*")) == []
+
+
+def test_jobs_share_one_process_each_with_its_own_fields_and_outcome(fake_converter, tmp_path):
+    """A model's and a LoRA's conversion run in one process (the converters' imports paid once): each job gets its
+    own stop fields (none: the converter's own), its own file and its own refusal; a process that dies says so."""
+    from gguf import GGUFReader
+
+    first, refused, second = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    jobs = [gguf.Job(gguf.CONVERTER, [], first, {"eos": 7}), gguf.Job(gguf.CONVERTER, ["refuse"], refused),
+            gguf.Job(gguf.CONVERTER, [], second)]
+    assert gguf.run_converters(fake_converter, jobs) == [None, "NotImplementedError: BPE pre-tokenizer was not "
+                                                         "recognized - update get_vocab_base_pre()", None]
+    assert GGUFReader(str(first)).fields["tokenizer.ggml.eos_token_id"].contents() == 7
+    assert GGUFReader(str(second)).fields["tokenizer.ggml.eos_token_id"].contents() == 5  # the converter's own
+    assert sorted(p.name for p in tmp_path.glob("*.gguf*")) == ["a.gguf", "c.gguf"]
+    (fake_converter.root / gguf.CONVERTER).write_text("import os; print('loading', flush=True); os._exit(9)")
+    whys = gguf.run_converters(fake_converter, [gguf.Job(gguf.CONVERTER, [], tmp_path / "d.gguf"),
+                                                gguf.Job(gguf.CONVERTER, [], tmp_path / "e.gguf")])
+    assert whys == ["loading (the converter process ended with exit code 9)"] * 2
+    assert not list(tmp_path.glob("[de].gguf*"))
 
 
 def test_converter_order_parameter_dataset_checkout_then_pinned_sdist(tmp_path, monkeypatch, fake_converter):

@@ -82,3 +82,21 @@ def test_a_refusal_says_what_to_do_where_the_cause_is_known():
     bpe = ggufbuild.refused("NotImplementedError: BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")
     assert "BPE pre-tokenizer was not recognized" in bpe and "llama_cpp_dir" in bpe
     assert ggufbuild.refused("disk full") == "the converter refused this model: disk full"
+
+
+@pytest.mark.integration
+def test_an_adapter_gguf_is_kept_only_beside_a_model_gguf(twin, tmp_path):
+    """The model's and the adapter's conversions run in one converter process: when the model's is refused, the
+    adapter's file, written, is not left alone in the output; the refusal is the result's reason."""
+    from nbutils.export import card, diskplan, gguf, ggufbuild
+
+    fake = tmp_path / "llama.cpp"
+    fake.mkdir()
+    (fake / gguf.CONVERTER).write_text("raise NotImplementedError('BPE pre-tokenizer was not recognized')")
+    (fake / gguf.LORA_CONVERTER).write_text("import sys; open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write('x')")
+    disk = diskplan.make_plan(tmp_path / "out", tmp_path / "temp", {"gguf": 2**20, "merged": 2**20, "adapter_gguf": 2**20})
+    tok = _merged(twin("mistral-v0.3"), disk.path("merged"))
+    result = ggufbuild.export(disk, "q8_0", tok, ["hi"], ["hi there"], "mistral", tmp_path, card.collect_facts(
+        tmp_path, tmp_path, tmp_path, "mistral"), llama_cpp_dir=str(fake))
+    assert result["file"] is None and "pre-tokenizer was not recognized" in result["reason"]
+    assert disk.path("adapter_gguf").is_dir() and not list(disk.path("adapter_gguf").iterdir())
