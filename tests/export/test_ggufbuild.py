@@ -100,3 +100,23 @@ def test_an_adapter_gguf_is_kept_only_beside_a_model_gguf(twin, tmp_path):
         tmp_path, tmp_path, tmp_path, "mistral"), llama_cpp_dir=str(fake))
     assert result["file"] is None and "pre-tokenizer was not recognized" in result["reason"]
     assert disk.path("adapter_gguf").is_dir() and not list(disk.path("adapter_gguf").iterdir())
+
+
+def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path):
+    """q4_k_m: the converter writes f16 (and the adapter, in the same run), llama-quantize the k-quant from it."""
+    from nbutils.export import gguf, ggufbuild, quantize
+
+    root = tmp_path / "llama.cpp"
+    (root / "build" / "bin").mkdir(parents=True)
+    writes = "import sys; open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write(sys.argv[1])"  # its input's name
+    (root / gguf.CONVERTER).write_text(writes)
+    (root / gguf.LORA_CONVERTER).write_text(writes)
+    binary = root / "build" / "bin" / quantize.BINARY
+    binary.write_text('#!/bin/sh\ncp "$1" "$2"\n')
+    binary.chmod(0o755)
+    (work := tmp_path / "work").mkdir()
+    lora = gguf.lora_job(tmp_path / "adapter", tmp_path / "merged", tmp_path / "adapter-f16.gguf")
+    made, note, why = ggufbuild._convert(tmp_path / "merged", work, "q4_k_m", gguf.Converter(root, "test"), {}, lora)
+    assert made == work / "model-q4_k_m.gguf" and made.read_text() == str(tmp_path / "merged") and why is None
+    assert lora.out.read_text() == str(tmp_path / "adapter") and note == "llama-quantize found"
+    assert sorted(p.name for p in work.iterdir()) == ["model-q4_k_m.gguf"]  # no f16, no partial
