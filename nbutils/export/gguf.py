@@ -131,8 +131,9 @@ def run_converters(converter: Converter, jobs: list[Job]) -> list[str | None]:
             status, said = outcomes.get(i, ("died", ""))
             if status == "ok":
                 os.replace(_partial(job.out), job.out)
-            said = said if said.strip() else proc.stdout  # a converter that printed its error, not logged it
-            whys.append(None if status == "ok" else died if status == "died" else _tail(said))
+                whys.append(None)
+            else:  # a converter that printed its error (not logged it) said it on stdout
+                whys.append(died if status == "died" else _tail(said if said.strip() else proc.stdout))
         return whys
     finally:
         for job in jobs:
@@ -229,7 +230,8 @@ def main(argv: list[str]) -> None:
         sys.argv = [job["script"], *job["args"]]
         ok = _run_script(job["script"])
         sys.stdout.flush()
-        print(f"{JOB_END} {'ok' if ok else 'failed'}", file=sys.stderr, flush=True)
+        # on a line of its own, even after a progress bar that ended without a newline
+        print(f"\n{JOB_END} {'ok' if ok else 'failed'}", file=sys.stderr, flush=True)
     # The writers have closed their files (and each GGUF is read back before it is kept): skip the interpreter's
     # teardown, seconds of garbage collection once torch is loaded.
     os._exit(0)

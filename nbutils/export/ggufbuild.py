@@ -60,14 +60,20 @@ def refused(why: str) -> str:
     return f"the converter refused this model: {why}"
 
 
+def _run(converter: gguf.Converter, model: gguf.Job, lora: gguf.Job | None) -> tuple[str | None, str | None]:
+    """The model's job and the LoRA's (if any) in one converter process: (the model's refusal, the LoRA's)."""
+    whys = gguf.run_converters(converter, [model, lora] if lora else [model])
+    return whys[0], whys[1] if lora else None
+
+
 def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict,
              lora: gguf.Job | None) -> tuple[Path | None, str, str | None]:
     """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note, the LoRA job's
-    refusal) or (None, why, ...). The LoRA job, if any, runs in the same converter process as the model's."""
-    final, jobs = work / f"model-{quant_type}.gguf", [lora] if lora else []
+    refusal) or (None, why, None). The LoRA job, if any, runs in the same converter process as the model's."""
+    final = work / f"model-{quant_type}.gguf"
     if quant_type in gguf.CONVERTER_TYPES:
-        why, *lora_why = gguf.run_converters(converter, [gguf.model_job(merged_dir, final, quant_type, fields), *jobs])
-        return (None, refused(why), None) if why else (final, "", (lora_why or [None])[0])
+        why, lora_why = _run(converter, gguf.model_job(merged_dir, final, quant_type, fields), lora)
+        return (None, refused(why), None) if why else (final, "", lora_why)
     binary, note = quantize.find_quantize(converter.root), "llama-quantize found"
     if binary is None:
         print(f"[gguf] {quant_type} needs llama-quantize: building it from the pinned llama.cpp sources (minutes)", flush=True)
@@ -76,11 +82,11 @@ def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Conv
             return None, note, None
     f16 = work / "model-f16.gguf"
     try:
-        why, *lora_why = gguf.run_converters(converter, [gguf.model_job(merged_dir, f16, "f16", fields), *jobs])
+        why, lora_why = _run(converter, gguf.model_job(merged_dir, f16, "f16", fields), lora)
         if why:
             return None, refused(why), None
         why = quantize.quantize(binary, f16, final, quant_type)
-        return (None, f"llama-quantize failed: {why}", None) if why else (final, note, (lora_why or [None])[0])
+        return (None, f"llama-quantize failed: {why}", None) if why else (final, note, lora_why)
     finally:
         f16.unlink(missing_ok=True)
 

@@ -36,7 +36,11 @@ class GGUFCheckFailed(RuntimeError):
 
 def read_metadata(path: str | Path) -> dict:
     """The fields the check needs: stop fields, pad, chat template, token list, architecture and file type."""
-    kv = ggufload.read_kv(path)
+    return metadata(ggufload.read_kv(path))
+
+
+def metadata(kv: dict) -> dict:
+    """read_metadata's fields from a GGUF's key-value metadata (ggufload.read_kv)."""
     return {"architecture": kv.get("general.architecture"), "file_type": kv.get("general.file_type"),
             "stops": {n: kv.get(f"tokenizer.ggml.{n}_token_id") for n in ("eos", "eot", "eom")},
             "pad": kv.get("tokenizer.ggml.padding_token_id"), "bos": kv.get("tokenizer.ggml.bos_token_id"),
@@ -136,7 +140,8 @@ def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: l
            texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None) -> dict:
     """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong."""
     gguf_file, merged_dir = Path(gguf_file), Path(merged_dir)
-    problems = metadata_problems(read_metadata(gguf_file), tokenizer, stop_ids, add_bos)
+    kv = ggufload.read_kv(gguf_file)  # read once: the metadata check and the reload's hyper-parameters
+    problems = metadata_problems(metadata(kv), tokenizer, stop_ids, add_bos)
     if problems:
         raise GGUFCheckFailed(f"{gguf_file.name}: " + "; ".join(problems))
     dtype = ggufload.compute_dtype(merged_dir, device)
@@ -144,7 +149,7 @@ def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: l
     reference = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()
-    model, how = ggufload.load(gguf_file, merged_dir, device, dtype)
+    model, how = ggufload.load(gguf_file, merged_dir, device, dtype, kv)
     got = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()

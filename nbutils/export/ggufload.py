@@ -105,7 +105,7 @@ def _transformers(folder: Path, gguf_file: str | None, device: str, dtype, confi
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map={"": device}, **kwargs).eval()
 
 
-def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
+def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None, kv: dict | None = None):
     """(model, how it was read): the GGUF's hyper-parameters checked against the merged config, then its weights
     through transformers' GGUF loader (which undoes the converter's rewrites), else by tensor name.
 
@@ -117,7 +117,8 @@ def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dty
 
     gguf_file, dtype = Path(gguf_file), dtype or compute_dtype(merged_dir, device)
     config = AutoConfig.from_pretrained(merged_dir)
-    problems = hparam_problems(read_kv(gguf_file), config)
+    kv = kv if kv is not None else read_kv(gguf_file)  # the caller's, when it has read them already
+    problems = hparam_problems(kv, config)
     if problems:
         raise GGUFLoadError(f"{gguf_file.name}: " + "; ".join(problems))
     folder, name, how = gguf_file.parent, gguf_file.name, "transformers (gguf_file)"
@@ -131,7 +132,7 @@ def load(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dty
         if "not supported" not in str(e) and "mismatched" not in str(e):
             raise
         why = "architecture not supported" if "not supported" in str(e) else "its config does not fit the weights"
-    return load_by_name(gguf_file, merged_dir, device, dtype), f"gguf-py by tensor name (transformers: {why})"
+    return load_by_name(gguf_file, merged_dir, device, dtype, kv), f"gguf-py by tensor name (transformers: {why})"
 
 
 # GGUF hyper-parameter (after "<arch>.") -> the merged config's attribute
@@ -237,7 +238,7 @@ def _gptneox_qkv(name: str, w, config):
 UNDO = {"gptneox": _gptneox_qkv}  # per GGUF architecture: the converter's tensor rewrites, reversed
 
 
-def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None):
+def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "cpu", dtype=None, kv: dict | None = None):
     """The merged model's architecture with every weight taken from the GGUF (dequantized) through gguf-py's
     tensor-name map; a missing tensor or a hyper-parameter that differs raises GGUFLoadError."""
     import torch
@@ -246,7 +247,7 @@ def load_by_name(gguf_file: str | Path, merged_dir: str | Path, device: str = "c
 
     dtype = dtype or compute_dtype(merged_dir, device)
     model = _transformers(Path(merged_dir), None, "cpu", dtype)  # the skeleton: every tensor below is replaced
-    problems = hparam_problems(read_kv(gguf_file), model.config)
+    problems = hparam_problems(kv if kv is not None else read_kv(gguf_file), model.config)
     if problems:
         raise GGUFLoadError(f"{Path(gguf_file).name}: " + "; ".join(problems))
     parsed = reader(gguf_file)

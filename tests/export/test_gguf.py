@@ -21,6 +21,7 @@ FAKE = textwrap.dedent('''
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
+    sys.stderr.write("Writing: 100%|##########| 1/1")  # a progress bar that ends without a newline, as tqdm's can
 ''')
 
 
