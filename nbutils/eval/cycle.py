@@ -16,9 +16,11 @@ import unicodedata
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
 WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
+COLUMN_GAP_RE = re.compile(r"\S {3,}\S")  # a row laid out in columns: "-y, --side-by-side    output in two columns"
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
 EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
+WORD_END_RE = re.compile(r"\S*\s*")  # the rest of a word and the spaces after it
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 LINK_RE = re.compile(r"!?\[([^\]\n]{0,200})\]\([a-z]+://[^\s)]*\)|[a-z]+://[^\s)>\]]+")  # markdown links, URLs
@@ -46,6 +48,8 @@ def early_cycle(tail: str, m: dict) -> bool:
     r = lo
     again = tail[-r:]
     lead = r - len(again.lstrip(" .,;:!?\t"))  # the end of the sentences before both copies may match too
+    if r < len(tail) and LETTER_RE.match(tail[-r - 1]) and LETTER_RE.match(again):
+        lead = len(WORD_END_RE.match(again).group())  # the words before both copies end alike: a copy starts after
     before = tail[:len(tail) - r + lead].rstrip(" ")
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
@@ -91,9 +95,11 @@ def _wrapped(text: str) -> bool:
     widest, at = max(map(width, text.split("\n"))), text.find("\n", 1)
     while 0 < at < len(text) - 1:
         before, after = _base(text, at), text[at + 1:at + 9].lstrip(" \t")[:1]
-        wide = width(text[text.rfind("\n", 0, at) + 1:at])
+        line = text[text.rfind("\n", 0, at) + 1:at]
+        wide = width(line)
         if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
-                and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest:
+                and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest \
+                and not (COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t"):
             return True
         at = text.find("\n", at + 1)
     return False

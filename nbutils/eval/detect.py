@@ -252,12 +252,13 @@ def _tokens(tail: str) -> list[str]:
     return (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
 
 
-def _soup_before(tail: str, lookback: int, m: dict) -> str | None:
+def _soup_before(tail: str, lookback: int, m: dict, whole: bool) -> str | None:
     """Soup judged where the text ended at each space within its last `lookback` characters (latest first). The last
-    word there is taken as possibly cut short, as the guard takes it at a check."""
+    word there is taken as possibly cut short, as the guard takes it at a check. whole: `tail` is the whole text."""
     spaces = [s.start() for s in SPACE_RE.finditer(tail, max(0, len(tail) - lookback))]
     for end in reversed(spaces):
-        if end and (kind := soup(_tokens(tail[:end]), tail[max(0, end - RECENT_CHARS):end], {})):
+        recent = tail[max(0, end - RECENT_CHARS):end]
+        if end and (kind := soup(_tokens(tail[:end]), recent, {}, whole and end <= RECENT_CHARS)):
             m.update(soup_chars_before_end=len(tail) - end)
             return kind
     return None
@@ -273,7 +274,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
         text = CUT_CHAR_RE.sub("", text)
     if not text.strip():
         return Verdict(True, ["empty"], m)
-    tail = text[-TAIL_CHARS:]
+    tail, whole = text[-TAIL_CHARS:], len(text) <= TAIL_CHARS  # whole: the text from its start is in view
     if "<" in tail or "[" in tail:
         tail = SPECIAL_RE.sub(" ", PARTIAL_SPECIAL_RE.sub("", tail))
     if not tail.strip() and not SPECIAL_RE.sub("", PARTIAL_SPECIAL_RE.sub("", text)).strip():
@@ -301,9 +302,9 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
         m.update(loop_period_chars=p)
     if loop:
         reasons.append(loop)
-    kind = None if loop else soup(tokens, recent, m)
+    kind = None if loop else soup(tokens, recent, m, whole and len(tail) <= RECENT_CHARS)
     if lookback and not reasons and not kind:
-        kind = _soup_before(tail, lookback, m)
+        kind = _soup_before(tail, lookback, m, whole)
     if kind and kind not in reasons:
         reasons.append(kind)
     return Verdict(bool(reasons), reasons, m)

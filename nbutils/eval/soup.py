@@ -43,6 +43,7 @@ _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr
                     "sw th tr ts tw vl wh wr zh".split())
 
 
+MESSAGE_WORDS = 16  # a catalog's message or a title seldom runs longer on one line
 WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
 # Distinctly German function words: where they are, capitals mark nouns, not soup.
 GERMAN = frozenset("der und nicht ist sind ein eine einen einem einer den dem des mit von im auf für auch sich wird "
@@ -104,13 +105,15 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
         yield dict(zip(_KEYS, (n, span, chars, other, lines, bad, function, short, german, bare)), words=words[:], line=line)
 
 
-def soup(tokens: list[str], recent: str, m: dict) -> str | None:
-    """Word soup (words without grammar) or subword soup (fragments), judged on the last 24 words, then 40."""
+def soup(tokens: list[str], recent: str, m: dict, whole: bool = False) -> str | None:
+    """Word soup (words without grammar) or subword soup (fragments), judged on the last 24 words, then 40.
+
+    whole: `recent` is the text from its start (a short generation), so its first line is whole, not cut."""
     # zip asks the scan for the 40-word counts only when the 24-word ones left it going on
     for window, c in zip(WINDOWS, _scan(tokens, WINDOWS, recent[-1:].isalnum())):
         if window > WINDOWS[0] and c["n"] <= WINDOWS[0]:
             return None  # no more words than the first window judged
-        if kind := _judge(c, tokens, recent, m, wide=window > WINDOWS[0]):
+        if kind := _judge(c, tokens, recent, m, wide=window > WINDOWS[0], whole=whole):
             return kind
         if not _signs(m):
             return None  # the 40 words are read only where the last 24 show a sign of soup: the guard's cost
@@ -123,7 +126,7 @@ def _signs(m: dict) -> bool:
                 or m.get("short_share", 0) >= 0.25)
 
 
-def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False) -> str | None:
+def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False, whole: bool = False) -> str | None:
     """The verdict on one window's counts (see _kind), with the signs read off the raw text added."""
     n, span, chars, other, function, short, bad, words = (c[k] for k in ("n", "span", "chars", "other", "function",
                                                                           "short", "bad", "words"))
@@ -149,18 +152,27 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False)
              bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
     if other >= 0.25 * span or c["lines"] >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
-    if c["lines"] >= 2 and _listed(recent[-chars:]):
-        return None  # `pip install x` line after line: a list of commands opens its lines alike
+    lines = recent[-chars:].split("\n")
+    views = [lines[1:], lines] if whole and chars >= len(recent) else [lines[1:]]  # the first line may be cut
+    if c["lines"] >= 2 and any(_listed(v) or _messages(v) for v in views):
+        return None  # `pip install x` line after line, a catalog's messages: lines, not words run together
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
     return _kind(n, span, other, function, short, bad, bare, caps, snake, words)
 
 
-def _listed(text: str) -> bool:
+def _listed(lines: list[str]) -> bool:
     """Lines most of which open with a word that opens another line too (`pip`, `python`): a list of commands or
     options, whatever its words. Soup runs on without line breaks."""
-    firsts = [line.split(None, 1)[0] for line in text.split("\n")[1:] if line.strip()]  # the first may be cut
+    firsts = [line.split(None, 1)[0] for line in lines if line.strip()]
     return len(firsts) >= 2 and sum(firsts.count(f) >= 2 for f in firsts) >= 0.6 * len(firsts)
+
+
+def _messages(lines: list[str]) -> bool:
+    """Two lines or more, each opening with a capital and at most MESSAGE_WORDS words: a catalog's messages, titles,
+    menu entries, in whatever language (a dialect's function words are in no list). Soup runs on without line breaks."""
+    lines = [line.strip() for line in lines if line.strip()]
+    return len(lines) >= 2 and all(line[:1].isupper() and len(line.split()) <= MESSAGE_WORDS for line in lines)
 
 
 def _fragment_line(c: dict) -> bool:

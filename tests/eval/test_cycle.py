@@ -142,3 +142,26 @@ def test_two_space_code_said_again_cut_after_a_number_and_a_stop_is_not_prose():
     text = ("Scale the values first, then keep the rows that are finite, as the example shows::\n\n" + block +
             " 0.3, 1.])\n  result[~mask] = 0\n\nWithout the copy the inputs change in place, so that::\n\n" + block)
     assert not detect(text).degenerate
+
+
+def test_a_cycle_whose_copies_follow_words_that_end_alike_is_a_loop_wherever_it_is_cut():
+    """The words before the first copy and before the second may end in the same letters ("school", "pool"): the part
+    said again then starts inside a word, and the copy itself starts after it, at a capital."""
+    unit = ("Its pupils learn to read and write in the morning and go home when the bell rings at noon. "
+            "Every day they walk back along the road past the orchard and the mill to the old pool ")
+    text = "Notes on the village school " + unit + unit
+    second = len(text) - len(unit)
+    for end in range(second + 110, len(text) - 1, 7):
+        assert "loop" in detect(text[:end]).reasons, end - second
+
+
+def test_a_cycle_of_catalog_lines_with_a_row_in_columns_is_a_loop_before_its_second_copy():
+    """A row laid out in columns ("-y, --side-by-side    output in two columns") ends a message, it was not wrapped:
+    a wrapped column goes on indented under itself, and the next line at the margin is the next message."""
+    unit = ("%s and %s differ: byte %s, line %s\n-y, --side-by-side            output in two columns side by side\n"
+            "file list of package %s holds an empty file name\n")
+    head = "Messages of the tool, as the catalog lists them:\n"
+    for k in range(100, len(unit), 5):  # 100 characters said again
+        assert "loop" in detect(head + unit + unit[:k]).reasons, k
+    wrapped = "-y, --side-by-side            output in two columns side by\n                              side\n"
+    assert not detect(head + wrapped + "Usage: diff [option]... files\n" + wrapped).degenerate

@@ -153,3 +153,19 @@ def test_word_soup_is_found_wherever_its_last_64_characters_are_cut_post_hoc():
     assert not all(v.degenerate for v in ends)  # the end alone misses some cuts: the look back is what finds them
     looked_back = detect(SPRINKLED_SOUP[:len(SPRINKLED_SOUP) - next(k for k, v in enumerate(ends) if not v.degenerate)])
     assert looked_back.metrics["soup_chars_before_end"] > 0
+
+
+def test_a_catalogs_messages_in_a_dialect_are_lines_not_soup_and_soup_after_them_is_found():
+    """Short lines that open with a capital, or with the same words, are messages (a dialect's function words are in no
+    list; its "a" before a vowel is no English article); at the text's start its first line is whole. Soup that runs
+    on past MESSAGE_WORDS on a line of its own is still soup."""
+    messages = ("Ducj i tascj a abilitin Maiusc\n\nIl tast Ctrl a abilite BlocNum\n\nUn tast Alt a inviie Maiusc adun\n\n"
+                "Braille (cun virgulis)\n\nIl tast Maiusc a impie BlocMaiusc\n\nDucj i doi tascj a abilitin Ctrl\n\n"
+                "Il tast Maiusc a impie il grup sucessif\n")
+    two = ("Dji n'a savou drovi l'fitchî timporaire tot lijhant l'imådje XBM\n\n"
+           "Dji n'a savou scrire dins l'fitchî timporaire tot tcherdjant l'imådje")
+    for text in (messages, two):
+        assert not [k for k in range(20, len(text) + 1, 3) if detect(text[:k]).degenerate], text
+    soup = ("apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog silver tiger "
+            "lamp garden rocket velvet")
+    assert "word-soup" in detect(messages + "\n" + soup).reasons and len(soup.split()) > S.MESSAGE_WORDS
