@@ -112,7 +112,7 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out_dir, max_shard_size=max_shard_size)
-    tokenizer.save_pretrained(out_dir)  # writes the chat template with it
+    chatformat.save_tokenizer(tokenizer, out_dir)  # writes the chat template with it
     del merged, model, base
     gc.collect()
     return reference

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from nbutils.chain import MARKERS
+from nbutils.data import chatformat
 from nbutils.train import checksums, diskspace, faultpoints, runsettings
 from nbutils.train.modeling import load_base, unwrap
 
@@ -95,7 +96,7 @@ def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: di
     try:
         unwrap(model).save_pretrained(tmp)
         faultpoints.point("final_save")
-        tokenizer.save_pretrained(tmp)
+        chatformat.save_tokenizer(tokenizer, tmp)
         (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str))
         if trainer_state is not None:
             (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, default=str))

@@ -173,3 +173,20 @@ def test_the_plan_shows_the_attention_the_model_loads_with(twin):
     assert modeling.choose_attention(load_config(twin("gemma-2"))) == "eager"  # 02's plan prints this row
     assert modeling.choose_attention(load_config(twin("qwen3"))) == "sdpa"
     assert modeling.choose_attention(load_config(twin("qwen3")), "eager") == "eager"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_saved_tokenizer_lists_its_added_tokens_and_loads_back_the_same(twin, name, tmp_path):
+    """save_tokenizer writes `added_tokens_decoder` as the hub's files carry it (transformers 5 leaves it out and then
+    parses all of tokenizer.json at each load to find them): what loads back is the same tokenizer, token for token."""
+    tok = _tok(twin, name)
+    chatformat.save_tokenizer(tok, tmp_path / "saved")
+    listed = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert {int(i): t["content"] for i, t in listed.items()} == {i: t.content for i, t in tok.added_tokens_decoder.items()}
+    tok.save_pretrained(tmp_path / "plain")  # the same tokenizer as transformers saves it
+    back, plain = (AutoTokenizer.from_pretrained(tmp_path / d) for d in ("saved", "plain"))
+    assert back.get_vocab() == plain.get_vocab() and back.added_tokens_decoder == plain.added_tokens_decoder
+    assert (back.pad_token, back.eos_token, back.bos_token) == (plain.pad_token, plain.eos_token, plain.bos_token)
+    text = back.apply_chat_template(CONVS[2], tokenize=False) + "ünïcode 12 <|eot_id|><end_of_turn><|im_end|>"
+    assert text == plain.apply_chat_template(CONVS[2], tokenize=False) + text[text.index("ünïcode"):]
+    assert back(text)["input_ids"] == plain(text)["input_ids"]

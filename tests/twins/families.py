@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbutils.data import chatformat
 from tests.twins import realvocab, templates
 
 HERE = Path(__file__).parent
@@ -216,7 +217,7 @@ def build(name: str, dest: Path) -> Path:
     model = build_model(fam, tok)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)
-    tok.save_pretrained(dest)
+    chatformat.save_tokenizer(tok, dest)  # the added tokens listed in tokenizer_config.json, as the hub's files do
     cfg_path = dest / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = fam.tokenizer_class
