@@ -28,14 +28,14 @@ FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters b
 
 
 def early_cycle(tail: str, m: dict) -> bool:
-    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
-    word before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle
-    between them. A sentence starts the part said again, or starts in it (a catalog says "the red/green/blue
-    component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences
-    again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation), one frame
-    before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A program's
-    output is one short line said a few times (the loop rules know code blocks); lines of prose said again inside a
-    code block are a loop as anywhere."""
+    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for word
+    before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle between them.
+    A sentence (or a script: a catalog's next message) starts the part said again, or starts in it (a catalog says "the
+    red/green/blue component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom
+    says sentences again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation),
+    one frame before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A
+    program's output is one short line said a few times (the loop rules know code blocks); lines of prose said again
+    inside a code block are a loop as anywhere."""
     q = _said_before(tail)  # how far back the ending was said before
     short = q < EARLY_CYCLE_CHARS
     need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
@@ -54,7 +54,8 @@ def early_cycle(tail: str, m: dict) -> bool:
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
     starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
-              or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS))
+              or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS)
+              or _script(first) != _script(next((c for c in reversed(before[-8:]) if c.isalpha()), first)))
     prose = RUN_RE.sub("", LINK_RE.sub(r"\1", again))  # a ruler line or an address is neither prose nor not
     if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
             or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
@@ -70,6 +71,11 @@ def early_cycle(tail: str, m: dict) -> bool:
         return False  # code, which repeats its lines and blocks
     m.update(cycle_chars=q, cycle_said_again=r)
     return True
+
+
+def _script(letter: str) -> str:
+    """The script a letter is written in, as Unicode names it (LATIN, DEVANAGARI, CJK, CYRILLIC ...)."""
+    return unicodedata.name(letter, "?").split(" ", 1)[0]
 
 
 def _framed(tail: str, r: int, q: int) -> bool:

@@ -165,3 +165,14 @@ def test_a_cycle_of_catalog_lines_with_a_row_in_columns_is_a_loop_before_its_sec
         assert "loop" in detect(head + unit + unit[:k]).reasons, k
     wrapped = "-y, --side-by-side            output in two columns side by\n                              side\n"
     assert not detect(head + wrapped + "Usage: diff [option]... files\n" + wrapped).degenerate
+
+
+def test_a_cycle_of_messages_in_two_scripts_is_a_loop_where_the_script_changes():
+    """Catalog messages have no stops and may open in lowercase (Vietnamese) or in a script without capitals
+    (Devanagari): where the script changes between two words, a new message starts, and the cycle is judged there."""
+    unit = ("không thể mở tập tin tạm để ghi dữ liệu mới vào bộ nhớ đệm của chương trình "
+            "फ़ाइल को पढ़ने में असफल रहा क्योंकि इसकी अनुमति नहीं है ")
+    text = "Các thông báo của công cụ, như danh mục liệt kê chúng: " + unit + unit
+    second = len(text) - len(unit)
+    for end in range(second + 100, len(text) - 1, 6):
+        assert "loop" in detect(text[:end]).reasons, end - second
