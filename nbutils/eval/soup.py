@@ -43,6 +43,7 @@ _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr
                     "sw th tr ts tw vl wh wr zh".split())
 
 
+OPTION_RE = re.compile(r"\s--?[A-Za-z]")  # a command line's option: pip install -U x, apt-get install -y x, --help
 MESSAGE_WORDS = 16  # a catalog's message or a title seldom runs longer on one line
 WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
 # Distinctly German function words: where they are, capitals mark nouns, not soup.
@@ -162,10 +163,12 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
 
 
 def _listed(lines: list[str]) -> bool:
-    """Lines most of which open with a word that opens another line too (`pip`, `python`): a list of commands or
-    options, whatever its words. Soup runs on without line breaks."""
-    firsts = [line.split(None, 1)[0] for line in lines if line.strip()]
-    return len(firsts) >= 2 and sum(firsts.count(f) >= 2 for f in firsts) >= 0.6 * len(firsts)
+    """Lines most of which open with a word that opens another line too (`pip`, `python`) or pass an option (`-y`,
+    `--help`): a list of commands or options, whatever its words. Soup runs on without line breaks."""
+    lines = [line for line in lines if line.strip()]
+    firsts = [line.split(None, 1)[0] for line in lines]
+    return len(lines) >= 2 and sum(firsts.count(f) >= 2 or OPTION_RE.search(line) is not None
+                                   for f, line in zip(firsts, lines)) >= 0.6 * len(lines)
 
 
 def _messages(lines: list[str]) -> bool:

@@ -169,3 +169,14 @@ def test_a_catalogs_messages_in_a_dialect_are_lines_not_soup_and_soup_after_them
     soup = ("apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog silver tiger "
             "lamp garden rocket velvet")
     assert "word-soup" in detect(messages + "\n" + soup).reasons and len(soup.split()) > S.MESSAGE_WORDS
+
+
+def test_a_list_of_mixed_commands_that_pass_options_is_a_list_not_soup():
+    """`sudo apt-get install -y x`, `pip uninstall -y y`, `python -m pip install -U z`: lines that open with different
+    commands but pass options are a list, at every prefix; soup passes no options."""
+    commands = ("sudo apt-get install -y libgl1 ninja-build zlib1g-dev\npip uninstall -y cycler kiwisolver\n"
+                "python -m pip install -U soupsieve beautifulsoup4\nsudo apt-get install -y libc6 zip unzip\n"
+                "pip install -U tqdm rich\npython -m build --wheel\nconda install -y numpy scipy\n"
+                "pip uninstall -y isort\npython -m pip install -U regex packaging\nnpm install -g yarn\n")
+    flagged = [k for k in range(20, len(commands) + 1, 3) if detect(commands[:k]).degenerate]
+    assert not flagged, (flagged[0], detect(commands[:flagged[0]]).reasons)
