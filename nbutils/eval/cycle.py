@@ -20,7 +20,7 @@ COLUMN_GAP_RE = re.compile(r"\S {3,}\S")  # a row laid out in columns: "-y, --si
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
 EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
-WORD_END_RE = re.compile(r"\S*\s*")  # the rest of a word and the spaces after it
+WORD_END_RE = re.compile(r"\S*\s+(?=\S)")  # the rest of a word and the spaces before the next (none in CJK text)
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 LINK_RE = re.compile(r"!?\[([^\]\n]{0,200})\]\([a-z]+://[^\s)]*\)|[a-z]+://[^\s)>\]]+")  # markdown links, URLs
@@ -48,14 +48,14 @@ def early_cycle(tail: str, m: dict) -> bool:
     r = lo
     again = tail[-r:]
     lead = r - len(again.lstrip(" .,;:!?\t"))  # the end of the sentences before both copies may match too
-    if r < len(tail) and LETTER_RE.match(tail[-r - 1]) and LETTER_RE.match(again):
-        lead = len(WORD_END_RE.match(again).group())  # the words before both copies end alike: a copy starts after
+    if r < len(tail) and LETTER_RE.match(tail[-r - 1]) and LETTER_RE.match(again) and (end := WORD_END_RE.match(again)):
+        lead = end.end()  # the words before both copies end alike: a copy starts at the next word
     before = tail[:len(tail) - r + lead].rstrip(" ")
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
     starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
               or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS)
-              or _script(first) != _script(next((c for c in reversed(before[-8:]) if c.isalpha()), first)))
+              or _script_changes(before, first))
     prose = RUN_RE.sub("", LINK_RE.sub(r"\1", again))  # a ruler line or an address is neither prose nor not
     if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
             or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
@@ -73,9 +73,11 @@ def early_cycle(tail: str, m: dict) -> bool:
     return True
 
 
-def _script(letter: str) -> str:
-    """The script a letter is written in, as Unicode names it (LATIN, DEVANAGARI, CJK, CYRILLIC ...)."""
-    return unicodedata.name(letter, "?").split(" ", 1)[0]
+def _script_changes(before: str, first: str) -> bool:
+    """Is the letter `first` in another script than the last letter of `before` (as Unicode names them: LATIN,
+    DEVANAGARI, CJK ...)? A catalog's next message, which opens in lowercase or in a script without capitals."""
+    last = next((c for c in reversed(before[-8:]) if c.isalpha()), first)
+    return unicodedata.name(first, "?").split(" ", 1)[0] != unicodedata.name(last, "?").split(" ", 1)[0]
 
 
 def _framed(tail: str, r: int, q: int) -> bool:

@@ -153,10 +153,10 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
              bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
     if other >= 0.25 * span or c["lines"] >= n / 4 or sum(not w.isascii() for w in words) > 0.1 * n:
         return None  # code, tables, lists (few function words by nature); languages written with diacritics
-    lines = recent[-chars:].split("\n")
-    views = [lines[1:], lines] if whole and chars >= len(recent) else [lines[1:]]  # the first line may be cut
-    if c["lines"] >= 2 and any(_listed(v) or _messages(v) for v in views):
-        return None  # `pip install x` line after line, a catalog's messages: lines, not words run together
+    if c["lines"] >= 2:  # `pip install x` line after line, a catalog's messages: lines, not words run together
+        lines = recent[-chars:].split("\n")
+        if any(_listed(v) or _messages(v) for v in ([lines[1:], lines] if whole and chars >= len(recent) else [lines[1:]])):
+            return None  # (the first line may be cut, unless the text's start is in view)
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
     return _kind(n, span, other, function, short, bad, bare, caps, snake, words)

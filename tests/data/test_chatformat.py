@@ -187,6 +187,7 @@ def test_a_saved_tokenizer_lists_its_added_tokens_and_loads_back_the_same(twin, 
     back, plain = (AutoTokenizer.from_pretrained(tmp_path / d) for d in ("saved", "plain"))
     assert back.get_vocab() == plain.get_vocab() and back.added_tokens_decoder == plain.added_tokens_decoder
     assert (back.pad_token, back.eos_token, back.bos_token) == (plain.pad_token, plain.eos_token, plain.bos_token)
-    text = back.apply_chat_template(CONVS[2], tokenize=False) + "ünïcode 12 <|eot_id|><end_of_turn><|im_end|>"
-    assert text == plain.apply_chat_template(CONVS[2], tokenize=False) + text[text.index("ünïcode"):]
+    rendered = back.apply_chat_template(CONVS[2], tokenize=False)
+    assert rendered == plain.apply_chat_template(CONVS[2], tokenize=False)
+    text = rendered + "ünïcode 12 <|eot_id|><end_of_turn><|im_end|>"
     assert back(text)["input_ids"] == plain(text)["input_ids"]

@@ -144,15 +144,22 @@ def test_two_space_code_said_again_cut_after_a_number_and_a_stop_is_not_prose():
     assert not detect(text).degenerate
 
 
+def _a_loop_wherever_cut(head: str, unit: str, said: int, step: int) -> None:
+    """head + unit + unit cut every `step` characters once `said` characters of the second copy are written: a loop."""
+    for k in range(said, len(unit) - 1, step):
+        assert "loop" in detect(head + unit + unit[:k]).reasons, k
+
+
 def test_a_cycle_whose_copies_follow_words_that_end_alike_is_a_loop_wherever_it_is_cut():
     """The words before the first copy and before the second may end in the same letters ("school", "pool"): the part
-    said again then starts inside a word, and the copy itself starts after it, at a capital."""
+    said again then starts inside a word, and the copy itself starts after it, at a capital. Text without spaces
+    (Chinese) has no word to skip: a catalog's "red / green component ..." pair stays healthy."""
     unit = ("Its pupils learn to read and write in the morning and go home when the bell rings at noon. "
             "Every day they walk back along the road past the orchard and the mill to the old pool ")
-    text = "Notes on the village school " + unit + unit
-    second = len(text) - len(unit)
-    for end in range(second + 110, len(text) - 1, 7):
-        assert "loop" in detect(text[:end]).reasons, end - second
+    _a_loop_wherever_cut("Notes on the village school ", unit, 110, 7)
+    red = ("红色分量的默认亮度变化表示为一个数值其中零表示没有变化小于零的数值表示亮度减少而大于零的数值表示亮度增加"
+           "这个数值会在每次重新绘制窗口的时候应用到整个画面上面并且会一直保留到用户在设置对话框里面把它重新改回原来的默认数值为止")
+    assert not detect("窗口外观设置的说明如下所示\n\n" + red + "\n\n" + red.replace("红", "绿")).degenerate
 
 
 def test_a_cycle_of_catalog_lines_with_a_row_in_columns_is_a_loop_before_its_second_copy():
@@ -161,8 +168,7 @@ def test_a_cycle_of_catalog_lines_with_a_row_in_columns_is_a_loop_before_its_sec
     unit = ("%s and %s differ: byte %s, line %s\n-y, --side-by-side            output in two columns side by side\n"
             "file list of package %s holds an empty file name\n")
     head = "Messages of the tool, as the catalog lists them:\n"
-    for k in range(100, len(unit), 5):  # 100 characters said again
-        assert "loop" in detect(head + unit + unit[:k]).reasons, k
+    _a_loop_wherever_cut(head, unit, 100, 5)  # from 100 characters said again
     wrapped = "-y, --side-by-side            output in two columns side by\n                              side\n"
     assert not detect(head + wrapped + "Usage: diff [option]... files\n" + wrapped).degenerate
 
@@ -172,7 +178,4 @@ def test_a_cycle_of_messages_in_two_scripts_is_a_loop_where_the_script_changes()
     (Devanagari): where the script changes between two words, a new message starts, and the cycle is judged there."""
     unit = ("không thể mở tập tin tạm để ghi dữ liệu mới vào bộ nhớ đệm của chương trình "
             "फ़ाइल को पढ़ने में असफल रहा क्योंकि इसकी अनुमति नहीं है ")
-    text = "Các thông báo của công cụ, như danh mục liệt kê chúng: " + unit + unit
-    second = len(text) - len(unit)
-    for end in range(second + 100, len(text) - 1, 6):
-        assert "loop" in detect(text[:end]).reasons, end - second
+    _a_loop_wherever_cut("Các thông báo của công cụ, như danh mục liệt kê chúng: ", unit, 100, 6)
