@@ -79,13 +79,16 @@ def measure(model_path: str, method: str, batch: int, prompt: int, answer: int, 
     return {"method": method, "batch": batch, "seq": seq, "plan_gb": estimate, "peak_gb": peak, "fits": True}
 
 
-def sweep(model_path: str, setup, spawned_all) -> list[dict]:
-    """measure() for every method and batch of the setup, each in a fresh process (`spawned_all` runs them); per
-    method, the rows up to its first batch that runs out of memory."""
-    tasks = [(model_path, method, batch, setup.preference_prompt, setup.preference_answer, setup.precision, 2)
-             for method, batches in setup.preference for batch in batches]
+def tasks(model_path: str, setup) -> list[tuple]:
+    """measure()'s arguments for every method and batch of the setup (each runs in a fresh process)."""
+    return [(model_path, method, batch, setup.preference_prompt, setup.preference_answer, setup.precision, 2)
+            for method, batches in setup.preference for batch in batches]
+
+
+def kept(measured: list[dict]) -> list[dict]:
+    """Per method, the rows up to its first batch that runs out of memory."""
     out, full = [], set()
-    for r in spawned_all(measure, tasks):
+    for r in measured:
         if r["method"] not in full:
             out.append(r)
         if not r["fits"]:

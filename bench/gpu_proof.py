@@ -4,18 +4,18 @@ On a CUDA machine, for Llama-3.2-1B and Qwen2.5-1.5B (their published configs wi
 bench/real_models.py, and random weights at the real size): fp16 only (a T4 has no real bf16) and the GPU memory
 capped at 15 GB (torch.cuda.set_per_process_memory_fraction), it measures
 - tokens/s of the plain transformers + peft recipe, of the suite, and of the suite with liger-kernel
-  (bench/throughput_bench.py's side-by-side runs);
+  (bench/throughput_bench.py's side-by-side runs), for the first model;
 - the memory plan against the measured peak at each batch size, and the largest batch that fits 15 GB, measured
   (batches doubled until one runs out of memory) beside the plan's;
 - the time plan from 02's calibration against the actual time of the same run (01's data, 02's recipe).
-Rows go to bench/results/gpu-<device>.json. Without CUDA it says what it needs and exits 0. The tests run the same
+The memory measurements of every model run first, side by side (a process's peak is its own); the timed ones after,
+alone. Rows go to bench/results/gpu-<device>.json. Without CUDA it says what it needs and exits 0. The tests run the same
 code on the CPU with the CUDA-only settings off (fp32, no cap, no liger) on a shrunk twin (CPU_SETUP).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import sys
@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import machine, real_models
+from bench import gpu_spawn, machine, real_models
 
 NEEDS = ("make gpu-proof needs a CUDA GPU (torch.cuda.is_available() is False here): run it on a machine with one "
          "(about 10 minutes on an H100; packages it lacks install from wheels: docs/planning.md). "
@@ -47,6 +47,7 @@ class Setup:
     preference_prompt: int = 512  # tokens of a prompt; DPO adds an answer of preference_answer tokens a side,
     preference_answer: int = 512  # GRPO generates that many
     preference_models: int = 1  # the first this many models get the preference rows
+    throughput_models: int = 1  # and the tokens/s rows (their ratios are the point; each model costs minutes)
     minutes: float = 7.0  # stages not started by then are recorded as skipped: the run ends within 10 minutes
     stages: tuple[str, ...] = ()  # only these stages (STAGES); empty: all of them
 
@@ -57,38 +58,8 @@ CPU_SETUP = Setup(False, "fp32", None, False, ("llama-3.2-1b-instruct",), (1, 2)
                   (("dpo", (1,)), ("grpo", (4,))), 16, 16)
 
 
-STAGES = ("memory", "time plan", "preference memory", "tokens/s")
-
-
-def _spawned(fn, *args):
-    """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak)."""
-    return _spawned_all(fn, [args])[0]
-
-
-def _spawned_all(fn, arglists: list[tuple]) -> list:
-    """fn(*args) for each args, each in a fresh process, as many at once as the GPU holds under the cap (plus 1 GB
-    for each CUDA context): a process's cap and its peak (max_memory_allocated) are its own, so the batches of a
-    sweep need not wait for each other (15 GB caps: 8 at once on a 141 GB GPU, 4 on an 80 GB one). Results in the
-    order of arglists."""
-    import torch
-
-    gb = float(os.environ.get("BENCH_GPU_MEMORY_GB") or 0)
-    at_once = len(arglists)
-    if gb and torch.cuda.is_available():
-        at_once = max(1, min(at_once, int(torch.cuda.get_device_properties(0).total_memory / 2**30 // (gb + 1))))
-    with _context(torch.cuda.is_available()).Pool(at_once) as pool:
-        return pool.starmap(fn, arglists, chunksize=1)
-
-
-def _context(cuda: bool):
-    """spawn on a GPU (each process's own CUDA context, memory cap and peak). On the CPU nothing is capped or
-    measured per process, so the processes fork from a server that imported torch, transformers and peft once
-    (seconds each) and has run nothing: no CUDA context, no thread pool to inherit."""
-    if cuda:
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "transformers", "peft"])
-    return ctx
+STAGES = ("memory", "preference memory", "time plan", "tokens/s")
+TOGETHER = ("memory", "preference memory")  # peaks: a process's own, so these run side by side; the timed ones alone
 
 
 def model_folder(name: str, dest: Path, setup: Setup) -> Path:
@@ -107,12 +78,10 @@ def prepared(model: Path, dest: Path, setup: Setup) -> Path:
     return dest
 
 
-def _sweep(model: str, setup: Setup) -> list[dict]:
-    """The memory plan and the measured peak at each batch of setup.sweep (rows of setup.seq tokens), each batch in
-    a fresh process (a model loaded before, in the same process, stays partly alive and would count in the next
-    peak); the rows up to the first batch that runs out of memory (under the cap)."""
+def _until_full(measured: list[dict]) -> list[dict]:
+    """The sweep's rows up to its first batch that runs out of memory (under the cap)."""
     out = []
-    for r in _spawned_all(_one_batch, [(model, batch, setup) for batch in setup.sweep]):
+    for r in measured:
         out.append(r)
         if not r["fits"]:
             break
@@ -236,17 +205,53 @@ def rows_for(name: str, sweep: list[dict], timing: dict | None, memory_gb: float
     return memory_rows(name, sweep, memory_gb) + time_rows(name, timing)
 
 
-def _stages(name: str, model: Path, data: Path, out: Path, setup: Setup, first: bool) -> dict:
-    """The measurements of one model, in the order they matter (the first ones run if time runs short)."""
+def _memory_together(built: dict[str, tuple[Path, Path]], setup: Setup, wanted: tuple[str, ...]) -> list[dict]:
+    """Every memory measurement of every model, in one pool of fresh processes: the SFT sweep (each batch of
+    setup.sweep, rows of setup.seq tokens) and 05's DPO/GRPO for the first setup.preference_models. A model loaded
+    earlier in a process stays partly alive and would count in the next peak, hence a process each."""
     from bench import gpu_preference
 
-    stages = {"memory": lambda: memory_rows(name, _sweep(str(model), setup), setup.memory_gb),
-              "time plan": lambda: time_rows(name, _spawned(_timed_run, str(data), str(out), setup))}
-    if setup.preference and first:
-        stages["preference memory"] = lambda: gpu_preference.rows_for(
-            name, gpu_preference.sweep(str(model), setup, _spawned_all), setup.memory_gb)
-    stages["tokens/s"] = lambda: _throughput(model, setup)
-    return {k: stages[k] for k in setup.stages if k in stages} if setup.stages else stages  # --stages' order
+    jobs = []  # (model, stage, tasks)
+    for i, (name, (model, _)) in enumerate(built.items()):
+        if "memory" in wanted:
+            jobs.append((name, "memory", [(_one_batch, (str(model), batch, setup)) for batch in setup.sweep]))
+        if "preference memory" in wanted and setup.preference and i < setup.preference_models:
+            jobs.append((name, "preference memory",
+                         [(gpu_preference.measure, t) for t in gpu_preference.tasks(str(model), setup)]))
+    results, rows = iter(gpu_spawn.tasks([t for _, _, tasks in jobs for t in tasks])), []
+    for name, stage, tasks in jobs:
+        got = [next(results) for _ in tasks]
+        failed = next((r for r in got if isinstance(r, gpu_spawn.Failed)), None)
+        if failed:
+            rows.append(_failed_row(name, stage, failed.error))
+        elif stage == "memory":
+            rows += memory_rows(name, _until_full(got), setup.memory_gb)
+        else:
+            rows += gpu_preference.rows_for(name, gpu_preference.kept(got), setup.memory_gb)
+    return rows
+
+
+def _stages(built: dict[str, tuple[Path, Path]], work: Path, setup: Setup) -> list[tuple[str, str, object]]:
+    """(model, stage, measure) in the order they run: the memory stages of every model first, side by side; then
+    each model's timed stages alone, in --stages' order (time plan, then tokens/s for the first
+    setup.throughput_models), the first model's before the next one's: what runs out of time is the least needed."""
+    wanted = setup.stages or STAGES
+    together = tuple(s for s in wanted if s in TOGETHER)
+    out = [("every model", ", ".join(together), lambda: _memory_together(built, setup, together))] if together else []
+    for i, (name, (model, data)) in enumerate(built.items()):
+        timed = {"time plan": lambda n=name, d=data: time_rows(n, _ran(gpu_spawn.one(_timed_run, str(d),
+                                                                                     str(work / f"{n}-run"), setup)))}
+        if i < setup.throughput_models:
+            timed["tokens/s"] = lambda m=model: _throughput(m, setup)
+        out += [(name, stage, timed[stage]) for stage in wanted if stage in timed]
+    return out
+
+
+def _ran(result):
+    """A spawned measurement's result, or its failure raised here (it becomes the stage's row)."""
+    if isinstance(result, gpu_spawn.Failed):
+        raise RuntimeError(result.error)
+    return result
 
 
 def run(setup: Setup = GPU_SETUP, saved=None) -> list[dict]:
@@ -255,29 +260,27 @@ def run(setup: Setup = GPU_SETUP, saved=None) -> list[dict]:
     recorded as skipped. `saved(rows)` is called after every stage (partial results survive a killed run)."""
     if setup.memory_gb:
         os.environ["BENCH_GPU_MEMORY_GB"] = str(setup.memory_gb)  # the spawned processes cap themselves
-    rows, deadline = [], time.monotonic() + setup.minutes * 60
+    rows, deadline, built = [], time.monotonic() + setup.minutes * 60, {}
     with tempfile.TemporaryDirectory() as d:
-        for i, name in enumerate(setup.models):
-            model = data = None
+        for name in setup.models:
             try:
                 model = model_folder(name, Path(d) / name, setup)
-                data = prepared(model, Path(d) / f"{name}-data", setup)
+                built[name] = (model, prepared(model, Path(d) / f"{name}-data", setup))
             except Exception as e:  # noqa: BLE001 - recorded as a row; the next model runs
                 rows.append(_failed(name, "model folder and 01's data", e))
+        for name, stage, measure in _stages(built, Path(d), setup):
+            t0 = time.monotonic()
+            if t0 > deadline:
+                rows.append({"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "skipped",
+                             "note": f"not started within {setup.minutes:g} minutes"})
                 continue
-            for stage, measure in _stages(name, model, data, Path(d) / f"{name}-run", setup, i < setup.preference_models).items():
-                t0 = time.monotonic()
-                if t0 > deadline:
-                    rows.append({"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "skipped",
-                                 "note": f"not started within {setup.minutes:g} minutes"})
-                    continue
-                try:
-                    rows += measure()
-                except Exception as e:  # noqa: BLE001 - recorded as a row; the next stage runs
-                    rows.append(_failed(name, stage, e))
-                print(f"[gpu-proof] {name}: {stage} took {time.monotonic() - t0:.0f} s", flush=True)
-                if saved:
-                    saved(rows)
+            try:
+                rows += measure()
+            except Exception as e:  # noqa: BLE001 - recorded as a row; the next stage runs
+                rows.append(_failed(name, stage, e))
+            print(f"[gpu-proof] {name}: {stage} took {time.monotonic() - t0:.0f} s", flush=True)
+            if saved:
+                saved(rows)
     return rows
 
 
@@ -285,8 +288,11 @@ def _failed(name: str, stage: str, error: Exception) -> dict:
     import traceback
 
     traceback.print_exception(error)
-    return {"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "failed",
-            "note": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"}
+    return _failed_row(name, stage, gpu_spawn.describe(error))
+
+
+def _failed_row(name: str, stage: str, error: str) -> dict:
+    return {"bench": "gpu_proof", "metric": f"{name}: {stage}", "value": "failed", "note": error}
 
 
 def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine.RESULTS,

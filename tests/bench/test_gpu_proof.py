@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import gpu_proof
+from bench import gpu_proof, gpu_spawn
 
 
 def test_without_cuda_it_says_what_it_needs_and_exits_0(capsys, monkeypatch):
@@ -27,20 +27,37 @@ def test_rows_and_the_result_file(tmp_path):
     assert path.name.startswith("gpu-") and saved["command"] == "make gpu-proof" and saved["rows"] == rows
 
 
-def test_stages_run_in_the_order_given(tmp_path):
+def test_memory_stages_run_first_together_then_each_models_timed_stages_in_the_order_given(tmp_path):
     from dataclasses import replace
+
+    built = {"qwen": (tmp_path, tmp_path), "llama": (tmp_path, tmp_path)}
 
     def order(stages):
         setup = replace(gpu_proof.GPU_SETUP, stages=stages)
-        return list(gpu_proof._stages("m", tmp_path, tmp_path, tmp_path, setup, first=True))
+        return [(name, stage) for name, stage, _ in gpu_proof._stages(built, tmp_path, setup)]
 
-    assert order(()) == list(gpu_proof.STAGES)  # all of them: memory first, tokens/s last
-    assert order(("tokens/s", "time plan")) == ["tokens/s", "time plan"]  # a partial run: what it names first
+    assert order(()) == [("every model", "memory, preference memory"), ("qwen", "time plan"), ("qwen", "tokens/s"),
+                         ("llama", "time plan")]  # tokens/s for the first model only (throughput_models)
+    assert order(("tokens/s", "time plan")) == [("qwen", "tokens/s"), ("qwen", "time plan"), ("llama", "time plan")]
+    assert order(("time plan", "memory")) == [("every model", "memory"), ("qwen", "time plan"), ("llama", "time plan")]
 
 
-def test_a_gpu_run_spawns_each_measurement_the_cpu_run_forks_them_from_a_preloaded_server():
-    assert gpu_proof._context(True).get_start_method() == "spawn"  # a process's CUDA context, cap and peak are its own
-    assert gpu_proof._context(False).get_start_method() == "forkserver"
+def test_a_failed_measurement_becomes_its_row_and_the_others_are_kept(monkeypatch):
+    from dataclasses import replace
+
+    def fake(tasks):  # the pool's results: batch 2 of qwen's sweep raised, llama's ran out of memory at 2
+        out = []
+        for _fn, (model, batch, _setup) in tasks:
+            fits = not (model == "llama" and batch == 2)
+            out.append(gpu_spawn.Failed("ValueError: bad") if (model, batch) == ("qwen", 2)
+                       else {"batch": batch, "plan_gb": 1.0 * batch, "peak_gb": 0.9 * batch if fits else None, "fits": fits})
+        return out
+
+    monkeypatch.setattr(gpu_spawn, "tasks", fake)
+    setup = replace(gpu_proof.GPU_SETUP, sweep=(1, 2, 4), preference=())
+    rows = gpu_proof._memory_together({"qwen": ("qwen", None), "llama": ("llama", None)}, setup, ("memory",))
+    assert rows[0] == {"bench": "gpu_proof", "metric": "qwen: memory", "value": "failed", "note": "ValueError: bad"}
+    assert [r["value"] for r in rows[1:]] == ["1.00 / 0.90", "2.00 / out of memory", 1]  # up to the first full batch
 
 
 @pytest.mark.integration
