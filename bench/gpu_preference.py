@@ -85,17 +85,6 @@ def tasks(model_path: str, setup) -> list[tuple]:
             for method, batches in setup.preference for batch in batches]
 
 
-def kept(measured: list[dict]) -> list[dict]:
-    """Per method, the rows up to its first batch that runs out of memory."""
-    out, full = [], set()
-    for r in measured:
-        if r["method"] not in full:
-            out.append(r)
-        if not r["fits"]:
-            full.add(r["method"])
-    return out
-
-
 def rows_for(name: str, measured: list[dict], memory_gb: float | None) -> list[dict]:
     """Table rows: plan / peak per method and batch, with the sequence shape."""
     cap = f"cap {memory_gb:g} GB" if memory_gb else "no cap"

@@ -79,12 +79,14 @@ def prepared(model: Path, dest: Path, setup: Setup) -> Path:
 
 
 def _until_full(measured: list[dict]) -> list[dict]:
-    """The sweep's rows up to its first batch that runs out of memory (under the cap)."""
-    out = []
+    """The rows of a sweep up to its first batch that runs out of memory (under the cap), per method where the rows
+    name one (05's DPO and GRPO sweeps side by side)."""
+    out, full = [], set()
     for r in measured:
-        out.append(r)
+        if r.get("method") not in full:
+            out.append(r)
         if not r["fits"]:
-            break
+            full.add(r.get("method"))
     return out
 
 
@@ -227,7 +229,7 @@ def _memory_together(built: dict[str, tuple[Path, Path]], setup: Setup, wanted: 
         elif stage == "memory":
             rows += memory_rows(name, _until_full(got), setup.memory_gb)
         else:
-            rows += gpu_preference.rows_for(name, gpu_preference.kept(got), setup.memory_gb)
+            rows += gpu_preference.rows_for(name, _until_full(got), setup.memory_gb)
     return rows
 
 
@@ -239,19 +241,12 @@ def _stages(built: dict[str, tuple[Path, Path]], work: Path, setup: Setup) -> li
     together = tuple(s for s in wanted if s in TOGETHER)
     out = [("every model", ", ".join(together), lambda: _memory_together(built, setup, together))] if together else []
     for i, (name, (model, data)) in enumerate(built.items()):
-        timed = {"time plan": lambda n=name, d=data: time_rows(n, _ran(gpu_spawn.one(_timed_run, str(d),
-                                                                                     str(work / f"{n}-run"), setup)))}
+        run_dir = str(work / f"{name}-run")
+        timed = {"time plan": lambda n=name, d=str(data), r=run_dir: time_rows(n, gpu_spawn.one(_timed_run, d, r, setup))}
         if i < setup.throughput_models:
             timed["tokens/s"] = lambda m=model: _throughput(m, setup)
         out += [(name, stage, timed[stage]) for stage in wanted if stage in timed]
     return out
-
-
-def _ran(result):
-    """A spawned measurement's result, or its failure raised here (it becomes the stage's row)."""
-    if isinstance(result, gpu_spawn.Failed):
-        raise RuntimeError(result.error)
-    return result
 
 
 def run(setup: Setup = GPU_SETUP, saved=None) -> list[dict]:

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 
 def one(fn, *args):
-    """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak)."""
-    return tasks([(fn, args)])[0]
+    """fn(*args) in a fresh process (its own CUDA context, the memory cap, a clean peak); its failure raised here."""
+    result = tasks([(fn, args)])[0]
+    if isinstance(result, Failed):
+        raise RuntimeError(result.error)
+    return result
 
 
 def tasks(jobs: list[tuple]) -> list:

@@ -60,6 +60,14 @@ def test_a_failed_measurement_becomes_its_row_and_the_others_are_kept(monkeypatc
     assert [r["value"] for r in rows[1:]] == ["1.00 / 0.90", "2.00 / out of memory", 1]  # up to the first full batch
 
 
+def test_each_methods_rows_end_at_its_own_first_batch_out_of_memory():
+    rows = [{"method": "dpo", "batch": 1, "fits": True}, {"method": "dpo", "batch": 4, "fits": False},
+            {"method": "dpo", "batch": 16, "fits": False}, {"method": "grpo", "batch": 8, "fits": True},
+            {"method": "grpo", "batch": 32, "fits": False}]
+    assert [(r["method"], r["batch"]) for r in gpu_proof._until_full(rows)] == [
+        ("dpo", 1), ("dpo", 4), ("grpo", 8), ("grpo", 32)]
+
+
 @pytest.mark.integration
 def test_the_cpu_setup_builds_runs_and_records(tmp_path):
     """The same code as on a GPU, CUDA-only settings off: twin of Llama-3.2-1B with its real tokenizer, the memory

@@ -1,5 +1,7 @@
 """gpu_spawn: fresh processes for make gpu-proof's measurements."""
 
+import pytest
+
 from bench import gpu_spawn
 
 
@@ -14,3 +16,12 @@ def test_a_task_that_raises_gives_its_failure_in_its_place_and_the_others_their_
     monkeypatch.setattr(gpu_spawn, "_context", lambda cuda: multiprocessing.get_context("fork"))  # no 6 s preload
     assert gpu_spawn.tasks([(int, ("7",)), (int, ("x",)), (abs, (-2,))]) == [
         7, gpu_spawn.Failed("ValueError: invalid literal for int() with base 10: 'x'"), 2]
+
+
+def test_one_raises_the_failure_of_its_process(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(gpu_spawn, "_context", lambda cuda: multiprocessing.get_context("fork"))
+    assert gpu_spawn.one(abs, -3) == 3
+    with pytest.raises(RuntimeError, match="ValueError: invalid literal"):
+        gpu_spawn.one(int, "x")
