@@ -56,6 +56,7 @@ RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 7
 OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
+COUNT_REPEATS, COUNT_CHARS = 10, 1000  # a counted template is a loop from this many items or characters (_enough)
 
 @dataclass
 class Verdict:
@@ -172,6 +173,8 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
                 exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
             if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and fenced:
                 continue  # inside a code block: a program's sample output says a line a few times
+            if not exact and _code_table(tail, unit, (run + p) / p):
+                continue
             m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
             if (copies := _line_copies(rev, run + p, p)) is not None:
                 m.update(loop_line_copies=round(copies, 2))
@@ -179,6 +182,21 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
+
+
+def _code_table(tail: str, unit: list[str], copies: float) -> bool:
+    """Counted lines of code, each indented (an enum, a codec's or a key map's table: `    _curses.KEY_F21: 'kf21',`):
+    what source files hold, however long. A counting loop writes its items at the margin or inside a sentence."""
+    lines = unit.count("\n")
+    if not lines or not _code_ish(unit):
+        return False
+    region = tail.split("\n")[-int(lines * copies):]  # the lines the counted items span, the last one maybe cut
+    return len(region) >= 2 and all(line[:1] in (" ", "\t") for line in region if line)
+
+
+def _code_ish(unit: list[str]) -> bool:
+    """Symbols (not words, numbers or line breaks) are a third of the unit's tokens or more: code or markup."""
+    return sum(not t[0].isalnum() and t != "\n" and t != NUM for t in unit) >= 0.35 * len(unit)
 
 
 def _sentence_cycle(tail: str, per_copy: float) -> bool:
@@ -225,7 +243,7 @@ def _line_copies(rev: list[str], size: int, p: int) -> float | None:
 def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool) -> bool:
     """Is a periodic tail long enough to be a loop? Repeats and characters needed, by the kind of unit."""
     p, numbers = len(unit), unit.count(NUM)
-    code_ish = sum(not t[0].isalnum() and t != "\n" and t != NUM for t in unit) >= 0.35 * p
+    code_ish = _code_ish(unit)
     if not words and numbers:  # a number said again and again, or counted: [29] [30] [31]
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
@@ -233,7 +251,11 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
             return reps >= 8 and span > 2 * RULER_COLUMNS
         return reps >= (16 if "\n" in unit else 8) and span >= 16
     if not exact:
-        # Numbers that neither repeat nor step evenly: a menu listed as text sorts them 1, 10, 11, 12, 2 ...
+        # A counted template ("Move window to workspace 4", a table of keys) is what healthy menus, catalogs and code
+        # list up to about nine times: a loop from COUNT_REPEATS items (twice as many where the numbers do not step
+        # evenly: a menu listed as text sorts them 1, 10, 11, 12, 2 ...) or COUNT_CHARS characters of them.
+        if reps < COUNT_REPEATS * (1 if counting else 2) and span < COUNT_CHARS:
+            return False
         return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 13)
     if p <= 2:
         return reps >= 5 and span >= 16
@@ -295,7 +317,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
     loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                  fenced=fenced)
-    if not loop and early_cycle(tail, m):
+    if not loop and early_cycle(tail, m, whole):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

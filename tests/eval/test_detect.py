@@ -24,8 +24,8 @@ POSITIVES = [
     ("loop", "def f(x):\n    return x\n" + "for i in range(n):\n    total += weights[i] * values[i]\n" * 4),
     ("loop", "Answer the question.\n" + "### Instruction:\nWhat is QLoRA and why does it save memory?\n" * 3),
     ("loop", PROSE + "very " * 3 + ("deep learning is fun " * 4)),
-    ("counting-loop", "Steps: " + " ".join(f"Step {i}: add the flour to the bowl." for i in range(41, 46))),
-    ("counting-loop", "\n".join(f"{i}. Repeat the previous step with the next batch" for i in range(3, 9))),
+    ("counting-loop", "Steps: " + " ".join(f"Step {i}: add the flour to the bowl." for i in range(41, 53))),
+    ("counting-loop", "\n".join(f"{i}. Repeat the previous step with the next batch" for i in range(3, 15))),
     ("word-soup", "apple river quantum blue seven dance window happily orange mountain jazz pencil cloud frog "
                   "silver tiger marble lamp echo violin candle basket"),
     ("subword-soup", "The Ġcat Ġsat Ġon Ġthe Ġmat"),
@@ -127,6 +127,17 @@ def test_loop_verdict_does_not_depend_on_where_the_text_ends(name):
     body = prefix + unit * copies
     missed = [c for c in range(len(unit)) if not detect(body + unit[:c]).degenerate]
     assert not missed, (name, missed)
+
+
+def test_a_counted_menu_of_nine_items_is_healthy_at_every_prefix_ten_or_more_are_a_counting_loop():
+    from nbutils.eval.detect import COUNT_REPEATS
+
+    menu = "".join(f"Move window to workspace {n}\n\n" for n in range(1, COUNT_REPEATS))
+    assert not [k for k in range(20, len(menu) + 1) if detect(menu[:k]).degenerate]
+    sorted_menu = "".join(f"Move window to workspace {n}\n\n" for n in sorted(range(1, 13), key=str))
+    assert not [k for k in range(20, len(sorted_menu) + 1) if detect(sorted_menu[:k]).degenerate]
+    loop = menu + "".join(f"Move window to workspace {n}\n\n" for n in range(COUNT_REPEATS, 30))
+    assert "counting-loop" in detect(loop).reasons
 
 
 @pytest.mark.parametrize("form", ["[{n}]", "({n})", "{n})", "<{n}>", "{{{n}}}", "#{n}", "{n}.", "— {n} —", "№{n}",
@@ -318,3 +329,14 @@ def test_a_character_cut_at_the_end_is_judged_without_its_first_bytes():
     for text in ["中, " * 6, "A calm and healthy sentence about the adapter"]:
         assert detect(text + "\ufffd").reasons == detect(text).reasons
         assert detect(text + "\ufffd\ufffd").reasons == detect(text).reasons
+
+
+def test_a_counted_table_in_code_is_healthy_counted_lines_of_prose_are_a_loop():
+    """An enum, a codec's table, a key map: indented lines of code that count, as long as the source goes on. Counted
+    lines of prose, indented or not, are a counting loop."""
+    keys = "_capability_names = {\n" + "".join(f"    _curses.KEY_F{n}: 'kf{n}',\n" for n in sorted(range(64), key=str))
+    codec = "decoding_table = (\n" + "".join(f"    '\\ufffe'   #  0x{n:02X} -> UNDEFINED\n" for n in range(0x80, 0xA0))
+    for text in (keys, codec):
+        assert not [k for k in range(200, len(text) + 1, 7) if detect(text[:k]).degenerate]
+    steps = "".join(f"    Step {n}: add the flour to the bowl.\n" for n in range(1, 40))
+    assert "counting-loop" in detect(steps).reasons
