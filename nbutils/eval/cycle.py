@@ -13,6 +13,7 @@ import difflib
 import re
 import unicodedata
 
+from nbutils.eval.soup import FUNCTION_WORDS
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
 WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
@@ -25,9 +26,13 @@ LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devan
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
 LINK_RE = re.compile(r"!?\[([^\]\n]{0,200})\]\([a-z]+://[^\s)]*\)|[a-z]+://[^\s)>\]]+")  # markdown links, URLs
 FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters before each copy, this much alike
+# Messages without stops (a catalog's) say where they start by what precedes them: before a cycle's two copies,
+# words that have nothing in common (the text before the loop, the cycle's end); a template's messages share them.
+CONTEXT_CHARS, CONTEXT_MIN, CONTEXT_WORDS_ALIKE, CONTEXT_CHARS_ALIKE = 96, 24, 0.12, 0.3
+WORD_RE = re.compile(r"\w+")
 
 
-def early_cycle(tail: str, m: dict) -> bool:
+def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for word
     before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle between them.
     A sentence (or a script: a catalog's next message) starts the part said again, or starts in it (a catalog says "the
@@ -35,7 +40,9 @@ def early_cycle(tail: str, m: dict) -> bool:
     says sentences again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation),
     one frame before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A
     program's output is one short line said a few times (the loop rules know code blocks); lines of prose said again
-    inside a code block are a loop as anywhere."""
+    inside a code block are a loop as anywhere. whole: `tail` is the whole text (its start is where a copy may start)."""
+    if not tail.isascii() and not unicodedata.is_normalized("NFD", tail):  # lengths as decomposed letters count them
+        tail = unicodedata.normalize("NFD", tail)
     q = _said_before(tail)  # how far back the ending was said before
     short = q < EARLY_CYCLE_CHARS
     need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
@@ -53,9 +60,10 @@ def early_cycle(tail: str, m: dict) -> bool:
     before = tail[:len(tail) - r + lead].rstrip(" ")
     first = again[lead:lead + 1]  # a capital, or no letter (%s, a digit, a quote); a caseless script needs a stop
     at_line = r >= len(tail) or tail[-r - 1] == "\n" or again[:1] == "\n"  # said again from a line's start
-    starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(before[-3:] + " ") or first.isupper()
+    stop = before[-3:] + tail[len(before):len(before) + 1]  # a stop ends a sentence before a space ("phi3.jinja": none)
+    starts = (at_line or before[-1:] in ("", "\n") or SENTENCE_END_RE.search(stop) or first.isupper()
               or not first.isalpha() or SENTENCE_END_RE.search(again, 0, r - EARLY_CYCLE_CHARS)
-              or _script_changes(before, first))
+              or _script_changes(before, first) or _unlike_context(tail, len(before), q, whole))
     prose = RUN_RE.sub("", LINK_RE.sub(r"\1", again))  # a ruler line or an address is neither prose nor not
     if r > q or r < min(q, EARLY_CYCLE_CHARS) or len(prose) < EARLY_CYCLE_CHARS // 2 or not starts \
             or len(LETTER_RE.findall(prose)) < 0.5 * len(prose):
@@ -78,6 +86,28 @@ def _script_changes(before: str, first: str) -> bool:
     DEVANAGARI, CJK ...)? A catalog's next message, which opens in lowercase or in a script without capitals."""
     last = next((c for c in reversed(before[-8:]) if c.isalpha()), first)
     return unicodedata.name(first, "?").split(" ", 1)[0] != unicodedata.name(last, "?").split(" ", 1)[0]
+
+
+def _unlike_context(tail: str, start: int, q: int, whole: bool) -> bool:
+    """Do the CONTEXT_CHARS before the part said again and before its first copy (as many as there are, at least
+    CONTEXT_MIN) share almost no words and few characters? Then each copy starts a message, as a cycle's copies do
+    after the text before the loop and after the cycle's end, with or without a stop: sibling messages built from
+    one template share the words before the part they say alike. A first copy that opens the whole text has nothing
+    before it; one after a word or two ("red" + a message said for three colours) is not judged."""
+    room = start - q  # characters before the first copy
+    if room <= 0:
+        return whole
+    if room < CONTEXT_MIN:
+        return False
+    n = min(CONTEXT_CHARS, room)
+    a, b = tail[room - n:room], tail[start - n:start]
+    words = difflib.SequenceMatcher(None, _content_words(a), _content_words(b), autojunk=False).ratio()
+    return words < CONTEXT_WORDS_ALIKE and difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() < CONTEXT_CHARS_ALIKE
+
+
+def _content_words(text: str) -> list[str]:
+    """The words of a text but its first (maybe cut short) and the function words any two texts share ("the", "of")."""
+    return [w for w in WORD_RE.findall(text.lower())[1:] if w not in FUNCTION_WORDS]
 
 
 def _framed(tail: str, r: int, q: int) -> bool:

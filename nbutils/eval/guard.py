@@ -23,7 +23,6 @@ from transformers import LogitsProcessor, StoppingCriteria
 
 from nbutils.eval.detect import BLANK_RE, PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
 
-GUARD_COUNT_REPEATS, GUARD_COUNT_CHARS = 10, 1000  # see settled()
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
 GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
 _MARKER_END_RE = re.compile(f"(?:{SPECIAL_RE.pattern})$", re.I)
@@ -61,21 +60,22 @@ class RowState:
     buf: bytearray = field(default_factory=bytearray)  # the ids as 4-byte integers, for _long_repeat's search
     decoded: int = 0  # tokens already decoded into text
     unjudged: int = 0  # characters (as the vocabulary spells the tokens) generated since detect last ran on the row
+    waiting: bool = False  # detect called the text degenerate and settled() waits: judged again at the row's end
 
 
-def settled(verdict: Verdict) -> bool:
+def settled(verdict: Verdict, ended: bool = False) -> bool:
     """Is a verdict firm enough to stop a generation mid-stream (the guard's question, not detect's)?
 
-    A counted template ("Move window to workspace 4", 5, 6 ...) is what healthy menus and catalogs
-    list up to about nine times, so mid-stream a counting loop stops a row only once it has
-    GUARD_COUNT_REPEATS items (twice as many when its numbers do not step evenly, as in a listing
-    sorted as text: 1, 10, 11, 12, 2 ...), or GUARD_COUNT_CHARS characters of them. A loop of lines
-    whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
+    A cycle of sentences said again before its second copy is whole (`detect`'s early-cycle rule, for a text that
+    `max_new_tokens` cut) waits for that second copy mid-stream, when the loop rules see it: at a prefix it is also
+    what healthy documents are as they say a paragraph again after a new heading or a message again with a new ending,
+    and a loop goes on. It costs a looping row one cycle more; a row that has `ended` is judged as `detect` judges it.
+    A loop of lines whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
     (gettext catalogs translate two messages alike, after a line that ends the same way), and the
     third copy has begun. A row that has written only special markers and whitespace so far stops once they reach
     GUARD_SPECIAL_CHARS characters: the embedded base model opens with `<|assistant|>` three times and then answers,
     and a stop at the first check cut that answer (10 of 64 rows in guard_bench). Post hoc,
-    `detect` reports all three as soon as it sees them. Every other verdict stops at once, unless the row ends with
+    `detect` reports both as soon as it sees them. Every other verdict stops at once, unless the row ends with
     markers after healthy text (markers_pending).
     """
     m = verdict.metrics
@@ -83,10 +83,9 @@ def settled(verdict: Verdict) -> bool:
         return m.get("chars", 0) >= GUARD_SPECIAL_CHARS
     if verdict.reasons == ["loop"] and "loop_line_copies" in m:  # a catalog says a line twice after one alike
         return m["loop_line_copies"] > GUARD_LINE_COPIES
-    if verdict.reasons != ["counting-loop"]:
-        return verdict.degenerate
-    need = GUARD_COUNT_REPEATS * (1 if m.get("loop_counts") else 2)
-    return m.get("loop_repeats", 0) >= need or m.get("loop_chars", 0) >= GUARD_COUNT_CHARS
+    if verdict.reasons == ["loop"] and "cycle_chars" in m:
+        return ended
+    return verdict.degenerate
 
 
 def marker_tail(text: str) -> int:
@@ -214,7 +213,7 @@ class DegenerationGuard(StoppingCriteria):
             row.unjudged += sum(chars.get(t, 0) for t in new)
             if hit is not None:
                 row.eos = True  # finished: never checked again, after one last look at what it had not judged
-                if row.unjudged and not row.reasons:
+                if (row.unjudged or row.waiting) and not row.reasons:
                     suspects.append(row)
             elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _long_repeat(row.buf):
                 suspects.append(row)
@@ -231,16 +230,17 @@ class DegenerationGuard(StoppingCriteria):
             while full_text.endswith("\ufffd") and end > row.decoded + 1 and last - end < 3:
                 end -= 1  # a character split across tokens: decode up to where it starts, the rest comes later
                 full_text = self._decode([piece[:len(piece) - last + end]])[0]
-            if full_text.endswith("\ufffd") and last - row.decoded < 8:
-                continue
+            if full_text.endswith("\ufffd") and last - row.decoded < 8 and not row.eos:
+                continue  # the rest of the character comes with the next tokens (a row that ended has none)
             cut = len(head) if full_text.startswith(head) else len(os.path.commonprefix((head, full_text)))
             add = full_text[cut:]
             row.text, row.decoded, row.unjudged = (row.text + add)[-2 * TAIL_CHARS:], end, 0
             verdict = detect(row.text, lookback=0)  # the guard judges every check as the text grows
-            if settled(verdict) and not row.reasons and not markers_pending(row.text):
+            if settled(verdict, row.eos) and not row.reasons and not markers_pending(row.text):
                 row.reasons, row.stop_token = verdict.reasons, len(row.ids) - 1
                 row.stopped = self.stop and not row.eos  # a row that ended is judged, nothing is left to stop
                 changed = changed or row.stopped
+            row.waiting = verdict.degenerate and not row.reasons
         if changed:
             self._done = torch.tensor([r.stopped for r in self.rows], dtype=torch.bool, device=self._done.device)
 

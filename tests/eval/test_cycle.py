@@ -179,3 +179,33 @@ def test_a_cycle_of_messages_in_two_scripts_is_a_loop_where_the_script_changes()
     unit = ("không thể mở tập tin tạm để ghi dữ liệu mới vào bộ nhớ đệm của chương trình "
             "फ़ाइल को पढ़ने में असफल रहा क्योंकि इसकी अनुमति नहीं है ")
     _a_loop_wherever_cut("Các thông báo của công cụ, như danh mục liệt kê chúng: ", unit, 100, 6)
+
+
+def test_a_cycle_of_messages_without_stops_after_unlike_text_or_at_the_start_is_a_loop():
+    """Messages without stops that open in lowercase say where they start by what comes before the two copies: the
+    text before the loop and the cycle's end share no words. Sibling messages from one template share the words
+    before the part they say alike (a Polish catalog's contrast / brightness pair stays healthy)."""
+    unit = ("không thể đọc phần đầu của tập tin cấu hình đã cho trong thư mục người dùng "
+            "which will clear everything ignored by the ignore file and the cache "
+            "lỗi khi ghi tập tin cơ sở dữ liệu mới vào đĩa ")
+    head = "- Release notes of the tool, with the names of everyone who sent a fix for this version of it, thanks! "
+    _a_loop_wherever_cut(head, unit, 100, 9)
+    _a_loop_wherever_cut("", unit, 100, 9)  # the first copy opens the text: nothing before it
+    tail = ", wartości mniejsze niż zero określają zmniejszenie, a wartości większe niż zero wskazują zwiększenie."
+    pair = (f"Reprezentuje zmianę domyślnej jasności barwy czerwonej. Zero wskazuje brak zmian{tail}\n\n"
+            f"Reprezentuje zmianę domyślnego kontrastu barwy niebieskiej. Zero wskazuje brak zmian kontrastu{tail}")
+    assert not [k for k in range(40, len(pair) + 1, 4) if detect(pair[:k]).degenerate]
+
+
+def test_a_cycle_is_judged_alike_composed_and_decomposed():
+    """A tokenizer that composes letters on decode (Qwen2's: NFC) and one that keeps them decomposed (NFD) see the
+    same cycle: its lengths are counted decomposed, so both are a loop from the same cut."""
+    import unicodedata
+
+    unit = ("Không thể thay đổi mật khẩu cho người dùng này. Tệp cấu hình bị hỏng, hãy thử lại sau. "
+            "Gặp lỗi khi hòa trộn các ghi chú tự động. ")
+    head = "Các thông báo của công cụ, như danh mục liệt kê chúng: "
+    for k in range(40, len(unit) - 1, 6):
+        nfd = unicodedata.normalize("NFD", head + unit + unit[:k])
+        assert detect(nfd).degenerate == detect(unicodedata.normalize("NFC", nfd)).degenerate, k
+    _a_loop_wherever_cut(head, unicodedata.normalize("NFC", unit), 90, 6)

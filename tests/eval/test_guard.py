@@ -171,22 +171,7 @@ def test_observer_leaves_scores_unchanged_and_records_per_row(tiny_llama):
     assert len(summary) == 4 and all(s["mean_entropy"] >= 0 and s["mean_logprob"] <= 0 for s in summary)
 
 
-# ---- what the guard stops mid-stream: counted menus and a catalog line said twice are healthy until they go on -------
-
-def test_guard_waits_for_a_counted_template_to_outnumber_a_healthy_menu():
-    from nbutils.eval.detect import detect
-    from nbutils.eval.guard import GUARD_COUNT_REPEATS, settled
-
-    menu = "".join(f"Move window to workspace {n}\n\n" for n in range(1, GUARD_COUNT_REPEATS))
-    early = [k for k in range(20, len(menu) + 1) if detect(menu[:k]).degenerate]
-    assert early and not any(settled(detect(menu[:k])) for k in early)  # post hoc a loop; mid-stream not yet
-    sorted_menu = "".join(f"Move window to workspace {n}\n\n" for n in sorted(range(1, 13), key=str))
-    assert not any(settled(detect(sorted_menu[:k])) for k in range(20, len(sorted_menu) + 1))
-    loop = menu + "".join(f"Move window to workspace {n}\n\n" for n in range(GUARD_COUNT_REPEATS, 30))
-    v = detect(loop)
-    assert "counting-loop" in v.reasons and settled(v)
-    assert settled(detect("hello " * 20))
-
+# ---- what the guard stops mid-stream: markers before an answer wait, markers that go on do not ------------------------
 
 def test_guard_lets_role_headers_before_an_answer_run_on_and_stops_markers_that_go_on():
     from nbutils.data.chatformat import load_tokenizer
@@ -249,12 +234,48 @@ def test_guard_stops_a_loop_longer_than_its_id_check_at_the_first_check_detect_w
     tok = load_tokenizer("embedded")
     unit = ("The adapter is saved next to the tokenizer so the next notebook finds both. "
             "Resume reads the last checkpoint and the trainer state. Then the run goes on where it stopped. ")
-    ids, row = _observe(tok, "Here is what happens next: " + unit * 4)  # detect fires at token 184 (not 32k)
+    ids, row = _observe(tok, "Here is what happens next, in order: " + unit * 4)  # stops at token 232 (not 32k)
     first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
     assert first % 32 and row["stop_token"] == first - 1, (first, row)
     example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
     readme = "Testing\n-------\n\n" + example + "Or, on Windows, where the same command works::\n\n" + example
     assert not _observe(tok, readme + "That is all.\n")[1]["reasons"]
+
+
+def test_guard_waits_for_the_second_copy_of_a_cycle_and_judges_a_row_that_ends_before_it():
+    """A paragraph said again after a new heading is, at a prefix, what a cycle cut before its second copy is: the
+    guard waits for that copy mid-stream (the loop rules), and judges a row that ends before it as detect does."""
+    from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
+    from nbutils.eval.guard import settled
+
+    tok = load_tokenizer("embedded")
+    para = ("Wrap the assistant's message in generation markers, so that the mask of assistant tokens is right for "
+            "training on answers only.\n\n")
+    doc = "## Llama 3\n\nPatched template.\n\n" + para + "## Qwen 3\n\nPatched template, thinking kept.\n\n" + para
+    cut = doc[:len(doc) - 8]  # the second copy of the paragraph under way
+    verdict = detect(cut)
+    assert "cycle_chars" in verdict.metrics and not settled(verdict) and settled(verdict, ended=True)
+    assert not _observe(tok, doc + "## Gemma 2\n\nNo system role; the template folds it into the first turn.\n")[1]["reasons"]
+    row = _observe(tok, cut)[1]  # a row that ends (EOS) there: judged once more, reported, not stopped
+    assert row["reasons"] == ["loop"] and not row["stopped"]
+
+
+def test_a_row_that_ends_just_after_a_check_is_judged_even_where_its_last_character_spans_tokens():
+    """A row checked at its last token and then ended (EOS) is judged once more up to its end, even where the
+    tokens decoded again as context are pieces of one character ("ổ" is three byte-level tokens): post hoc `detect`
+    and the guard's report agree. Before, the row was left waiting for the rest of a character that never came."""
+    from nbutils.data.chatformat import load_tokenizer
+    from nbutils.eval.detect import detect
+
+    tok = load_tokenizer("embedded")
+    unit = ("Quá nhiều kết xuất cho từng tập tin được xử lý\nThis handler does nothing.\n"
+            "Giá trị này thích nghi cho đúng với các thay đổi sắc thái v.v.\n")
+    words = "Messages of the tool as its catalog lists them for every language it was translated into".split()
+    texts = [" ".join(words[:k]) + ":\n" + unit + unit[:unit.index("đổi") + 2] for k in range(1, len(words) + 1)]
+    checked_last = [t for t in texts if len(tok(t, add_special_tokens=False)["input_ids"]) % 8 == 0]
+    assert checked_last and all(detect(t).reasons == ["loop"] for t in checked_last)
+    assert all(_observe(tok, t)[1]["reasons"] == ["loop"] for t in checked_last)
 
 
 def _packed_tokenizer():
