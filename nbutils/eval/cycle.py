@@ -30,6 +30,8 @@ FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters b
 # words that have nothing in common (the text before the loop, the cycle's end); a template's messages share them.
 CONTEXT_CHARS, CONTEXT_MIN, CONTEXT_WORDS_ALIKE, CONTEXT_CHARS_ALIKE = 96, 24, 0.12, 0.3
 WORD_RE = re.compile(r"\w+")
+HANGUL_RE = re.compile("[\uac00-\ud7a3]")  # precomposed Hangul syllables
+HANGUL_SPLIT_RE = re.compile("([\uac00-\ud7a3]+)")
 
 
 def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
@@ -41,8 +43,7 @@ def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     one frame before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A
     program's output is one short line said a few times (the loop rules know code blocks); lines of prose said again
     inside a code block are a loop as anywhere. whole: `tail` is the whole text (its start is where a copy may start)."""
-    if not tail.isascii() and not unicodedata.is_normalized("NFD", tail):  # lengths as decomposed letters count them
-        tail = unicodedata.normalize("NFD", tail)
+    tail = _decomposed(tail)
     q = _said_before(tail)  # how far back the ending was said before
     short = q < EARLY_CYCLE_CHARS
     need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
@@ -86,6 +87,17 @@ def _script_changes(before: str, first: str) -> bool:
     DEVANAGARI, CJK ...)? A catalog's next message, which opens in lowercase or in a script without capitals."""
     last = next((c for c in reversed(before[-8:]) if c.isalpha()), first)
     return unicodedata.name(first, "?").split(" ", 1)[0] != unicodedata.name(last, "?").split(" ", 1)[0]
+
+
+def _decomposed(text: str) -> str:
+    """Letters with marks decomposed (NFD), so lengths count alike whether a tokenizer composes them on decode (Qwen2's)
+    or keeps them decomposed; Hangul syllables stay whole (NFD would write each as two or three jamo, and Korean is
+    written composed whatever the tokenizer)."""
+    if text.isascii() or unicodedata.is_normalized("NFD", text):
+        return text
+    if not HANGUL_RE.search(text):
+        return unicodedata.normalize("NFD", text)
+    return "".join(p if HANGUL_RE.match(p) else unicodedata.normalize("NFD", p) for p in HANGUL_SPLIT_RE.split(text))
 
 
 def _unlike_context(tail: str, start: int, q: int, whole: bool) -> bool:

@@ -209,3 +209,14 @@ def test_a_cycle_is_judged_alike_composed_and_decomposed():
         nfd = unicodedata.normalize("NFD", head + unit + unit[:k])
         assert detect(nfd).degenerate == detect(unicodedata.normalize("NFC", nfd)).degenerate, k
     _a_loop_wherever_cut(head, unicodedata.normalize("NFC", unit), 90, 6)
+
+
+def test_hangul_is_counted_as_written_while_letters_with_marks_are_counted_decomposed():
+    """Decomposing would write each Hangul syllable as two or three jamo, and a Korean cycle would count as 100
+    characters after some 45 syllables said again: Korean is written composed whatever the tokenizer, so its
+    syllables count one each, and the rule asks for 100 of them as for any script."""
+    unit = ("설정 파일을 읽는 중에 잘못된 문법이 발견되어 작업을 계속할 수 없습니다 "
+            "관리자에게 문의하거나 파일을 다시 만든 다음 프로그램을 처음부터 실행하십시오 ")
+    head = "이 도구가 남긴 메시지를 목록이 보여 주는 그대로 옮겨 적으면 다음과 같습니다: "
+    assert not [k for k in range(40, len(unit), 5) if detect(head + unit + unit[:k]).degenerate]  # before: from 60
+    assert detect(head + unit * 2).degenerate  # said again whole: the loop rules
