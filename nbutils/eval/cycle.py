@@ -20,7 +20,7 @@ WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was w
 COLUMN_GAP_RE = re.compile(r"\S {3,}\S")  # a row laid out in columns: "-y, --side-by-side    output in two columns"
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
-EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line counts once it is said again whole, back to back
+EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line or 2+ lines counts once said again whole, back to back
 WORD_END_RE = re.compile(r"\S*\s+(?=\S)")  # the rest of a word and the spaces before the next (none in CJK text)
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
@@ -29,25 +29,28 @@ FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters b
 # Messages without stops (a catalog's) say where they start by what precedes them: before a cycle's two copies,
 # words that have nothing in common (the text before the loop, the cycle's end); a template's messages share them.
 CONTEXT_CHARS, CONTEXT_MIN, CONTEXT_WORDS_ALIKE, CONTEXT_CHARS_ALIKE = 96, 24, 0.12, 0.3
+CONTEXT_WORDS_NONE = 5  # this many content words on each side, none shared: unlike, however alike their letters
+CONTEXT_WORDS_FRAMED = 0.5  # sibling paragraphs of one template ("... for mice. / ... for touchpads.") share more
 WORD_RE = re.compile(r"\w+")
 HANGUL_RE = re.compile("[\uac00-\ud7a3]")  # precomposed Hangul syllables
 HANGUL_SPLIT_RE = re.compile("([\uac00-\ud7a3]+)")
 
 
 def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
-    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for word
-    before (a cycle under 100: two sentences or more in one line, said again whole), the rest of the cycle between them.
-    A sentence (or a script: a catalog's next message) starts the part said again, or starts in it (a catalog says "the
-    red/green/blue component: ..." alike). `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom
-    says sentences again verbatim. Indented lines (code, a docstring's body), prose wrapped at a column (documentation),
-    one frame before both copies and a line said twice (a catalog's pairs) repeat: the loop rules judge those. A
-    program's output is one short line said a few times (the loop rules know code blocks); lines of prose said again
-    inside a code block are a loop as anywhere. whole: `tail` is the whole text (its start is where a copy may start)."""
+    """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
+    word before (a cycle under 100: two sentences or more in one line, or two different lines or more, said again
+    whole, back to back), the rest of the cycle between them. A sentence (or a script: a catalog's next message)
+    starts the part said again, or starts in it (a catalog says "the red/green/blue component: ..." alike).
+    `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences again verbatim. Indented
+    lines (code, a docstring's body), prose wrapped at a column (documentation), one frame before both copies and a
+    line said twice (a catalog's pairs) repeat: the loop rules judge those. A program's output is one short line said
+    a few times (the loop rules know code blocks); lines of prose said again inside a code block are a loop as
+    anywhere. whole: `tail` is the whole text (its start is where a copy may start)."""
     tail = _decomposed(tail)
     q = _said_before(tail)  # how far back the ending was said before
     short = q < EARLY_CYCLE_CHARS
     need = max(EARLY_CYCLE_MIN, q) if short else EARLY_CYCLE_CHARS  # how much must be said again, verbatim
-    if not q or tail[-need:] != tail[-need - q:-q] or short and ("\n" in tail[-q:] or len(SENTENCE_END_RE.findall(tail[-q:] + " ")) < 2):
+    if not q or tail[-need:] != tail[-need - q:-q] or short and not _short_cycle(tail[-q:]):
         return False
     lo, hi = need, min(q, len(tail) - q)  # how much was said again, verbatim (slices compare in C)
     while lo < hi:
@@ -82,6 +85,14 @@ def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     return True
 
 
+def _short_cycle(cycle: str) -> bool:
+    """A cycle under EARLY_CYCLE_CHARS said again whole, back to back: two sentences or more in one line, or two
+    different lines or more (messages, list items). One line said twice is a list's or a program's output."""
+    if "\n" not in cycle:
+        return len(SENTENCE_END_RE.findall(cycle + " ")) >= 2
+    return len({line.strip() for line in cycle.split("\n") if line.strip()}) >= 2
+
+
 def _script_changes(before: str, first: str) -> bool:
     """Is the letter `first` in another script than the last letter of `before` (as Unicode names them: LATIN,
     DEVANAGARI, CJK ...)? A catalog's next message, which opens in lowercase or in a script without capitals."""
@@ -106,29 +117,50 @@ def _unlike_context(tail: str, start: int, q: int, whole: bool) -> bool:
     after the text before the loop and after the cycle's end, with or without a stop: sibling messages built from
     one template share the words before the part they say alike. A first copy that opens the whole text has nothing
     before it; one after a word or two ("red" + a message said for three colours) is not judged."""
-    room = start - q  # characters before the first copy
-    if room <= 0:
+    if start - q <= 0:
         return whole
-    if room < CONTEXT_MIN:
+    context = _contexts(tail, start, q)
+    if context is None:
         return False
+    a, b = context
+    words_a, words_b = _content_words(a), _content_words(b)
+    alike = difflib.SequenceMatcher(None, words_a, words_b, autojunk=False).ratio()
+    if alike == 0 and min(len(words_a), len(words_b)) >= CONTEXT_WORDS_NONE:
+        return True  # many words and not one shared (their letters may be: English beside Vietnamese)
+    return alike < CONTEXT_WORDS_ALIKE and difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() < CONTEXT_CHARS_ALIKE
+
+
+def _contexts(tail: str, start: int, q: int) -> tuple[str, str] | None:
+    """The CONTEXT_CHARS before the first copy and before the part said again at `start` (as many as there are before
+    the first copy); None where fewer than CONTEXT_MIN precede the first copy."""
+    room = start - q
+    if room < CONTEXT_MIN:
+        return None
     n = min(CONTEXT_CHARS, room)
-    a, b = tail[room - n:room], tail[start - n:start]
-    words = difflib.SequenceMatcher(None, _content_words(a), _content_words(b), autojunk=False).ratio()
-    return words < CONTEXT_WORDS_ALIKE and difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() < CONTEXT_CHARS_ALIKE
+    return tail[room - n:room], tail[start - n:start]
+
+
+def _words_alike(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, _content_words(a), _content_words(b), autojunk=False).ratio()
 
 
 def _content_words(text: str) -> list[str]:
     """The words of a text but its first (maybe cut short) and the function words any two texts share ("the", "of")."""
+    text = unicodedata.normalize("NFC", text)  # the text is decomposed: words split at their marks otherwise
     return [w for w in WORD_RE.findall(text.lower())[1:] if w not in FUNCTION_WORDS]
 
 
 def _framed(tail: str, r: int, q: int) -> bool:
     """The FRAME_CHARS before the part said again and before its first copy are more alike than not ("This option
-    sets what a double-click / a middle-click ..."): text built from one template. A looping generation's first copy
-    follows whatever it wrote before the loop began, its second the end of the cycle."""
+    sets what a double-click / a middle-click ..."), or the CONTEXT_CHARS before them share most of their words (a
+    paragraph said again for a second device, its subject a few words longer): text built from one template. A
+    looping generation's first copy follows whatever it wrote before the loop began, its second the end of the cycle."""
     end = len(tail) - r
     before_first, before_again = tail[max(0, end - q - FRAME_CHARS):end - q], tail[max(0, end - FRAME_CHARS):end]
-    return difflib.SequenceMatcher(None, before_first, before_again, autojunk=False).ratio() >= FRAME_ALIKE
+    if difflib.SequenceMatcher(None, before_first, before_again, autojunk=False).ratio() >= FRAME_ALIKE:
+        return True
+    context = _contexts(tail, end, q)
+    return context is not None and _words_alike(*context) >= CONTEXT_WORDS_FRAMED
 
 
 def _margin_lines(text: str) -> bool:
@@ -139,9 +171,10 @@ def _margin_lines(text: str) -> bool:
 
 def _wrapped(text: str) -> bool:
     """A line break inside a sentence (after a lowercase or caseless letter or a comma, before a lowercase or caseless
-    letter, the next line indented or not) in a line WRAP_COLUMNS wide or more, where the next word would not have fit
-    within the widest line: prose wrapped at a column, as docstrings, man pages and catalogs are (a wrapper breaks a
-    line only there). A generation writes a paragraph as one line; its lines of separate messages break anywhere."""
+    letter of the same script, the next line indented or not) in a line WRAP_COLUMNS wide or more, where the next word
+    would not have fit within the widest line: prose wrapped at a column, as docstrings, man pages and catalogs are (a
+    wrapper breaks a line only there). A generation writes a paragraph as one line; its lines of separate messages
+    break anywhere, and where the script changes (a Vietnamese message, then a Hindi one) a new message starts."""
     widest, at = max(map(width, text.split("\n"))), text.find("\n", 1)
     while 0 < at < len(text) - 1:
         before, after = _base(text, at), text[at + 1:at + 9].lstrip(" \t")[:1]
@@ -149,7 +182,7 @@ def _wrapped(text: str) -> bool:
         wide = width(line)
         if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
                 and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest \
-                and not (COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t"):
+                and not (COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t") and not _script_changes(line, after):
             return True
         at = text.find("\n", at + 1)
     return False

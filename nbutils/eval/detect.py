@@ -47,6 +47,7 @@ ASCII_TOKEN_RE = re.compile(r"0x[0-9a-f]+|\\[xu][0-9a-f]+|_*[a-z]+(?:_+[a-z]+)*_
 NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d+)(?=st\b|nd\b|rd\b|th\b|\W|$)")
 SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
 DIGIT_RE = re.compile(r"[\d\\]")
+ESCAPE_CAP_RE = re.compile(r"\\([A-Z])(?![0-9A-Za-z])")  # \L and \l, \U and \u are different escapes: keep them apart
 SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
@@ -269,7 +270,7 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
 
 
 def _tokens(tail: str) -> list[str]:
-    low = tail.lower()
+    low = (ESCAPE_CAP_RE.sub(r"\\^\1", tail) if "\\" in tail else tail).lower()
     normalized = NUMBER_RE.sub(_number, low) if DIGIT_RE.search(low) else low  # numbers become NUM
     return (ASCII_TOKEN_RE if low.isascii() else TOKEN_RE).findall(normalized)  # NUM: one token either way
 

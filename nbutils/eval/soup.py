@@ -14,8 +14,11 @@ can could will would should may might must shall which who whom whose what when 
 most other into over under about after before between through during without within also only very just again both
 while because until upon per via out up off one
 der die das und nicht ist sind ein eine einen einem einer zu den dem des mit von im auf für als auch es sich wird
-werden oder aber wie wenn nach bei aus um so dass noch nur war hat kann
+werden oder aber wie wenn nach bei aus um so dass noch nur war hat kann sie ich wir er ihr ihre ihren ihrem ihrer
+sein seine seinen seiner muss müssen kein keine alle alles zum zur vom am über durch ohne bis diese dieser dieses
+hier sehr schon mehr doch ob
 le la les et est un une des du pour dans que qui pas sur au avec ce il elle sont par plus ne se en aux ou mais
+à sans cette ces cet son sa ses leur leurs nous vous ils elles tout tous toute être été avoir fait comme jusqu lorsque
 el los las y es en que del por con para una se al lo como más pero sus su son
 il lo gli e di che è per una non con sono della nel
 o os as e é um uma do da em que não para com se por
@@ -43,7 +46,7 @@ _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr
                     "sw th tr ts tw vl wh wr zh".split())
 
 
-OPTION_RE = re.compile(r"\s--?[A-Za-z]")  # a command line's option: pip install -U x, apt-get install -y x, --help
+OPTION_RE = re.compile(r"(?:^|\s)--?[A-Za-z]")  # an option, in a command or opening a help line: -U, -y, --help
 MESSAGE_WORDS = 16  # a catalog's message or a title seldom runs longer on one line
 WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
 # Distinctly German function words: where they are, capitals mark nouns, not soup.
@@ -68,7 +71,7 @@ _KEYS = ("n", "span", "chars", "other", "lines", "bad", "function", "short", "ge
 def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[dict]:
     """Counts over the last `window` words, for each window in turn, in one pass read only as far as asked: words,
     function words, fragments, broken pairs, punctuation. Plain locals in the loop: the guard runs it on every check."""
-    n = span = chars = other = lines = bad = function = short = german = 0
+    n = span = chars = other = lines = bad = function = short = german = glued = 0
     bare, words, found, line = None, [], 0, None
     nxt = after = ""  # the next token and the one after it
     last = len(tokens) - 1
@@ -89,15 +92,18 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
                 function += 1
                 if after != "-":  # "an in-memory tree": the next word is part of a compound
                     bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
-            short += _fragment(t) and nxt != "'" and not (  # isn't, won't; letters between digits of a hash (e77fd93)
-                t.strip("abcdef") == "" and (prev[:1].isdigit() or nxt[:1].isdigit() or "\ue000" in (prev, nxt)))
+            # isn't, won't; letters after digits they are glued to (h8300sx, 041f: digits before a space are NUM);
+            # letters between digits of a hash (e77fd93)
+            short += _fragment(t) and nxt != "'" and not prev[:1].isdigit() and not (
+                t.strip("abcdef") == "" and (nxt[:1].isdigit() or "\ue000" in (prev, nxt)))
             german += t in GERMAN
             words.append(t)
             n += 1
         else:
             bare = n if bare is None else bare
             if t == "\n" and not lines:
-                line = (n, short, other, span)  # the last line alone: soup that starts on a line of its own
+                line = (n, short, other, span, glued)  # the last line alone: soup that starts on a line of its own
+            glued += t[:1].isdigit()  # digits glued to the letters after them (numbers alone are NUM): names
             lines += t == "\n"
             other += t != "\n" and (not first.isalnum() or "\u3040" <= first <= "\ufaff" or nxt == ":")
             # punctuation, CJK and labels are structure
@@ -183,8 +189,8 @@ def _fragment_line(c: dict) -> bool:
     (Vietnamese and Devanagari syllables are short words, not fragments). Soup on a line of its own."""
     if not c["line"]:
         return False
-    n, short, other, span = c["line"]
-    return n >= 12 and 2 * short >= n and 4 * other < span and all(w.isascii() for w in c["words"][:n])
+    n, short, other, span, glued = c["line"]
+    return n >= 12 and 2 * short >= n and 4 * other < span and 4 * glued < n and all(w.isascii() for w in c["words"][:n])
 
 
 def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, bare: int, caps: int, snake: int,

@@ -24,6 +24,17 @@ def test_a_short_cycle_of_sentences_said_twice_whole_in_one_line_is_a_loop_a_lin
     assert not detect("Output:\n\n" + head + "\n" + line * 2).degenerate
 
 
+def test_a_short_cycle_of_two_lines_or_more_said_twice_whole_is_a_loop_a_list_that_says_one_line_twice_is_not():
+    """Under 100 characters, a cycle of different lines (messages, list items) said again whole, back to back, is a
+    loop at two copies; a list whose next line starts like the one before it is not yet."""
+    unit = "Hạt Splitsko-dalmatinska\nCopyright (c) 2023 Jelle Zijlstra\nQuá nhiều tiến trình\n"
+    head = "        self.__flags = flags\n"
+    assert len(unit) < 100 and "loop" in detect(head + unit + unit).reasons
+    assert not detect(head + unit + unit[:-12]).degenerate
+    items = "- Fix the export of merged weights\n- Add a progress bar to the data check\n- Document the resume flag\n"
+    assert not [k for k in range(20, len(items) + 1, 3) if detect("Changes:\n" + items[:k]).degenerate]
+
+
 def test_a_cycle_of_lines_said_twice_whole_or_with_a_code_block_in_it_is_a_loop():
     lines = ["Set focus on the main window (in order to collect key events)",
              "Check the adapter files before the export starts again",
@@ -117,6 +128,19 @@ def test_messages_built_from_one_template_are_healthy_a_cycle_after_other_text_i
     assert "loop" in detect("Here is the setting you asked about. " + unit + unit[:int(0.7 * len(unit))]).reasons
 
 
+def test_sibling_paragraphs_whose_subjects_differ_by_a_few_words_are_healthy_wherever_cut():
+    """A catalog says one paragraph for mice and again for touchpads: the 32 characters before the two copies differ
+    by more than a word, the words before them hardly."""
+    rest = (" Можна встановити для профілю прискорення типове значення («default»), тобто типовий профіль прискорення "
+            "для кожного з пристроїв, плаский («flat»), коли прискорення відбувається зі сталим коефіцієнтом, або "
+            "адаптивним («adaptive»), коли прискорення адаптується до руху.")
+    text = "\n\n".join(f"Профіль прискорення для з'єднаних із комп'ютером {device}.{rest}"
+                       for device in ("мишей", "сенсорних панелей"))
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 4))
+    unit = f"Профіль прискорення для з'єднаних із комп'ютером мишей.{rest} "
+    assert "loop" in detect("Ось що робить цей параметр. " + unit + unit[:int(0.7 * len(unit))]).reasons
+
+
 def test_a_line_that_ends_in_a_letter_with_marks_wraps_as_any_letter_does_composed_or_not():
     """Vietnamese written decomposed (NFD, as some catalogs are) ends a wrapped line with a mark after its letter:
     the break is inside a sentence all the same, so the paragraph said again waits for the loop rules."""
@@ -181,6 +205,14 @@ def test_a_cycle_of_messages_in_two_scripts_is_a_loop_where_the_script_changes()
     _a_loop_wherever_cut("Các thông báo của công cụ, như danh mục liệt kê chúng: ", unit, 100, 6)
 
 
+def test_a_line_break_where_the_script_changes_starts_a_message_it_was_not_wrapped():
+    """The widest line of a cycle may end in a lowercase letter, and the next line open in a script without capitals:
+    a wrapper could have broken there, but a catalog's next message in another language starts there."""
+    unit = ("%s: lỗi khi liên kết “%.250s” tới “%.250s” trong thư mục đích: %s\nहरे रंग के विपरीत बदलें\n"
+            "Duplicate elements in either input list are ignored.\nHandle one request at a time until shutdown.\n")
+    _a_loop_wherever_cut("Xác thực là cần thiết để cài đặt phần mềm.\n", unit, 100, 6)
+
+
 def test_a_cycle_of_messages_without_stops_after_unlike_text_or_at_the_start_is_a_loop():
     """Messages without stops that open in lowercase say where they start by what comes before the two copies: the
     text before the loop and the cycle's end share no words. Sibling messages from one template share the words
@@ -191,6 +223,12 @@ def test_a_cycle_of_messages_without_stops_after_unlike_text_or_at_the_start_is_
     head = "- Release notes of the tool, with the names of everyone who sent a fix for this version of it, thanks! "
     _a_loop_wherever_cut(head, unit, 100, 9)
     _a_loop_wherever_cut("", unit, 100, 9)  # the first copy opens the text: nothing before it
+    code = ('    """Returns a set of all available time zones.\n\n    This may attempt to open a large number of files, '
+            'since the\n    way to check a file is to open it and look for the "magic string" at the beginning.\n'
+            '    """\n    from importlib import resources\n\n    vali ')  # many words, none shared, letters alike
+    catalog = ("bắt buộc THAY_ĐỔI chế độ (ký hiệu) cho những tập tin thêm vào Protecting Users' Legal Rights From "
+               "Anti-Circumvention Law. Đang đọc các danh sách gói ")
+    _a_loop_wherever_cut(code, catalog, 100, 9)
     tail = ", wartości mniejsze niż zero określają zmniejszenie, a wartości większe niż zero wskazują zwiększenie."
     pair = (f"Reprezentuje zmianę domyślnej jasności barwy czerwonej. Zero wskazuje brak zmian{tail}\n\n"
             f"Reprezentuje zmianę domyślnego kontrastu barwy niebieskiej. Zero wskazuje brak zmian kontrastu{tail}")

@@ -340,3 +340,13 @@ def test_a_counted_table_in_code_is_healthy_counted_lines_of_prose_are_a_loop():
         assert not [k for k in range(200, len(text) + 1, 7) if detect(text[:k]).degenerate]
     steps = "".join(f"    Step {n}: add the flour to the bowl.\n" for n in range(1, 40))
     assert "counting-loop" in detect(steps).reasons
+
+
+def test_escapes_that_differ_only_in_case_are_different_lines_said_in_one_case_they_loop():
+    """A catalog lists an interpolation message for `\\L`, `\\U`, `\\l` and `\\u`: lowercased, the four lines are two said
+    twice. Escapes keep their case; the same line said in one case is a loop as before."""
+    line = '%s:%d: 8비트 문자 "%c"의 인터폴레이션("\\{}")이 잘못되었습니다\n\n'
+    head = "%s:%d: 잘못된 RSJ 버전. 버전 1만 지원합니다.\n\n"
+    text = head + "".join(line.format(c) for c in "LUlu") + "%s:%d: 잘못된 문자열 정의"
+    assert not [k for k in range(100, len(text) + 1, 3) if detect(text[:k]).degenerate]
+    assert "loop" in detect(head + line.format("L") * 3).reasons

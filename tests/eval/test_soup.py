@@ -22,6 +22,14 @@ SOUP_HEALTHY = {
     "german": "Speicher für TGA-Kontextstruktur konnte nicht bereitgestellt werden. Speicher zum Laden eines "
               "PNM-Bildes konnte nicht bereitgestellt werden. Der zum Laden eines XPM-Bildes verwendete Speicher "
               "konnte nicht zugewiesen werden. Neuer Pixbuf konnte nicht angelegt werden.",
+    "german with names": "Alle Datenbanken außer template0 müssen Verbindungen erlauben,\nd.h. ihr "
+                         "pg_database.datallowconn muss wahr sein. Ihre Installation\nenthält Datenbanken außer "
+                         "template0, deren pg_database.datallowconn\nauf falsch gesetzt ist. Sie sollten Verbindungen "
+                         "für alle Datenbanken\naußer template0 erlauben oder ",
+    "french help": "Chaque MOTIF peut être\xa0:\n  ENTIER               copier jusqu'au numéro de ligne indiqué sans "
+                   "inclure cette ligne\n  /EXP_RAT/[POSITION]  copier jusqu'à la ligne correspondante sans inclure "
+                   "cette ligne\n  %EXP_RAT%[POSITION]  ignorer jusqu'à la ligne correspondante sans inclure cette "
+                   "ligne\n  {ENTIER}             répéter le motif",
     "contractions": "When pip can't run, you can't use pip to fix pip, so it isn't installed and you won't get far: "
                     "it's the way you fix it, we'll see, they're sure it is by re-running pip that you fix it.",
     "log": "INFO:db:Virgin Islands Creole English\nINFO:worker.3:Bolivian Sign Language\nINFO:app:pg_control CRC "
@@ -85,6 +93,16 @@ def test_fragments_on_a_line_of_their_own_are_subword_soup_short_real_words_are_
     for line in ["It is up to you to do so if it is on by default and we do not go on", "Nhập mã PIN của bạn để mở "
                  "khóa và để có thể đi tới đó", "x = f(a, b) if n > 0 else g(c, d) + h(e) * k(i, j) - m(o, p)"]:
         assert not detect(prose + line).degenerate, line
+
+
+def test_a_line_of_names_that_glue_letters_to_digits_is_no_fragment_line_soup_with_a_hex_word_still_is():
+    """An assembler's list of machines (h8300h, h8300sx) tokenizes as letters and digits: the letters are names."""
+    options = ("-mach=<name>             Establece el tipo de máquina H8300 a una de:\n"
+               "                           h8300h, h8300hn, h8300s, h8300sn, h8300sx, h8300sxn\n")
+    text = "Opciones del ensamblador para la arquitectura y sus modos de máquina:\n\n" + options
+    assert not any(detect(text[:k]).degenerate for k in range(len(text) - 60, len(text) + 1))
+    soup = "open i an on _ i th r p chin ext fe es CH her oteE oi 041f ro UPLE A ui ia jis por tr"
+    assert "subword-soup" in detect("The build environment may differ.\n\n" + soup).reasons
 
 
 def test_sparse_soup_with_commas_is_found_by_lone_capitals_or_a_broken_pair_prose_with_names_is_not():
@@ -171,12 +189,18 @@ def test_a_catalogs_messages_in_a_dialect_are_lines_not_soup_and_soup_after_them
     assert "word-soup" in detect(messages + "\n" + soup).reasons and len(soup.split()) > S.MESSAGE_WORDS
 
 
-def test_a_list_of_mixed_commands_that_pass_options_is_a_list_not_soup():
+def test_a_list_of_mixed_commands_that_pass_options_or_a_help_of_options_is_a_list_not_soup():
     """`sudo apt-get install -y x`, `pip uninstall -y y`, `python -m pip install -U z`: lines that open with different
-    commands but pass options are a list, at every prefix; soup passes no options."""
+    commands but pass options are a list, at every prefix; soup passes no options. So is a program's help whose lines
+    open with `-L`, `-S`, `-d` (ps's messages in French), one-letter options that soup would count as fragments."""
     commands = ("sudo apt-get install -y libgl1 ninja-build zlib1g-dev\npip uninstall -y cycler kiwisolver\n"
                 "python -m pip install -U soupsieve beautifulsoup4\nsudo apt-get install -y libc6 zip unzip\n"
                 "pip install -U tqdm rich\npython -m build --wheel\nconda install -y numpy scipy\n"
                 "pip uninstall -y isort\npython -m pip install -U regex packaging\nnpm install -g yarn\n")
-    flagged = [k for k in range(20, len(commands) + 1, 3) if detect(commands[:k]).degenerate]
-    assert not flagged, (flagged[0], detect(commands[:flagged[0]]).reasons)
+    help_text = ("-L comme H/-m/m mais sans PID/PGID/SID/SESS à suivre pour NLWP\n\n-L sans -F n'a pas de sens\n\n"
+                 "-L/-T avec H/m/-m et -o/-O/o/O n'a pas de sens\n\n-S requiert k, K, m ou M (KiB par défaut)\n\n"
+                 "-T avec H/-m/m mais aucun PID à suivre pour SPID\n\n-d interdit en mode «\xa0sure\xa0»\n\n"
+                 "-d requiert un paramètre positif\n\n-i n'a pas de sens")
+    for text in (commands, help_text):
+        flagged = [k for k in range(20, len(text) + 1, 2) if detect(text[:k]).degenerate]
+        assert not flagged, (flagged[0], detect(text[:flagged[0]]).reasons)
