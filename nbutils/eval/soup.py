@@ -92,7 +92,7 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
                 function += 1
                 if after != "-":  # "an in-memory tree": the next word is part of a compound
                     bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
-            # isn't, won't; letters after digits they are glued to (h8300sx, 041f: digits before a space are NUM);
+            # isn't, won't; letters after digits that are no whole number (h8300sx, 041f: a number alone is NUM);
             # letters between digits of a hash (e77fd93)
             short += _fragment(t) and nxt != "'" and not prev[:1].isdigit() and not (
                 t.strip("abcdef") == "" and (nxt[:1].isdigit() or "\ue000" in (prev, nxt)))
@@ -103,7 +103,7 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
             bare = n if bare is None else bare
             if t == "\n" and not lines:
                 line = (n, short, other, span, glued)  # the last line alone: soup that starts on a line of its own
-            glued += t[:1].isdigit()  # digits glued to the letters after them (numbers alone are NUM): names
+            glued += t[:1].isdigit()  # digits that are no whole number (NUM): glued to letters (h8300sx), or versions
             lines += t == "\n"
             other += t != "\n" and (not first.isalnum() or "\u3040" <= first <= "\ufaff" or nxt == ":")
             # punctuation, CJK and labels are structure
