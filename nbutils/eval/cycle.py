@@ -17,10 +17,11 @@ from nbutils.eval.soup import FUNCTION_WORDS
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
 WRAP_COLUMNS = 40  # a line broken inside a sentence at this width or more was wrapped (docstrings wrap at 72-79)
+WRAP_LETTERS, MARKED_SHARE = 12, 0.15  # Vietnamese marks most syllables; French or German a few words in a line
 COLUMN_GAP_RE = re.compile(r"\S {3,}\S")  # a row laid out in columns: "-y, --side-by-side    output in two columns"
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
-EARLY_CYCLE_MIN = 60  # a shorter cycle of 2+ sentences in one line or 2+ lines counts once said again whole, back to back
+EARLY_CYCLE_MIN = 60  # a shorter cycle in one line or of 2+ lines counts once said again whole, back to back
 WORD_END_RE = re.compile(r"\S*\s+(?=\S)")  # the rest of a word and the spaces before the next (none in CJK text)
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
 CODE_RE = re.compile(r"[(){}\[\]=<>_;#$*/\\|&^@`]")  # what code writes and prose seldom does
@@ -38,7 +39,7 @@ HANGUL_SPLIT_RE = re.compile("([\uac00-\ud7a3]+)")
 
 def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     """A cycle of sentences before its second copy is whole: the text ends with 100+ characters of prose said word for
-    word before (a cycle under 100: two sentences or more in one line, or two different lines or more, said again
+    word before (a cycle of 60-99: within one line, or two different lines or more, said again
     whole, back to back), the rest of the cycle between them. A sentence (or a script: a catalog's next message)
     starts the part said again, or starts in it (a catalog says "the red/green/blue component: ..." alike).
     `max_new_tokens` cuts a looping generation anywhere; healthy prose seldom says sentences again verbatim. Indented
@@ -86,10 +87,11 @@ def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
 
 
 def _short_cycle(cycle: str) -> bool:
-    """A cycle under EARLY_CYCLE_CHARS said again whole, back to back: two sentences or more in one line, or two
-    different lines or more (messages, list items). One line said twice is a list's or a program's output."""
+    """A cycle under EARLY_CYCLE_CHARS said again whole, back to back: within one line (healthy documents almost never
+    say 60 characters of a line again at once), or two different lines or more (messages, list items). One line
+    said twice is a list's or a program's output."""
     if "\n" not in cycle:
-        return len(SENTENCE_END_RE.findall(cycle + " ")) >= 2
+        return True
     return len({line.strip() for line in cycle.split("\n") if line.strip()}) >= 2
 
 
@@ -174,18 +176,50 @@ def _wrapped(text: str) -> bool:
     letter of the same script, the next line indented or not) in a line WRAP_COLUMNS wide or more, where the next word
     would not have fit within the widest line: prose wrapped at a column, as docstrings, man pages and catalogs are (a
     wrapper breaks a line only there). A generation writes a paragraph as one line; its lines of separate messages
-    break anywhere, and where the script changes (a Vietnamese message, then a Hindi one) a new message starts."""
+    break anywhere, and where the script changes (a Vietnamese message, then a Hindi one), the language changes (a
+    Vietnamese message, then an English one) or the next line leaves room for the word after it, a new message starts."""
     widest, at = max(map(width, text.split("\n"))), text.find("\n", 1)
     while 0 < at < len(text) - 1:
-        before, after = _base(text, at), text[at + 1:at + 9].lstrip(" \t")[:1]
-        line = text[text.rfind("\n", 0, at) + 1:at]
-        wide = width(line)
-        if (before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper() \
-                and wide >= WRAP_COLUMNS and wide + 1 + width(text[at + 1:].split(None, 1)[0]) > widest \
-                and not (COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t") and not _script_changes(line, after):
+        if _wrap_break(text, at, widest):
             return True
         at = text.find("\n", at + 1)
     return False
+
+
+def _wrap_break(text: str, at: int, widest: int) -> bool:
+    """Is the line break at `at` one a wrapper at the widest line's column made inside a paragraph (see _wrapped)?"""
+    before, after = _base(text, at), text[at + 1:at + 9].lstrip(" \t")[:1]
+    line = text[text.rfind("\n", 0, at) + 1:at]
+    wide = width(line)
+    if not ((before == "," or before.isalpha() and not before.isupper()) and after.isalpha() and not after.isupper()):
+        return False
+    if wide < WRAP_COLUMNS or wide + 1 + width(text[at + 1:].split(None, 1)[0]) <= widest:
+        return False
+    if COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t" or _script_changes(line, after):
+        return False
+    return not _marks_change(line, text[at + 1:text.find("\n", at + 1) % (len(text) + 1)]) and not _unfilled(text, at, widest)
+
+
+def _marks_change(line: str, after: str) -> bool:
+    """Is one line written with marks on MARKED_SHARE of its letters or more (Vietnamese, decomposed) and the other with
+    none (English, a command, a URL)? Two messages in two languages of one script: a wrapper breaks inside one."""
+    shares = []
+    for text in (line, after):
+        letters = LETTER_RE.findall(text)
+        if len(letters) < WRAP_LETTERS:
+            return False
+        shares.append(sum(unicodedata.category(c) == "Mn" for c in letters) / len(letters))
+    return min(shares) == 0 and max(shares) >= MARKED_SHARE
+
+
+def _unfilled(text: str, at: int, widest: int) -> bool:
+    """Does the line after the break at `at` end where the next line's first word, lowercase, would have fit? A
+    wrapper fills each line of a paragraph; lines of messages (a catalog's, without stops) end anywhere."""
+    end = text.find("\n", at + 1)
+    following = text[end + 1:] if end > 0 else ""
+    if not following[:1].isalpha() or following[:1].isupper():
+        return False
+    return width(text[at + 1:end]) + 1 + width(following.split(None, 1)[0]) <= widest
 
 
 def _base(text: str, at: int) -> str:
@@ -198,10 +232,10 @@ def _base(text: str, at: int) -> str:
 
 
 def _said_before(tail: str) -> int:
-    """How far back the last 24 characters of `tail` were said before (0: not said, or a tail under 200 characters).
+    """How far back the last 24 characters of `tail` were said before (0: not said, or a tail under 120 characters).
     A run of one character at the end (a ruler being written) says nothing of where a cycle began: it is matched
     from the characters before it."""
-    if len(tail) < 200:
+    if len(tail) < 2 * EARLY_CYCLE_MIN:
         return 0
     run = len(tail) - len(tail.rstrip(tail[-1])) if tail[-10:] == tail[-1] * 10 else 0
     end = len(tail) - run

@@ -48,6 +48,7 @@ NUMBER_RE = re.compile(r"(\\[xuU][0-9a-fA-F]+)|(?<![\d.])(?:0[xX][0-9a-fA-F]+|\d
 SUBWORD_RE = re.compile(r"[ĠĊ]|âĢ|▁[^\W\d_]|##[^\W\d_]")
 DIGIT_RE = re.compile(r"[\d\\]")
 ESCAPE_CAP_RE = re.compile(r"\\([A-Z])(?![0-9A-Za-z])")  # \L and \l, \U and \u are different escapes: keep them apart
+OPTION_CAP_RE = re.compile(r"(?<![\w-])-([A-Z])(?![0-9A-Za-z])")  # so are -F and -f (see _cased_loop)
 SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
@@ -185,6 +186,19 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
     return None
 
 
+def _cased_loop(tail: str, tokens: list[str], m: dict, partial: bool, fenced: bool) -> str | None:
+    """_loop, and where it finds one in a text with a one-letter option in capitals, _loop again with options in their
+    case: a linker's catalog says "cannot use -F without -shared" and then the same for -f. Only a loop pays for the
+    second look: the guard runs detect at every check, and most checks find none."""
+    found: dict = {}
+    loop = _loop(tail, tokens, found, partial=partial, fenced=fenced)
+    if loop and "-" in tail and OPTION_CAP_RE.search(tail):
+        found = {}
+        loop = _loop(tail, _tokens(OPTION_CAP_RE.sub(r"-^\1", tail)), found, partial=partial, fenced=fenced)
+    m.update(found)
+    return loop
+
+
 def _code_table(tail: str, unit: list[str], copies: float) -> bool:
     """Counted lines of code, each indented (an enum, a codec's or a key map's table: `    _curses.KEY_F21: 'kf21',`):
     what source files hold, however long. A counting loop writes its items at the margin or inside a sentence."""
@@ -229,10 +243,16 @@ def _line_copies(rev: list[str], size: int, p: int) -> float | None:
     notify" / "Y changed, used to notify" twice) is a region of 2.6 periods but 1.9 copies of a line.
     None for units without a line break, for regions that start at a line start (or the text's), and for
     regions whose copies start at a line start after the first (a loop of lines said after a word: the
-    text before the first copy ends mid-line, the loop itself starts its lines where every copy does).
+    text before the first copy ends mid-line, the loop itself starts its lines where every copy does),
+    unless the line the first copy ends opens with the unit's first two tokens: a catalog's lines that
+    start alike ("No-break space in row 3, thin no-break space in row 4" / "No-break space in row 4").
     """
-    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n" or rev[size - p] == "\n":
+    if "\n" not in rev[:p] or size >= len(rev) or rev[size] == "\n":
         return None
+    if rev[size - p] == "\n":
+        start = rev.index("\n", size) if "\n" in rev[size:] else len(rev)  # the first copy's line starts after it
+        if start - size < 2 or rev[start - 2:start] != rev[size - 2:size]:
+            return None
     lead = 0
     while lead < p and rev[size - 1 - lead] != "\n":
         lead += 1
@@ -251,6 +271,10 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
             return reps >= 8 and span > 2 * RULER_COLUMNS
         return reps >= (16 if "\n" in unit else 8) and span >= 16
+    if all(unit[(i + 1) % p] == "%" for i, t in enumerate(unit) if t in words):  # (unit is reversed: % comes next)
+        # printf placeholders alone ("--%s, --%s, ... or --%s": dpkg names twelve options), each a different value
+        # when printed, are a list, as counted items are, up to 2 * COUNT_REPEATS
+        return reps >= 2 * COUNT_REPEATS and span >= 40
     if not exact:
         # A counted template ("Move window to workspace 4", a table of keys) is what healthy menus, catalogs and code
         # list up to about nine times: a loop from COUNT_REPEATS items (twice as many where the numbers do not step
@@ -316,8 +340,8 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
         tail = tail[:cut_escape.start()]
     tokens = _tokens(tail)
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
-    loop = _loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
-                 fenced=fenced)
+    loop = _cased_loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
+                       fenced=fenced)
     if not loop and early_cycle(tail, m, whole):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):

@@ -13,13 +13,18 @@ def test_sentences_said_again_before_a_second_whole_copy_are_a_loop():
     assert not detect("Here is what happens: " + a + b + c + a).degenerate  # one sentence again: not yet
 
 
-def test_a_short_cycle_of_sentences_said_twice_whole_in_one_line_is_a_loop_a_line_said_twice_is_not():
-    """Under 100 characters, a cycle counts once said again whole, back to back: two sentences or more in one line.
-    One line said twice is a program's output or a catalog's pair."""
+def test_a_short_cycle_said_twice_whole_in_one_line_is_a_loop_a_line_said_twice_is_not():
+    """Under 100 characters, a cycle counts once said again whole, back to back, within one line: two sentences, or
+    messages without stops, or the whole text (under 200 characters) said twice. One line said twice, line by line,
+    is a program's output or a catalog's pair."""
     head = "The last lines of the log, as the run printed them, before it was stopped by the time budget: "
     unit = "Conveying Verbatim Copies. Initialize internal state from a seed. *** WARNING: *** "
     assert len(unit) < 100 and "loop" in detect(head + unit + unit).reasons
     assert not detect(head + unit + unit[:-30]).degenerate  # not whole yet: the loop rules wait too
+    stopless = "## 2.4.1 (March 3rd, 2024) Lỗi khi đọc tập tin cấu hình %s \"legacy\" or \"strict\" "
+    assert len(stopless) < 100 and "loop" in detect(head + stopless * 2).reasons
+    assert "loop" in detect(stopless * 2).reasons and len(stopless * 2) < 200  # the whole text is the two copies
+    assert not detect(head + stopless + stopless[:-20]).degenerate
     line = "Builds a profiler object using the specified timer function.\n"
     assert not detect("Output:\n\n" + head + "\n" + line * 2).degenerate
 
@@ -211,6 +216,22 @@ def test_a_line_break_where_the_script_changes_starts_a_message_it_was_not_wrapp
     unit = ("%s: lỗi khi liên kết “%.250s” tới “%.250s” trong thư mục đích: %s\nहरे रंग के विपरीत बदलें\n"
             "Duplicate elements in either input list are ignored.\nHandle one request at a time until shutdown.\n")
     _a_loop_wherever_cut("Xác thực là cần thiết để cài đặt phần mềm.\n", unit, 100, 6)
+
+
+def test_a_line_break_where_the_language_changes_or_the_next_line_leaves_room_starts_a_message():
+    """The widest line of a cycle may end in a lowercase letter and the next open in one: a Vietnamese message, then
+    an English one (marks on most syllables, then none), or a next line that ends where the lowercase word after it
+    would have fit (a wrapper fills its lines) starts a message. A French paragraph wrapped between a line without
+    accents and one with a few stays wrapped, and said again, healthy."""
+    unit = ("Không thể mở tệp cấu hình vì nó đã bị một tiến trình khác khóa lại\nrun the export again with a new "
+            "output folder\nCheck the adapter files before the export starts.\n")
+    _a_loop_wherever_cut("Các thông báo của công cụ:\n", unit, 100, 6)
+    unit = ("Không thể chọn phiên bản mới nhất của gói này vì nó chỉ là gói ảo\nchuỗi dịch còn thiếu ký tự\n"
+            "không tìm thấy tập tin cấu hình\nLưu các thay đổi trước khi thoát.\n")
+    _a_loop_wherever_cut("Các thông báo của công cụ:\n", unit, 100, 6)
+    para = "Le fichier de configuration contient les options de la\ncommande et les paramètres généraux du programme.\n"
+    text = "Aide du programme :\n" + para + "Ancienne traduction :\n" + para
+    assert not any(detect(text[:k]).degenerate for k in range(40, len(text) + 1, 3))
 
 
 def test_a_cycle_of_messages_without_stops_after_unlike_text_or_at_the_start_is_a_loop():

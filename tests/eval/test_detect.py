@@ -342,11 +342,25 @@ def test_a_counted_table_in_code_is_healthy_counted_lines_of_prose_are_a_loop():
     assert "counting-loop" in detect(steps).reasons
 
 
-def test_escapes_that_differ_only_in_case_are_different_lines_said_in_one_case_they_loop():
-    """A catalog lists an interpolation message for `\\L`, `\\U`, `\\l` and `\\u`: lowercased, the four lines are two said
-    twice. Escapes keep their case; the same line said in one case is a loop as before."""
+def test_escapes_and_options_that_differ_only_in_case_are_different_lines_said_in_one_case_they_loop():
+    """A catalog lists an interpolation message for `\\L`, `\\U`, `\\l` and `\\u`, or a linker's for `-F` and `-f`:
+    lowercased, the lines are one said again. Escapes and one-letter options keep their case; the same line said in
+    one case is a loop as before."""
     line = '%s:%d: 8비트 문자 "%c"의 인터폴레이션("\\{}")이 잘못되었습니다\n\n'
     head = "%s:%d: 잘못된 RSJ 버전. 버전 1만 지원합니다.\n\n"
     text = head + "".join(line.format(c) for c in "LUlu") + "%s:%d: 잘못된 문자열 정의"
     assert not [k for k in range(100, len(text) + 1, 3) if detect(text[:k]).degenerate]
     assert "loop" in detect(head + line.format("L") * 3).reasons
+    options = ("%F%P: no se puede usar --no-define-common sin -shared\n\n%F%P: no se puede usar -F sin -shared\n\n"
+               "%F%P: no se puede usar -f sin -shared\n\n%F%P: no se puede usar -r y -shared a la vez\n\n")
+    assert not [k for k in range(100, len(options) + 1, 2) if detect(options[:k]).degenerate]
+    assert "loop" in detect("%F%P: no se puede usar -F sin -shared\n\n" * 3).reasons
+
+
+def test_a_list_of_printf_placeholders_is_healthy_a_long_run_of_them_is_a_loop():
+    """dpkg's catalogs name twelve options as `--%s, --%s, ... or --%s`: each placeholder prints a different value, so
+    such a list is a list up to 2 * COUNT_REPEATS items, as counted items are."""
+    msg = ("Il faut indiquer une action parmi --%s, --%s, --%s, --%s, --%s, --%s, --%s, --%s, --%s, --%s, --%s ou "
+           "--%s\n\nAucune action indiquée\n\n")
+    assert not [k for k in range(30, len(msg) + 1) if detect(msg[:k]).degenerate]
+    assert "loop" in detect("Options: " + "--%s, " * 21).reasons

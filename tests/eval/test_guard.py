@@ -190,6 +190,9 @@ def test_guard_lets_role_headers_before_an_answer_run_on_and_stops_markers_that_
 
 
 def test_guard_stops_a_line_said_a_third_time_not_a_catalog_line_said_twice():
+    """A catalog says a line twice after one that ends alike; a keyboard layout's catalog says "No-break space in
+    row 4" after "No-break space in row 3, thin no-break space in row 4", which opens alike: the copies count from that
+    line start, and the guard waits. A loop after other words still stops at once."""
     from nbutils.eval.detect import detect
     from nbutils.eval.guard import settled
 
@@ -199,6 +202,11 @@ def test_guard_stops_a_line_said_a_third_time_not_a_catalog_line_said_twice():
     assert any(detect(catalog[:k]).degenerate for k in range(20, len(catalog) + 1))  # post hoc, cut there: a loop
     looping = catalog[:catalog.index("Accessible name")] + line
     assert all(settled(detect(looping + line[:c])) for c in range(len(line)))
+    rows = ("Keyboard layouts\n\nNo-break space in row 2\n\nNo-break space in row 3\n\nNo-break space in row 3, nothing"
+            " in row 4\n\nNo-break space in row 3, thin no-break space in row 4\n\nNo-break space in row 4\n\nNo-break space"
+            " in row 4, thin no-break space in row 6\n\n")
+    assert not [k for k in range(40, len(rows) + 1) if settled(detect(rows[:k]))]
+    assert settled(detect("Here are the layouts: No-break space in row 4\n\n" + "No-break space in row 4\n\n" * 2 + "No"))
 
 
 def test_guard_stops_lines_looping_after_a_mid_line_start_as_soon_as_detect_does():
