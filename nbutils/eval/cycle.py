@@ -90,9 +90,7 @@ def _short_cycle(cycle: str) -> bool:
     """A cycle under EARLY_CYCLE_CHARS said again whole, back to back: within one line (healthy documents almost never
     say 60 characters of a line again at once), or two different lines or more (messages, list items). One line
     said twice is a list's or a program's output."""
-    if "\n" not in cycle:
-        return True
-    return len({line.strip() for line in cycle.split("\n") if line.strip()}) >= 2
+    return "\n" not in cycle or len({line.strip() for line in cycle.split("\n") if line.strip()}) >= 2
 
 
 def _script_changes(before: str, first: str) -> bool:
@@ -126,10 +124,10 @@ def _unlike_context(tail: str, start: int, q: int, whole: bool) -> bool:
         return False
     a, b = context
     words_a, words_b = _content_words(a), _content_words(b)
-    alike = difflib.SequenceMatcher(None, words_a, words_b, autojunk=False).ratio()
+    alike = _alike(words_a, words_b)
     if alike == 0 and min(len(words_a), len(words_b)) >= CONTEXT_WORDS_NONE:
         return True  # many words and not one shared (their letters may be: English beside Vietnamese)
-    return alike < CONTEXT_WORDS_ALIKE and difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() < CONTEXT_CHARS_ALIKE
+    return alike < CONTEXT_WORDS_ALIKE and _alike(a, b) < CONTEXT_CHARS_ALIKE
 
 
 def _contexts(tail: str, start: int, q: int) -> tuple[str, str] | None:
@@ -142,8 +140,9 @@ def _contexts(tail: str, start: int, q: int) -> tuple[str, str] | None:
     return tail[room - n:room], tail[start - n:start]
 
 
-def _words_alike(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, _content_words(a), _content_words(b), autojunk=False).ratio()
+def _alike(a, b) -> float:
+    """How alike two strings or two lists of words are (difflib's ratio, without its junk heuristic)."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
 def _content_words(text: str) -> list[str]:
@@ -159,10 +158,10 @@ def _framed(tail: str, r: int, q: int) -> bool:
     looping generation's first copy follows whatever it wrote before the loop began, its second the end of the cycle."""
     end = len(tail) - r
     before_first, before_again = tail[max(0, end - q - FRAME_CHARS):end - q], tail[max(0, end - FRAME_CHARS):end]
-    if difflib.SequenceMatcher(None, before_first, before_again, autojunk=False).ratio() >= FRAME_ALIKE:
+    if _alike(before_first, before_again) >= FRAME_ALIKE:
         return True
     context = _contexts(tail, end, q)
-    return context is not None and _words_alike(*context) >= CONTEXT_WORDS_FRAMED
+    return context is not None and _alike(*map(_content_words, context)) >= CONTEXT_WORDS_FRAMED
 
 
 def _margin_lines(text: str) -> bool:
@@ -197,7 +196,9 @@ def _wrap_break(text: str, at: int, widest: int) -> bool:
         return False
     if COLUMN_GAP_RE.search(line) and text[at + 1] not in " \t" or _script_changes(line, after):
         return False
-    return not _marks_change(line, text[at + 1:text.find("\n", at + 1) % (len(text) + 1)]) and not _unfilled(text, at, widest)
+    end = text.find("\n", at + 1)
+    nxt, following = (text[at + 1:end], text[end + 1:]) if end > 0 else (text[at + 1:], "")
+    return not _marks_change(line, nxt) and not _unfilled(nxt, following, widest)
 
 
 def _marks_change(line: str, after: str) -> bool:
@@ -212,14 +213,12 @@ def _marks_change(line: str, after: str) -> bool:
     return min(shares) == 0 and max(shares) >= MARKED_SHARE
 
 
-def _unfilled(text: str, at: int, widest: int) -> bool:
-    """Does the line after the break at `at` end where the next line's first word, lowercase, would have fit? A
-    wrapper fills each line of a paragraph; lines of messages (a catalog's, without stops) end anywhere."""
-    end = text.find("\n", at + 1)
-    following = text[end + 1:] if end > 0 else ""
+def _unfilled(nxt: str, following: str, widest: int) -> bool:
+    """Does the line after a break (`nxt`) end where the first word of the text after it, lowercase, would have fit?
+    A wrapper fills each line of a paragraph; lines of messages (a catalog's, without stops) end anywhere."""
     if not following[:1].isalpha() or following[:1].isupper():
         return False
-    return width(text[at + 1:end]) + 1 + width(following.split(None, 1)[0]) <= widest
+    return width(nxt) + 1 + width(following.split(None, 1)[0]) <= widest
 
 
 def _base(text: str, at: int) -> str:

@@ -192,7 +192,7 @@ def _cased_loop(tail: str, tokens: list[str], m: dict, partial: bool, fenced: bo
     second look: the guard runs detect at every check, and most checks find none."""
     found: dict = {}
     loop = _loop(tail, tokens, found, partial=partial, fenced=fenced)
-    if loop and "-" in tail and OPTION_CAP_RE.search(tail):
+    if loop and OPTION_CAP_RE.search(tail):
         found = {}
         loop = _loop(tail, _tokens(OPTION_CAP_RE.sub(r"-^\1", tail)), found, partial=partial, fenced=fenced)
     m.update(found)
