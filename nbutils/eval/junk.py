@@ -8,9 +8,14 @@ import unicodedata
 
 CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 # UTF-8 read as Latin-1/cp1252: a lead byte (Â-ð) followed by continuation bytes (U+0080-U+00BF or their cp1252 glyphs).
-_CONT = "\u0080-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d\u2018\u2019" \
+_CONT_REST = "\u0080-\u009f\u00a1-\u00bf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d\u2018\u2019" \
         "\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u017e\u0178"
-MOJIBAKE_RE = re.compile(f"[\u00c2-\u00df][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
+_CONT = "\u00a0" + _CONT_REST
+# French sets a no-break space before : ; ! ? and », so in "DÉCONSEILLÉ\u00a0:" the É is a letter, not U+0260
+# mis-decoded: a lead Ä-ß before U+00A0 counts only where no such punctuation follows. Â and Ã before it always count:
+# they are what a no-break space and à turn into.
+MOJIBAKE_RE = re.compile(f"[\u00c2\u00c3][{_CONT}]|[\u00c4-\u00df](?:[{_CONT_REST}]|\u00a0(?![:;!?\u00bb]))|"
+                         f"[\u00e0-\u00ef][{_CONT}]{{2}}|\u00f0[{_CONT}]{{3}}")
 # \t \n \v \f \r are ordinary in text and source files; so are \x1c-\x1f, field separators (gnupg's catalogs have them)
 CONTROL_RE = re.compile("[\x00-\x08\x0e-\x1b\x7f]")
 # Invisible characters after ASCII (where no script needs them), or ones no script needs at all.

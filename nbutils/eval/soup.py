@@ -165,7 +165,10 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
             return None  # (the first line may be cut, unless the text's start is in view)
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
-    return _kind(n, span, other, function, short, bad, bare, caps, snake, words)
+    kind = _kind(n, span, other, function, short, bad, bare, caps, snake, words)
+    if kind == "word-soup" and not (bad or caps or snake) and bare < 16 and 4 * recent[-chars:].count(", ") >= n:
+        return None  # few function words and no other sign: items listed, a comma every four words or sooner
+    return kind
 
 
 def _listed(lines: list[str]) -> bool:

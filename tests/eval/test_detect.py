@@ -364,3 +364,12 @@ def test_a_list_of_printf_placeholders_is_healthy_a_long_run_of_them_is_a_loop()
            "--%s\n\nAucune action indiquée\n\n")
     assert not [k for k in range(30, len(msg) + 1) if detect(msg[:k]).degenerate]
     assert "loop" in detect("Options: " + "--%s, " * 21).reasons
+
+
+def test_an_ipv6_mask_is_an_address_at_every_prefix_hex_groups_said_on_are_a_token_repeat():
+    """An IPv6 address or mask has eight groups (ffff:ffff:...: 39 characters, in any case); a ninth is no address."""
+    text = ">>> net_if_addrs()\n{'lo': [addr(family=AF_INET6, address='::1', netmask='{}', broadcast=None)]}"
+    for mask in (":".join(["ffff"] * 8), ":".join(["FFFF"] * 8)):
+        full = text.replace("{}", mask)
+        assert not any(detect(full[:k], lookback=0).degenerate for k in range(20, len(full) + 1)), mask
+    assert detect("The mask is " + "ffff:" * 12).reasons == ["token-repeat"]

@@ -19,3 +19,12 @@ def test_junk_is_found_and_counted(text):
 def test_scripts_field_separators_and_one_bom_are_no_junk(text):
     """gnupg's catalogs put \\x1f between fields; a byte-order mark opens many files (one invisible is no junk)."""
     assert not unicode_junk(text, {})
+
+
+def test_a_french_no_break_space_after_a_capital_is_typography_the_same_text_mis_decoded_is_junk():
+    """French sets U+00A0 before : ; ! ? and »: after "DÉCONSEILLÉ" it is a letter and a space, said twice; the same
+    text read as Latin-1 (Ã©, Â\u00a0) is mojibake."""
+    text = ("DÉCONSEILLÉ\u00a0: cette clé est ignorée.\n\nLa commande «\u00a0logout\u00a0» est invoquée.\n\n"
+            "DÉCONSEILLÉ\u00a0: cette clé est ignorée\u00a0!")
+    assert not unicode_junk(text, {})
+    assert unicode_junk(text.encode("utf-8").decode("latin-1"), {})

@@ -204,3 +204,13 @@ def test_a_list_of_mixed_commands_that_pass_options_or_a_help_of_options_is_a_li
     for text in (commands, help_text):
         flagged = [k for k in range(20, len(text) + 1, 2) if detect(text[:k]).degenerate]
         assert not flagged, (flagged[0], detect(text[:flagged[0]]).reasons)
+
+
+def test_short_items_listed_comma_after_comma_are_no_soup_the_same_words_without_commas_are():
+    """A list of features has few function words by nature: a comma every few words says it is a list."""
+    items = ["smooth zoom levels", "panning", "thumbnail grid layouts", "slideshow timers", "camera metadata display",
+             "colour profile handling", "batch file renaming", "lossless rotation", "custom keyboard shortcuts",
+             "plugin hooks", "tag editing", "print page layouts"]
+    listed = "The viewer does not offer " + ", ".join(items) + ", or any of that."
+    assert not any(detect(listed[:k], lookback=0).degenerate for k in range(60, len(listed) + 1))
+    assert detect("The viewer does not offer " + " ".join(items)).reasons == ["word-soup"]
