@@ -183,11 +183,10 @@ def test_a_saved_tokenizer_lists_its_added_tokens_and_loads_back_the_same(twin, 
     chatformat.save_tokenizer(tok, tmp_path / "saved")
     listed = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["added_tokens_decoder"]
     assert {int(i): t["content"] for i, t in listed.items()} == {i: t.content for i, t in tok.added_tokens_decoder.items()}
-    tok.save_pretrained(tmp_path / "plain")  # the same tokenizer as transformers saves it
-    back, plain = (AutoTokenizer.from_pretrained(tmp_path / d) for d in ("saved", "plain"))
-    assert back.get_vocab() == plain.get_vocab() and back.added_tokens_decoder == plain.added_tokens_decoder
-    assert (back.pad_token, back.eos_token, back.bos_token) == (plain.pad_token, plain.eos_token, plain.bos_token)
+    back = AutoTokenizer.from_pretrained(tmp_path / "saved")  # compared with the tokenizer it saved, in memory
+    assert back.get_vocab() == tok.get_vocab() and back.added_tokens_decoder == tok.added_tokens_decoder
+    assert (back.pad_token, back.eos_token, back.bos_token) == (tok.pad_token, tok.eos_token, tok.bos_token)
     rendered = back.apply_chat_template(CONVS[2], tokenize=False)
-    assert rendered == plain.apply_chat_template(CONVS[2], tokenize=False)
+    assert rendered == tok.apply_chat_template(CONVS[2], tokenize=False)
     text = rendered + "ünïcode 12 <|eot_id|><end_of_turn><|im_end|>"
-    assert back(text)["input_ids"] == plain(text)["input_ids"]
+    assert back(text)["input_ids"] == tok(text)["input_ids"]
