@@ -124,7 +124,7 @@ def _char_period(text: str) -> int:
             continue
         unit = text[-p:]
         # the last need+p characters have period p; hex groups (ffff:) as long as digits: an IPv6 mask has 39
-        need = max(5 * p, 42) if unit.isdigit() or (":" in unit and _hex(unit.lower().replace(":", ""))) else max(2 * p, 24)
+        need = max(5 * p, 42) if unit.isdigit() or _hex_groups(unit) else max(2 * p, 24)
         if len(text) < need + p or text[-need:] != text[-need - p:-p]:
             continue
         if unit.isdigit() or (sum(c.isalpha() for c in unit) >= max(2, 0.4 * p)
@@ -133,9 +133,10 @@ def _char_period(text: str) -> int:
     return 0
 
 
-def _hex(s: str) -> bool:
-    """Hex digits only (a group of an address or a mask), lowercase as tokens are."""
-    return bool(s) and not s.strip("0123456789abcdef")
+def _hex_groups(s: str) -> bool:
+    """Hex digits joined by colons and nothing else (ffff:ffff, FFFF:): an IPv6 address or mask, eight groups at most."""
+    digits = s.replace(":", "")
+    return 0 < len(digits) < len(s) and not digits.lower().strip("0123456789abcdef")
 
 
 def _number(match: re.Match) -> str:
@@ -289,7 +290,7 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
             return False
         return span >= 40 and reps >= (8 if numbers > len(words) else 6 if code_ish else 4 if counting else 13)
     if p <= 2:  # hex groups joined by colons are an IPv6 address or mask up to its eight groups (ffff:ffff:...)
-        return reps >= (9 if ":" in unit and all(t == ":" or _hex(t) for t in unit) else 5) and span >= 16
+        return reps >= (9 if _hex_groups("".join(unit)) else 5) and span >= 16
     if code_ish and len(words) < 3:  # markup rows: <td>yes</td> <td>yes</td> ... (tables say a cell 6 times)
         return reps >= 8 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):

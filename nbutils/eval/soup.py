@@ -165,10 +165,7 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
             return None  # (the first line may be cut, unless the text's start is in view)
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
-    kind = _kind(n, span, other, function, short, bad, bare, caps, snake, words)
-    if kind == "word-soup" and not (bad or caps or snake) and bare < 16 and 4 * recent[-chars:].count(", ") >= n:
-        return None  # few function words and no other sign: items listed, a comma every four words or sooner
-    return kind
+    return _kind(n, span, other, function, short, bad, bare, caps, snake, words, recent[-chars:].count(", "))
 
 
 def _listed(lines: list[str]) -> bool:
@@ -197,11 +194,15 @@ def _fragment_line(c: dict) -> bool:
 
 
 def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, bare: int, caps: int, snake: int,
-          words: list[str]) -> str | None:
+          words: list[str], commas: int) -> str | None:
     """Subword soup: mostly fragments or glued pseudo-words; word soup: few function words, broken pairs, lone capitals."""
     if short >= 0.5 * n or (function < 0.15 * n and sum(_odd_word(w) for w in words) >= 0.3 * n):
         return "subword-soup"
-    if function < 0.1 * n or bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 2 or function < 0.25 * n)):
+    # Few function words are soup, unless they are all there is and a comma comes every four words or sooner: items
+    # listed ("redirects, multipart uploads, URL parsing"), as lists of features and of names are.
+    if function < 0.1 * n and (bad or caps or snake or bare >= 16 or 4 * commas < n):
+        return "word-soup"
+    if bad >= 3 or (bare >= 24 and (bad >= 1 or caps >= 2 or function < 0.25 * n)):
         return "word-soup"
     if snake >= 0.2 * n and other < 0.15 * span and function < 0.25 * n:  # identifiers strung together, no code
         return "word-soup"
