@@ -62,3 +62,12 @@ def tok(embedded_dir):
     from nbutils.data.chatformat import load_tokenizer
 
     return load_tokenizer("embedded")
+
+
+def pytest_unconfigure(config):
+    """The process is about to exit: its last garbage collection would walk every object torch and transformers made
+    (about 1.5 s of each worker's exit, memory the system takes back anyway). Frozen objects are left out of it;
+    exit handlers still run."""
+    import gc
+
+    gc.freeze()
