@@ -1,6 +1,7 @@
 """The session's output filters: exactly the known harmless messages go, everything else still shows."""
 
 import logging
+import unittest
 import warnings
 
 import pytest
@@ -37,17 +38,10 @@ def test_the_bitsandbytes_cpu_kernel_message_is_dropped_and_nothing_else(restore
     output.filter_known_warnings()  # idempotent: one filter
     logger = logging.getLogger(output.BNB_CPU_LOGGER)
     assert sum(isinstance(f, output._DropMessage) for f in logger.filters) == 1
-    records, handler, level = [], logging.Handler(logging.WARNING), logger.level  # (pytest's log capture is off)
-    handler.emit = records.append
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    try:
+    with unittest.TestCase().assertLogs(logger, logging.WARNING) as logged:  # (pytest's log capture is off)
         logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please ...", "No module")
         logger.warning("something that matters")
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    assert [r.getMessage() for r in records] == ["something that matters"]
+    assert [r.getMessage() for r in logged.records] == ["something that matters"]
 
 
 @pytest.mark.parametrize("batch", [True, False])
