@@ -47,6 +47,7 @@ _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr
 
 
 OPTION_RE = re.compile(r"(?:^|\s)--?[A-Za-z]")  # an option, in a command or opening a help line: -U, -y, --help
+COLUMN_RE = re.compile(r"\S {3,}\S")  # a gap of three spaces or more inside a line: columns aligned
 MESSAGE_WORDS = 16  # a catalog's message or a title seldom runs longer on one line
 WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
 # Distinctly German function words: where they are, capitals mark nouns, not soup.
@@ -137,6 +138,8 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
     """The verdict on one window's counts (see _kind), with the signs read off the raw text added."""
     n, span, chars, other, function, short, bad, words = (c[k] for k in ("n", "span", "chars", "other", "function",
                                                                           "short", "bad", "words"))
+    if c["lines"] and _columns(recent, chars, whole):
+        return None
     if _fragment_line(c):
         return "subword-soup"
     if n < 16 and not (n >= 12 and short >= 0.75 * n):  # a short text, unless it is nearly all fragments
@@ -175,6 +178,27 @@ def _listed(lines: list[str]) -> bool:
     firsts = [line.split(None, 1)[0] for line in lines]
     return len(lines) >= 2 and sum(firsts.count(f) >= 2 or OPTION_RE.search(line) is not None
                                    for f, line in zip(firsts, lines)) >= 0.6 * len(lines)
+
+
+def _columns(recent: str, chars: int, whole: bool) -> bool:
+    """A help text's table (`erase CHAR    CHAR erases ...`, `lt le eq ne ge gt       (...)`), whose names and
+    abbreviations are no words: two lines of the window with a gap of three spaces or more inside; or one, and a line
+    that starts a word at the column the gap leads to, after two spaces or after one with the same character there
+    (`lt-nl le-nl ge-nl gt-nl (...)`). A table's cell is short: where the last line runs on past MESSAGE_WORDS words
+    after its last gap, it is no table. Soup is not aligned."""
+    if "   " not in recent[-chars:]:
+        return False
+    start = max(0, len(recent) - chars)
+    lines = recent[recent.rfind("\n", 0, start) + 1:].split("\n")  # from the first line's start
+    if len(re.split(r"\S {3,}", lines[-1])[-1].split()) > MESSAGE_WORDS:
+        return False
+    if sum(COLUMN_RE.search(line) is not None for line in lines) >= 2:
+        return True
+    if not whole and "\n" not in recent[:start]:
+        lines = lines[1:]  # the text's first line may be cut: where its columns are is unknown
+    starts = {(gap.end() - 1, line[gap.end() - 1]) for line in lines for gap in COLUMN_RE.finditer(line)}
+    return any(sum(line[c - 1:c + 1] == " " + char or (line[c - 2:c] == "  " and line[c:c + 1].strip() != "")
+                   for line in lines) >= 2 for c, char in starts)
 
 
 def _messages(lines: list[str]) -> bool:

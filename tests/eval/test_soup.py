@@ -1,6 +1,8 @@
 """Word and subword soup (`nbutils.eval.soup`, judged inside `detect`): soup that keeps function words at their
 natural rate is found; healthy text that looks a little like it (licenses, German, contractions, logs, names) is not."""
 
+import re
+
 import pytest
 
 from nbutils.eval import soup as S
@@ -214,3 +216,32 @@ def test_short_items_listed_comma_after_comma_are_no_soup_the_same_words_without
     listed = "The viewer does not offer " + ", ".join(items) + ", or any of that."
     assert not any(detect(listed[:k], lookback=0).degenerate for k in range(60, len(listed) + 1))
     assert detect("The viewer does not offer " + " ".join(items)).reasons == ["word-soup"]
+
+
+def test_a_help_table_whose_columns_line_up_is_no_soup_the_same_rows_without_the_gaps_are():
+    """Option names and abbreviations (`eol CH`, `lt le eq`, `cs5 cs6`) are fragments and bare words; a gap of three
+    spaces that sets a column apart on two lines, or one gap and a column another line starts at, makes them a table,
+    at every prefix. The same rows with single spaces are soup; so are soup lines with one stray gap, a fragment that
+    starts at a gap's column by chance, and more than MESSAGE_WORDS words run on after a table."""
+    stty = ("🚀 eof CH       CH ends the input\n   eol CH       CH ends the line\n   eol2 CH      CH ends the line too\n"
+            "   lnext CH     CH enters the next char quoted\n   rprnt CH     CH redraws the line\n"
+            "   swtch CH     CH switches to a shell layer\n   werase CH    CH erases the last word\n")
+    flags = ("Flags:\n  cs5 cs6 cs7 cs8   set char size to 5 to 8 bits\n  ixon ixoff ixany  enable xon xoff flow ctl\n"
+             "  hupcl hup cread   send hup sig on close\n  ocrnl onlcr onlret  xlat cr nl on output\n")
+    ops = ("Comparison operators for --compare-versions are:\n"
+           "  lt le eq ne ge gt       (treat an empty version as earlier than any version);\n"
+           "  lt-nl le-nl ge-nl gt-nl (treat an empty version as later than any version);\n"
+           "  < << <= = >= >> >       (only for compatibility with the control file syntax).\n")
+    for text in (stty, flags, ops):
+        flagged = [k for k in range(20, len(text) + 1) if detect(text[:k], lookback=0).degenerate]
+        assert not flagged, (flagged[0], detect(text[:flagged[0]], lookback=0).reasons)
+        squeezed = re.sub(r"(\S) {2,}(\S)", r"\1 \2", text)
+        assert any(detect(squeezed[:k], lookback=0).degenerate for k in range(20, len(squeezed) + 1)), squeezed
+    stray = ("apple river quantum   blue seven dance window happily\norange mountain jazz pencil cloud frog silver tiger\n"
+             "lamp garden rocket velvet harbor candle meadow")
+    assert detect(stray).reasons == ["word-soup"]
+    fragments = "rt mme ou ve rt e ze ld tilt o acti th dcl he me l c ge ust dr ke a"
+    by_chance = "x = 'a'   # the letter a\n" + fragments[:49]  # `ve` starts where `#` does, after one space
+    assert detect(by_chance).reasons == ["subword-soup"]
+    runs_on = "ab   1\ncd   2\n" + fragments  # two rows of a table, then 21 words with no gap
+    assert detect(runs_on).reasons == ["subword-soup"]
