@@ -33,7 +33,7 @@ FALLBACK_TEMPLATE = (
 # Pad tokens families ship for fine-tuning, best first; then reserved/placeholder/unused specials.
 PAD_NAMES = ("<|finetune_right_pad_id|>", "<|padding|>", "<|pad|>", "<pad>", "[PAD]", "<|finetune_pad|>")
 RESERVED = re.compile(r"reserved|placeholder|unused", re.IGNORECASE)
-_VOCAB_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> (size, its vocabulary's sha256)
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> values derived from it (derived())
 PROBE = [{"role": "user", "content": "ping"}, {"role": "assistant", "content": "pong"}]
 
 
@@ -91,27 +91,27 @@ def fingerprint(tokenizer, *also) -> str:
     return digest.hexdigest()[:16]
 
 
-def _vocab_hash(tokenizer):
-    """The vocabulary's sha256 (copied, then updated by the caller), kept per tokenizer while its size stays
-    (tokens are only ever added): reading a 256k vocabulary out of Rust takes 0.1-0.3 s, and 01 fingerprints its
-    tokenizer twice."""
-    size = len(tokenizer)
+def derived(tokenizer) -> dict:
+    """A dict kept with this tokenizer object, for values computed from its vocabulary (reading 256k tokens out of
+    Rust takes 0.1-0.3 s); it goes with the tokenizer. One that cannot be weakly referenced gets a new dict each time:
+    its values are computed again."""
     try:
-        cached = _VOCAB_DIGESTS.get(tokenizer)
-    except TypeError:  # a tokenizer that cannot be weakly referenced is hashed each time
-        cached = None
-    if cached and cached[0] == size:
-        return cached[1]
-    vocab = tokenizer.get_vocab()
-    by_id = [""] * (max(vocab.values(), default=-1) + 1)  # placed by id: sorting 256k items took 1.5 s
-    for token, i in vocab.items():
-        by_id[i] = token
-    value = hashlib.sha256("\0".join(by_id).encode())
-    try:
-        _VOCAB_DIGESTS[tokenizer] = (size, value)
+        return _DERIVED.setdefault(tokenizer, {})
     except TypeError:
-        pass
-    return value
+        return {}
+
+
+def _vocab_hash(tokenizer):
+    """The vocabulary's sha256 (copied, then updated by the caller), kept while the tokenizer's size stays (tokens
+    are only ever added): 01 fingerprints its tokenizer twice."""
+    cache, size = derived(tokenizer), len(tokenizer)
+    if cache.get("vocab_size") != size:
+        vocab = tokenizer.get_vocab()
+        by_id = [""] * (max(vocab.values(), default=-1) + 1)  # placed by id: sorting 256k items took 1.5 s
+        for token, i in vocab.items():
+            by_id[i] = token
+        cache["vocab_sha256"], cache["vocab_size"] = hashlib.sha256("\0".join(by_id).encode()), size
+    return cache["vocab_sha256"]
 
 
 def prepare_tokenizer(tokenizer, verbose: bool = False):

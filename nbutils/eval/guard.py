@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import weakref
 from array import array
 from dataclasses import dataclass, field
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
+from nbutils.data.chatformat import derived, stop_ids
 from nbutils.eval.detect import BLANK_RE, PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
 
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
@@ -30,22 +30,18 @@ GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens 
 # Judged by characters where tokens are few: real tokenizers pack up to 64 dots (or `=`, spaces) into one token, so
 # a row whose new tokens hold this many characters is judged at once, whatever the token count.
 CHECK_CHARS = 128
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its tables (see _tables)
 
 
 def _tables(tokenizer, long: int) -> tuple[dict[int, int], frozenset[int]]:
     """Characters per token id, as the vocabulary spells it (a byte-level space counts one), and the ids of tokens
     of `long` characters or more: built once per tokenizer and shared by every guard on it (eval makes one per
     batch; a look-up in the vocabulary per token costs more than the guard's step)."""
-    try:
-        tables = _TABLES.setdefault(tokenizer, {})
-    except TypeError:  # a tokenizer that cannot be weakly referenced builds its tables for each guard
-        tables = {}
-    if "chars" not in tables:
-        tables["chars"] = {i: len(t) for t, i in tokenizer.get_vocab().items()}
-    if long not in tables:
-        tables[long] = frozenset(i for i, n in tables["chars"].items() if n >= long)
-    return tables["chars"], tables[long]
+    tables = derived(tokenizer)
+    if "token_chars" not in tables:
+        tables["token_chars"] = {i: len(t) for t, i in tokenizer.get_vocab().items()}
+    if ("long_tokens", long) not in tables:
+        tables["long_tokens", long] = frozenset(i for i, n in tables["token_chars"].items() if n >= long)
+    return tables["token_chars"], tables["long_tokens", long]
 
 
 @dataclass
@@ -159,8 +155,6 @@ class DegenerationGuard(StoppingCriteria):
         self.tokenizer, self.check_every, self.detect_every = tokenizer, check_every, detect_every
         self.prompt_length, self.stop = prompt_length, stop
         if eos_token_id is None:  # EOS, the template's end-of-turn token and the generation config's stops
-            from nbutils.data.chatformat import stop_ids
-
             eos_token_id = stop_ids(tokenizer)
         eos = eos_token_id
         self.eos = set(eos) if isinstance(eos, (list, tuple, set)) else set() if eos is None else {eos}
