@@ -38,6 +38,8 @@ _PRON = frozenset("it they he she we you i".split())
 _NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
               **{w: _PREP | _AUX | _CONJ for w in _PREP}, **{w: _AUX - {"has", "have", "had"} for w in _AUX},
               **{w: _CONJ for w in _CONJ}, "to": _PREP | _AUX | _CONJ}
+# "in or on", "to and from", "in or through": prepositions joined, as laws and manuals write them
+_COORDINATED = _PREP | frozenset("to through before near between".split())
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
 # A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney".
@@ -92,7 +94,8 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
             if t in FUNCTION_WORDS:
                 function += 1
                 if after != "-":  # "an in-memory tree": the next word is part of a compound
-                    bad += nxt in _NOT_AFTER.get(t, ()) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
+                    bad += (nxt in _NOT_AFTER.get(t, ()) and not (after in _COORDINATED and nxt in _CONJ and t in _COORDINATED)
+                            ) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
             # isn't, won't; letters after digits that are no whole number (h8300sx, 041f: a number alone is NUM);
             # letters between digits of a hash (e77fd93)
             short += _fragment(t) and nxt != "'" and not prev[:1].isdigit() and not (
@@ -153,7 +156,7 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
             bare += 1
     caps = 0
     if c["german"] < 2:  # German capitalizes every noun
-        text = recent[-chars:].rstrip(ASCII_LETTERS)  # the last word may be cut short: it says nothing yet
+        text = _from_word_start(recent, chars).rstrip(ASCII_LETTERS)  # the last word may be cut short: it says nothing yet
         bad += len(TITLE_FW_RE.findall(text))  # "is and The once": a function word capitalized mid-sentence
         bad += len(STRANDED_RE.findall(text)) + len(ARTICLE_RE.findall(text)) + (STUB_RE.search(text) is not None)
         caps = len(set(MIDCAP_RE.findall(text)))  # a defined term (the Software) said again is one
@@ -169,6 +172,16 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
     if wide:  # more words add broken pairs and capitals; how long a run goes without punctuation is judged in 24
         bare = 0
     return _kind(n, span, other, function, short, bad, bare, caps, snake, words, recent[-chars:].count(", "))
+
+
+def _from_word_start(recent: str, chars: int) -> str:
+    """The window's last `chars` characters, from the start of the word they begin in. `chars` is counted from the
+    tokens (each one and a space), not the text: the cut may fall inside a word, whose end would read as a word of
+    its own ("mean the" as "an the", an article before a consonant)."""
+    start = max(0, len(recent) - chars)
+    while start and (recent[start - 1].isalnum() or recent[start - 1] == "_"):
+        start -= 1
+    return recent[start:]
 
 
 def _listed(lines: list[str]) -> bool:

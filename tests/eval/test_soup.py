@@ -245,3 +245,33 @@ def test_a_help_table_whose_columns_line_up_is_no_soup_the_same_rows_without_the
     assert detect(by_chance).reasons == ["subword-soup"]
     runs_on = "ab   1\ncd   2\n" + fragments  # two rows of a table, then 21 words with no gap
     assert detect(runs_on).reasons == ["subword-soup"]
+
+
+def test_a_window_cut_inside_a_word_is_read_from_that_words_start():
+    """The window's characters are counted from its tokens, so its cut may fall inside "mean": read from there,
+    "an the file" was an article before a consonant, a broken pair that made a definition soup."""
+    text = ('Words used here: "Copy" shall mean the file that a person gets from the Licensor included in or '
+            "attached to a letter, with the notice that is kept in it.")
+    assert S._from_word_start("we mean the file", 11) == "mean the file"
+    assert S._from_word_start("we mean the file", 13) == "mean the file"  # a cut at a word's start stays
+    verdict = detect(text)
+    assert not verdict.degenerate and verdict.metrics["bad_pairs"] == 1, verdict  # "in or attached" alone
+
+
+LEGAL_DEFINITIONS = (
+    '"Owner" shall mean the person named in or on the Record. "Copy" shall mean the file, as sent, in or with the '
+    'Package. "Notice" shall mean the text, (a line), kept in or near the Archive. "User" shall mean the person who '
+    'gets the file in or through the Store. "Term" shall mean the time, in days, set in or by the Order. ')
+
+
+def test_prepositions_joined_by_a_conjunction_are_grammar_a_preposition_before_one_alone_is_not():
+    """Laws and manuals join prepositions ("in or on", "to and from"): healthy at every word's end. A preposition
+    before a conjunction and no preposition after it ("of and the") stays a broken pair."""
+    ends = [k for k in range(1, len(LEGAL_DEFINITIONS)) if LEGAL_DEFINITIONS[k - 1].isalnum()
+            and not LEGAL_DEFINITIONS[k].isalnum()]
+    assert [k for k in ends if detect(LEGAL_DEFINITIONS[:k], lookback=0).degenerate] == []
+    for joined, broken in (("in or on", "in or the"), ("to and from", "to and the"), ("with or without", "of and a")):
+        pair = {}
+        for phrase in (joined, broken):
+            pair[phrase] = detect(f"The parts are kept {phrase} boxes, as the notes say, and the rest is sold.").metrics
+        assert pair[joined]["bad_pairs"] == 0 and pair[broken]["bad_pairs"] == 1, pair
