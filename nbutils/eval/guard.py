@@ -29,7 +29,11 @@ _MARKER_END_RE = re.compile(f"(?:{SPECIAL_RE.pattern})$", re.I)
 GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
 # Judged by characters where tokens are few: real tokenizers pack up to 64 dots (or `=`, spaces) into one token, so
 # a row whose new tokens hold this many characters is judged at once, whatever the token count.
-CHECK_CHARS = 128
+CHECK_CHARS = 192
+# detect runs on every live row at least this often. It is most of the guard's time (`python -m bench guard_bench`):
+# every 48 tokens (or 192 characters, ~4 a token: the two come together) holds the guard near 2% of generate on the
+# embedded model, where every 32 (or 128) held it at 3%; loops of ids are still looked for every `check_every` tokens.
+DETECT_EVERY = 48
 
 
 def _tables(tokenizer, long: int) -> tuple[dict[int, int], frozenset[int]]:
@@ -151,7 +155,7 @@ class DegenerationGuard(StoppingCriteria):
     """
 
     def __init__(self, tokenizer, *, check_every: int = 8, prompt_length: int | None = None,
-                 eos_token_id: int | list[int] | None = None, detect_every: int = 32, stop: bool = True):
+                 eos_token_id: int | list[int] | None = None, detect_every: int = DETECT_EVERY, stop: bool = True):
         self.tokenizer, self.check_every, self.detect_every = tokenizer, check_every, detect_every
         self.prompt_length, self.stop = prompt_length, stop
         if eos_token_id is None:  # EOS, the template's end-of-turn token and the generation config's stops

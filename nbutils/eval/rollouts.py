@@ -49,7 +49,7 @@ def cut(completion_ids: list[list[int]], report: list[dict]) -> tuple[list[list[
 
 
 # A rollout is short (16-256 tokens), not a long answer: the guard's defaults for eval (ids every 8 tokens, detect
-# every 32) would judge a 64-token rollout once in its middle, so a loop found there still cost half the budget.
+# every 48) would judge a 64-token rollout once, three quarters in, so a loop found there still cost most of it.
 # Here ids are looked at every 4 tokens and detect runs every 8: a few short decodes per rollout, small beside a
 # training step. Chosen on other prompts and seeds than the bench reports (docs/preference.md).
 ROLLOUT_CHECK_EVERY, ROLLOUT_DETECT_EVERY = 4, 8

@@ -233,18 +233,18 @@ def _observe(tok, text: str) -> tuple[list[int], dict]:
 
 def test_guard_stops_a_loop_longer_than_its_id_check_at_the_first_check_detect_would():
     """A cycle of sentences of ~100 tokens is too long for the exact-repeat check on ids (64); the long-repeat
-    trigger makes the guard run detect at every check once the second copy is under way, not every 32 tokens.
+    trigger makes the guard run detect at every check once the second copy is under way, not every DETECT_EVERY tokens.
     A README that shows the same code example twice trips the trigger too, and detect leaves it alone."""
     from nbutils.data.chatformat import load_tokenizer
     from nbutils.eval.detect import detect
-    from nbutils.eval.guard import settled
+    from nbutils.eval.guard import DETECT_EVERY, settled
 
     tok = load_tokenizer("embedded")
     unit = ("The adapter is saved next to the tokenizer so the next notebook finds both. "
             "Resume reads the last checkpoint and the trainer state. Then the run goes on where it stopped. ")
     ids, row = _observe(tok, "Here is what happens next, in order: " + unit * 4)  # stops at token 232 (not 32k)
     first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
-    assert first % 32 and row["stop_token"] == first - 1, (first, row)
+    assert first % DETECT_EVERY and row["stop_token"] == first - 1, (first, row)
     example = "Run it with::\n\n    pip install tox\n    tox -e py312 --parallel auto -- -k 'not slow'\n\n"
     readme = "Testing\n-------\n\n" + example + "Or, on Windows, where the same command works::\n\n" + example
     assert not _observe(tok, readme + "That is all.\n")[1]["reasons"]
@@ -298,12 +298,14 @@ def _packed_tokenizer():
 
 
 def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
-    """128 characters in two tokens: detect runs at once (CHECK_CHARS), not at the next 8-token check, and stops the
-    row as soon as the run is longer than any line of dot leaders; a short run after words is left alone."""
+    """CHECK_CHARS characters in a few tokens of 64 dots: detect runs at once, not at the next 8-token check, and
+    stops the row as soon as the run is longer than any line of dot leaders; a short run after words is left alone."""
     from nbutils.eval.detect import detect
+    from nbutils.eval.guard import CHECK_CHARS
 
     tok = _packed_tokenizer()
-    for head, dots, stopped_by in (([3, 4, 5, 7], 6, 6), ([3, 4, 5, 7], 1, None)):
+    head, needed = [3, 4, 5, 7], -(-(CHECK_CHARS - 18) // 64)  # "Loading the model " and dots to CHECK_CHARS
+    for dots, stopped_by in ((6, len(head) + needed), (1, None)):  # (before the 8-token check)
         ids = head + [2] * dots
         guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=False)
         seq = torch.tensor([[1] + ids + [0]])
