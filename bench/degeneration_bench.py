@@ -23,7 +23,9 @@ from bench.degeneration import scorecard
 from bench.degeneration.stress import CUTS, REPORTED_SEED, TUNING_SEED, build
 from nbutils.eval.detect import detect
 
-N_HEALTHY, PER_CLASS = 2500, 40  # about 80 healthy samples per script or kind; 320 texts per class
+# 250 healthy samples per script or kind (30 of them), so the limit of 1% per script or kind is a rate the sample can
+# tell: at 83 a group, one stop read 1.2%. 320 degenerate texts per class.
+N_HEALTHY, PER_CLASS = 7500, 40
 # The guard is streamed token by token, the whole reported sample under each tokenizer (about 50 texts a second
 # with the embedded tokenizer and 170 with the real ones on a 2-core machine). A smaller run can stream a subsample
 # drawn with its own seed: STREAM_HEALTHY healthy texts and STREAM_CUTS of the 8 cuts of every degenerate generation.
