@@ -23,13 +23,14 @@ from bench.degeneration import scorecard
 from bench.degeneration.stress import CUTS, REPORTED_SEED, TUNING_SEED, build
 from nbutils.eval.detect import detect
 
-# 250 healthy samples per script or kind (30 of them), so the limit of 1% per script or kind is a rate the sample can
-# tell: at 83 a group, one stop read 1.2%. 320 degenerate texts per class.
-N_HEALTHY, PER_CLASS = 7500, 40
+# 250 healthy samples per script or kind (30 of them on a machine with the usual catalogs), so the limit of 1% per
+# script or kind is a rate the sample can tell: at 83 a group, one stop read 1.2%. 320 degenerate texts per class.
+PER_GROUP, PER_CLASS = 250, 40
 # The guard is streamed token by token, the whole reported sample under each tokenizer (about 50 texts a second
 # with the embedded tokenizer and 170 with the real ones on a 2-core machine). A smaller run can stream a subsample
-# drawn with its own seed: STREAM_HEALTHY healthy texts and STREAM_CUTS of the 8 cuts of every degenerate generation.
-STREAM_SEED, STREAM_HEALTHY, STREAM_CUTS = 2, N_HEALTHY, CUTS
+# drawn with its own seed: STREAM_HEALTHY healthy texts (None: all) and STREAM_CUTS of the 8 cuts of every degenerate
+# generation.
+STREAM_SEED, STREAM_HEALTHY, STREAM_CUTS = 2, None, CUTS
 TOKENIZERS = ("embedded", "qwen2", "llama-3")
 COMMAND = "python -m bench degeneration_bench"
 
@@ -120,15 +121,16 @@ def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
     rng = random.Random(STREAM_SEED)
     keep = {(s.cls, s.base): set(rng.sample(range(CUTS), STREAM_CUTS)) for s in bad}
     picked = [s for s in bad if s.cut in keep[(s.cls, s.base)]]
-    return [healthy[i] for i in sorted(rng.sample(range(len(healthy)), min(STREAM_HEALTHY, len(healthy))))], picked
+    k = len(healthy) if STREAM_HEALTHY is None else min(STREAM_HEALTHY, len(healthy))
+    return [healthy[i] for i in sorted(rng.sample(range(len(healthy)), k))], picked
 
 
 def run() -> list[dict]:
     """Rows: detect per class and overall on the reported sample (tuning beside), then the guard per tokenizer."""
 
     t0 = time.perf_counter()
-    healthy, bad = build(REPORTED_SEED, reported=True, n_healthy=N_HEALTHY, per_class=PER_CLASS)
-    tune_h, tune_b = build(TUNING_SEED, reported=False, n_healthy=N_HEALTHY, per_class=PER_CLASS)
+    healthy, bad = build(REPORTED_SEED, reported=True, per_class=PER_CLASS, per_group=PER_GROUP)
+    tune_h, tune_b = build(TUNING_SEED, reported=False, per_class=PER_CLASS, per_group=PER_GROUP)
     tune = scorecard.score(tune_h, tune_b, {id(s): _flag(s.text) for s in tune_h + tune_b})
     rows = detect_rows(healthy, bad, tune)
     s_healthy, s_bad = stream_sample(healthy, bad)

@@ -247,10 +247,13 @@ def healthy(docs: list[Doc], n: int, rng: random.Random) -> list[Sample]:
 
 
 def build(seed: int, reported: bool, n_healthy: int = 1600, per_class: int = 40,
-          docs: list[Doc] | None = None) -> tuple[list[Sample], list[Sample]]:
-    """(healthy, degenerate) samples from the tuning half (reported=False) or the reported half of the documents."""
+          docs: list[Doc] | None = None, per_group: int | None = None) -> tuple[list[Sample], list[Sample]]:
+    """(healthy, degenerate) samples from the tuning half (reported=False) or the reported half of the documents.
+    per_group: that many healthy samples of each script or kind the half holds, instead of n_healthy in all."""
     rng = random.Random(seed)
     docs = [d for d in (docs or everything()) if is_reported(d) == reported]
+    if per_group:
+        n_healthy = per_group * len({group_of(d) for d in docs})
     material = Material(docs)
     bad = [s for cls in CLASSES for b in range(per_class) for s in degenerate(cls, b, docs, material, rng)]
     return healthy(docs, n_healthy, rng), bad

@@ -53,3 +53,12 @@ def test_healthy_text_covers_scripts_and_structure(small):
     if len(glob.glob("/usr/share/locale/*/LC_MESSAGES/*.mo")) > 100:  # the system's gettext catalogs are here
         scripts = {d.script for d in corpus.documents() if d.kind == "prose"}
         assert len(scripts) >= 10 and {"vietnamese", "vietnamese-nfd", "devanagari", "thai", "arabic"} <= scripts
+
+
+def test_per_group_draws_that_many_of_every_script_and_kind():
+    from collections import Counter
+
+    healthy, _ = stress.build(stress.TUNING_SEED, reported=False, per_class=1, per_group=3)
+    counts = Counter(s.group for s in healthy)
+    groups = {stress.group_of(d) for d in stress.everything() if not corpus.is_reported(d)}
+    assert set(counts) == groups and set(counts.values()) == {3}
