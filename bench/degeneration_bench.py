@@ -26,10 +26,10 @@ from nbutils.eval.detect import detect
 # 250 healthy samples per script or kind (30 of them on a machine with the usual catalogs), so the limit of 1% per
 # script or kind is a rate the sample can tell: at 83 a group, one stop read 1.2%. 320 degenerate texts per class.
 PER_GROUP, PER_CLASS = 250, 40
-# The guard is streamed token by token, the whole reported sample under each tokenizer (about 50 texts a second
-# with the embedded tokenizer and 170 with the real ones on a 2-core machine). A smaller run can stream a subsample
-# drawn with its own seed: STREAM_HEALTHY healthy texts (None: all) and STREAM_CUTS of the 8 cuts of every degenerate
-# generation.
+# The guard is streamed token by token, the whole reported sample under each tokenizer (the guard rows' notes give
+# the tokens and seconds each tokenizer took; the whole bench, 7 minutes on a 2-core machine). A smaller run can
+# stream a subsample drawn with its own seed: STREAM_HEALTHY healthy texts (None: all) and STREAM_CUTS of the 8 cuts
+# of every degenerate generation.
 STREAM_SEED, STREAM_HEALTHY, STREAM_CUTS = 2, None, CUTS
 TOKENIZERS = ("embedded", "qwen2", "llama-3")
 COMMAND = "python -m bench degeneration_bench"
