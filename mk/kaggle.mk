@@ -10,7 +10,7 @@ kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (
 kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb without outputs, for `kaggle kernels push -p`
 	$(PY) -m nbutils.kaggle bundle
 
-kaggle-push: setup  ## bundle, then push 01 -> 02 -> 03 -> 04, waiting for each run (KAGGLE_PUSH_WAIT=0 to not wait)
+kaggle-push: setup  ## bundle, then push 01 -> 02 -> 03 -> 04 -> 05, waiting for each run (KAGGLE_PUSH_WAIT=0 to not wait)
 	$(PY) -m nbutils.kaggle push
 
 kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for Kaggle's Python (no torch); seconds when only nbutils changed

@@ -27,7 +27,7 @@ MIN_TIMED, MAX_TIMED = 4, 50
 TIMED_SHARE = 0.05  # time this share of the run's steps (between MIN_TIMED and MAX_TIMED): they are real steps
 COST_LIMIT = 0.03  # what the calibration may cost, as a share of the run
 # Steps of a small model are short: 20 steps may be a second, which sees one moment of a shared machine's speed (on
-# the 2-core VM the benches run on, a fixed workload's speed moves by 1.6x between one-second windows:
+# the 2-core VM the benches run on, a fixed workload's speed moves by 1.2x to 1.5x between one-second windows:
 # `python -m bench timeplan_bench`'s control). So the window goes on until it has timed MIN_TIMED_S, ending on a
 # scheduled evaluation and save where there are some, but never past MAX_TIMED_SHARE of the run's steps.
 MIN_TIMED_S, MAX_TIMED_SHARE = 5.0, 0.25
