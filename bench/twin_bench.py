@@ -38,8 +38,8 @@ def run() -> list[dict]:
     kaggle.dataset()
     with DiskPeak(tempfile.gettempdir()) as disk:
         stages, count, ok = _check("--twin", "all")
-    alone, _, alone_ok = _check()  # the project venv's stage as a check without twins runs it
-    venv, alone = stages.pop("venv", None), alone.get("venv")
+    alone_stages, _, alone_ok = _check()  # the project venv's stage as a check without twins runs it
+    venv, alone = stages.pop("venv", None), alone_stages.get("venv")
     note = "one `harness check --twin all` run" + ("" if ok else " (the check FAILED: see its report)")
     rows.append({"bench": "twin", "metric": f"project-venv stage, {count} notebooks (s)", "value": venv, "note": note})
     rows.append({"bench": "twin", "metric": f"project-venv stage run alone, {count} notebooks (s)", "value": alone,
