@@ -152,8 +152,9 @@ print(f"{len(prompts)} check prompts from {data_dir}")
 # ## Merged fp16 model
 # The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
 # template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
-# logits on a few eval prompts are compared with base + adapter (unmerged): the largest difference
-# must stay within about two fp16 rounding steps of the largest logit.
+# logits on a few eval prompts are compared with exact base + adapter (unmerged, in fp32): the largest difference
+# must stay within 4 x what fp16 arithmetic alone moves this model's logits (measured on the same prompts), so a
+# 30-layer model gets the room its depth needs and a merge that lost the adapter still fails.
 
 # %%
 merged = None
@@ -162,7 +163,8 @@ if disk.path("merged"):  # written under a .partial name, renamed once saved and
         merged = merge.export_merged(base_model, ckpt, folder, prompts, memory_plan["device"], max_shard_size=max_shard_size)
         (folder / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {disk.path('merged')}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
-          f"(tolerance {merged['tolerance']:.4g}, logits up to {merged['max_abs_logit']:.1f}), same greedy tokens: {merged['same_argmax']}")
+          f"(tolerance {merged['tolerance']:.4g}: {merge.NOISE_FACTOR:g} x the fp16 noise of base + adapter, "
+          f"{merged['fp16_noise']:.4g}), same greedy tokens: {merged['same_argmax']}")
 else:
     print(f"[merged] skipped: {disk.items['merged'].reason if 'merged' in disk.items else 'export_merged=False'}")
 

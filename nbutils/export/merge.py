@@ -4,10 +4,19 @@ config, then verified by reloading it and comparing its logits with base + adapt
 
 Only one copy of the model is in memory at a time: base + adapter computes the reference logits, is merged
 in place and saved, freed, and the saved folder is reloaded for the comparison.
+
+The bound is measured, not assumed. The reference is base + adapter computed in fp32 (each block's fp16 weights
+upcast while it runs: the exact model, one block's extra memory). The same base + adapter computed in fp16 differs
+from it by this model's own fp16 rounding (`fp16_noise`: 0.13 on SmolLM2-135M-Instruct's 30 layers, logits up to
+38, where a share of the largest logit fitted to 2-layer twins allowed 0.08). The merged model, reloaded and run
+in fp16, may differ from the reference by NOISE_FACTOR times that noise: its weights are rounded once more (the
+merge) on top of the same fp16 arithmetic. A merge that lost the adapter is off by the adapter's whole effect,
+another base model by far more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
 
@@ -17,14 +26,45 @@ from nbutils.runtime import modelsource
 # A free session: Kaggle gives 29 GiB of RAM and a 15 GiB T4 (x2); Colab's free tier 12.7 GiB and one T4.
 FREE_SESSIONS = {"kaggle": {"ram_gb": 29.0, "gpu_gb": 15.0}, "colab": {"ram_gb": 12.7, "gpu_gb": 15.0}}
 HEADROOM = 1.25  # loading, merging and writing shards need more than the weights alone
-# Merged vs base+adapter, both fp16, differ only by rounding order: allow about two fp16 steps (eps ~1e-3)
-# of the largest |logit|, and at least 0.01. A merge that lost the adapter is off by its whole effect.
-REL_TOLERANCE, MIN_TOLERANCE = 2e-3, 1e-2
+# The merged model (fp16) against exact base + adapter (fp32): NOISE_FACTOR x the fp16 noise of base + adapter,
+# at least MIN_TOLERANCE. Measured (`python -m bench real_model`, merge rows): merged / noise 1.95 on
+# SmolLM2-135M-Instruct after 5 steps; the embedded default and the family twins in tests/export/test_merge.py.
+NOISE_FACTOR, MIN_TOLERANCE = 4.0, 1e-2
 
 
-def tolerance_for(max_abs_logit: float) -> float:
-    """The allowed max |logit diff| for logits up to this size."""
-    return max(MIN_TOLERANCE, REL_TOLERANCE * max_abs_logit)
+def tolerance_for(fp16_noise: float) -> float:
+    """The allowed max |logit diff| of the merged model, from the measured fp16 noise of base + adapter."""
+    return max(MIN_TOLERANCE, NOISE_FACTOR * fp16_noise)
+
+
+@contextlib.contextmanager
+def computing_in_fp32(model):
+    """Run `model` in fp32 without an fp32 copy of it: each module's own weights are upcast while it runs and cast
+    back after (fp16 -> fp32 -> fp16 is lossless), and floating inputs are upcast, so activations stay fp32."""
+    import torch
+
+    def floats(x):
+        return x.float() if torch.is_tensor(x) and x.is_floating_point() else x
+
+    def up(module, args, kwargs):
+        module._merge_dtypes = {n: p.dtype for n, p in module.named_parameters(recurse=False)}
+        for p in module.parameters(recurse=False):
+            p.data = p.data.float()
+        return tuple(floats(a) for a in args), {k: floats(v) for k, v in kwargs.items()}
+
+    def down(module, args, kwargs, output):
+        for n, p in module.named_parameters(recurse=False):
+            p.data = p.data.to(module._merge_dtypes[n])
+        return output
+
+    owners = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    handles = [h for m in owners for h in (m.register_forward_pre_hook(up, with_kwargs=True),
+                                           m.register_forward_hook(down, with_kwargs=True))]
+    try:
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _available() -> dict:
@@ -95,9 +135,14 @@ def _generation_config(model, tokenizer):
     return gen
 
 
+def _max_diff(a: list, b: list) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
 def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path, prompts: list[str],
-                   device: str = "cpu", max_shard_size: str = "2GB") -> list:
-    """Merge the adapter into the fp16 base and save it; returns base+adapter logits on the prompts."""
+                   device: str = "cpu", max_shard_size: str = "2GB") -> dict:
+    """Merge the adapter into the fp16 base and save it. Returns the reference: exact (fp32) base + adapter logits
+    on the prompts, the fp16 noise of base + adapter and the adapter's effect (both max |logit diff| from it)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -106,7 +151,12 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     base = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model, dtype=torch.float16,
                             device_map={"": device})
     model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
-    reference = logits(model, tokenizer, prompts)
+    with computing_in_fp32(model):
+        reference = logits(model, tokenizer, prompts)
+        with model.disable_adapter():
+            base_only = logits(model, tokenizer, prompts)
+    noise = _max_diff(logits(model, tokenizer, prompts), reference)  # this model's own fp16 rounding
+    effect = _max_diff(base_only, reference)
     merged = model.merge_and_unload()
     merged.generation_config = _generation_config(merged, tokenizer)
     out_dir = Path(out_dir)
@@ -115,25 +165,26 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     chatformat.save_tokenizer(tokenizer, out_dir)  # writes the chat template with it
     del merged, model, base
     gc.collect()
-    return reference
+    return {"logits": reference, "fp16_noise": noise, "adapter_effect": effect}
 
 
-def verify(out_dir: str | Path, reference: list, prompts: list[str], device: str = "cpu",
+def verify(out_dir: str | Path, reference: dict, prompts: list[str], device: str = "cpu",
            tolerance: float | None = None) -> dict:
-    """Reload the merged folder with AutoModelForCausalLM + its tokenizer; max |logit diff| vs base+adapter."""
+    """Reload the merged folder with AutoModelForCausalLM + its tokenizer; max |logit diff| vs exact base+adapter."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float16, device_map={"": device}).eval()
-    merged = logits(model, tokenizer, prompts)
-    diffs = [float((a - b).abs().max()) for a, b in zip(merged, reference)]
-    scale = max(float(r.abs().max()) for r in reference)
-    same_argmax = all(bool((a.argmax(-1) == b.argmax(-1)).all()) for a, b in zip(merged, reference))
+    merged, exact = logits(model, tokenizer, prompts), reference["logits"]
+    diffs = [float((a - b).abs().max()) for a, b in zip(merged, exact)]
+    scale = max(float(r.abs().max()) for r in exact)
+    same_argmax = all(bool((a.argmax(-1) == b.argmax(-1)).all()) for a, b in zip(merged, exact))
     del model
     gc.collect()
-    tolerance = tolerance_for(scale) if tolerance is None else tolerance
+    tolerance = tolerance_for(reference["fp16_noise"]) if tolerance is None else tolerance
     result = {"prompts": len(prompts), "max_abs_diff": max(diffs), "per_prompt": diffs, "max_abs_logit": scale,
+              "fp16_noise": reference["fp16_noise"], "adapter_effect": reference["adapter_effect"],
               "same_argmax": same_argmax, "tolerance": tolerance, "ok": max(diffs) <= tolerance,
               "has_chat_template": bool(tokenizer.chat_template),
               "files": sorted(p.name for p in Path(out_dir).iterdir())}
@@ -147,7 +198,8 @@ def export_merged(base_model: str, adapter_dir: str | Path, out_dir: str | Path,
     result = verify(out_dir, reference, prompts, device, tolerance)
     if not result["ok"]:
         raise RuntimeError(f"merged model in {out_dir} disagrees with base+adapter: max |logit diff| "
-                           f"{result['max_abs_diff']:.4g} > tolerance {result['tolerance']:.4g} "
-                           f"(logits up to {result['max_abs_logit']:.1f}). "
+                           f"{result['max_abs_diff']:.4g} > tolerance {result['tolerance']:.4g} ({NOISE_FACTOR:g} x "
+                           f"the fp16 noise of base+adapter, {result['fp16_noise']:.4g}; the adapter moves logits by "
+                           f"up to {result['adapter_effect']:.4g}). "
                            "Use the adapter export, and check that base_model is the base the adapter was trained on.")
     return result
