@@ -179,6 +179,7 @@ def training_arguments():
         fp16=plan.precision == "fp16",  # the precision rule: fp16 on a T4 (its bf16 is emulated, slow or broken),
         bf16=plan.precision == "bf16",  # bf16 from compute capability 8.0, fp32 on the CPU
         eval_strategy="steps", eval_steps=plan.eval_steps,  # the eval loss, and the degeneration probe, every eval_steps
+        eval_on_start=True,  # the loss the model starts from: the curve's diagnosis measures the fall from there
         save_strategy="steps", save_steps=plan.save_steps,  # as evaluation: every checkpoint has an eval loss
         save_total_limit=None,  # rotation is the suite's: it keeps the newest checkpoints that verify
         logging_steps=10,
@@ -271,6 +272,8 @@ if summary["measured_peak_gb"] is not None:  # on a GPU: the measured peak besid
 if summary["time_plan"]:  # the time plan beside what the run took: its error shows after every run
     timing = summary["time_plan"]
     print(f"time: planned {timing['predicted_s']:.0f} s, took {timing['actual_s']:.0f} s ({timing['error']:+.1%})")
+else:
+    print(f"time: no plan ({summary['time_plan_skipped']})")
 
 # %% [markdown]
 # ## Learning curves

@@ -144,12 +144,15 @@ class Probe(TrainerCallback):
     so its cost is timed, but its verdict neither starts nor breaks a streak."""
 
     def __init__(self, probe, stop: StopReason, patience: int = 2, uncounted: set | None = None):
-        self.probe, self.stop, self.patience, self.streak = probe, stop, patience, 0
+        self.probe, self.stop, self.patience, self.streak, self.start = probe, stop, patience, 0, None
         self.uncounted = set() if uncounted is None else uncounted
 
+    def on_train_begin(self, args, state, control, **kw):
+        self.start = state.global_step
+
     def on_evaluate(self, args, state, control, model=None, **kw):
-        if model is None:
-            return
+        if model is None or state.global_step == self.start:
+            return  # eval_on_start: the model before this run's first step is no verdict on the training
         degenerate = agree(bool(self.probe(model)))
         if state.global_step in self.uncounted:
             return

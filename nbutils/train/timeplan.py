@@ -40,13 +40,17 @@ def scheduled_every(eval_steps: int, save_steps: int) -> int:
     return math.lcm(eval_steps, save_steps) if eval_steps > 0 and save_steps > 0 else 0
 
 
+def too_short() -> int:
+    """Runs with fewer steps than this get no time plan: 80."""
+    return max(2 * (WARMUP + MIN_TIMED) + 1, math.ceil(MIN_TIMED / TIMED_SHARE))
+
+
 def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | None:
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
     and save inside that window, or within twice it, is taken instead (then nothing extra is done). None: too
     short to plan."""
-    left = total - start
-    if left < max(2 * (WARMUP + MIN_TIMED) + 1, math.ceil(MIN_TIMED / TIMED_SHARE)):  # under 80 steps: over before
-        return None  # a plan would matter, and a forced evaluation and save would cost more than COST_LIMIT
+    if total - start < too_short():  # over before a plan would matter; a forced evaluation and save would cost more
+        return None  # than COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
     both = scheduled_every(eval_steps, save_steps)
     scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
@@ -77,6 +81,7 @@ class TimeLog(TrainerCallback):
         self.saves: dict[int, float] = {}
         self.train_start = self.last = self.batch_end = None
         self.tokens = 0
+        self.skipped = "time_plan=False" if not calibrate else "no training step ran in this session"
 
     def on_train_begin(self, args, state, control, **kw):
         self.last, self.tokens = self.clock(), state.num_input_tokens_seen or 0
@@ -84,6 +89,8 @@ class TimeLog(TrainerCallback):
             self.train_start, self.start_step = self.last, state.global_step
             if self.calibrate:
                 self.end_step = window(state.global_step, state.max_steps, every(args, "eval"), every(args, "save"))
+                left = state.max_steps - state.global_step
+                self.skipped = None if self.end_step else f"{left} steps to train: too short to plan (under {too_short()})"
 
     def on_step_end(self, args, state, control, **kw):
         now, seen = self.clock(), state.num_input_tokens_seen or 0

@@ -61,6 +61,7 @@ class TrainResult:
     is_main: bool = True  # the process that writes the files
     trainer: object = field(default=None, repr=False)  # the live Trainer (its state goes into the final checkpoint)
     time_plan: dict | None = None  # the time plan made after the calibration, with the actual time beside it
+    time_plan_skipped: str | None = None  # why there is none (time_plan=False, a run too short to plan)
 
 
 class MarkComplete(TrainerCallback):
@@ -130,6 +131,8 @@ class Run:
             resume = _pick_resume(self.output_dir, self.resume, self.save_total_limit, self.settings, trainer.model,
                                   self.is_main)
             self.resume_step = checkpoints.checkpoint_step(resume) if resume else None  # now: rotation may delete it
+            if resume is not None:  # the first session evaluated the start; a resumed one would only repeat a step's
+                trainer.args.eval_on_start = False
             faultpoints.point("train")
             max_steps = trainer.args.max_steps
             if resume is not None and 0 < max_steps <= self.resume_step:
@@ -173,7 +176,7 @@ class Run:
             trainer.state.global_step, reason, self.stop.detail, self.resume_step, run_loss(trainer.state.log_history),
             metrics["eval_loss"], round(seconds, 1), trainer.state.log_history, self.settings, self.run_config,
             self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer,
-            time_plan=planned)
+            time_plan=planned, time_plan_skipped=None if planned else self.timelog.skipped)
 
     def _planned_vs_actual(self) -> dict | None:
         """The time plan beside what the run took (first step to final evaluation) and the calibration's cost."""
@@ -374,6 +377,7 @@ def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: P
         "run_peak_gb": result.run_peak_memory_gb, "config": result.run_config,
         "world_size": len(result.replica_checksums or [0]), "replica_checksums": result.replica_checksums,
         "time_plan": result.time_plan,  # planned vs actual: the plan's error after every run
+        "time_plan_skipped": result.time_plan_skipped,
     }
     try:
         (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))
