@@ -29,6 +29,7 @@ from nbutils.runtime.packages import is_torch_stack
 HEAVY_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "matplotlib", "torch", "transformers", "tokenizers",
                  "huggingface_hub", "datasets", "accelerate")
 QUOTE = 110  # characters of a source line quoted in a message
+TORCH_INDEX = "download.pytorch.org"  # an install from PyTorch's own index is a torch reinstall
 
 
 @dataclass
@@ -175,8 +176,14 @@ def unpinned_text(cmd: InstallCommand, found: list[Moved], plat: Platform) -> tu
         what[-1] += ", and a background run then downloads torch again and can end with one the image's other " \
                     "packages were not built for"
         alone = all(is_torch_stack(p.name or "") for p in cmd.packages) and not cmd.unknown
-        fixes.append("drop this line" if alone else f"drop {names} from this line (what else it installs must fit "
-                                                    f"the image's torch{f' {version}' if version else ''})")
+        others = [written_name(p) for p in cmd.packages if not is_torch_stack(p.name or "")]
+        torch_at = f"the image's torch{f' {version}' if version else ''}"
+        if alone:
+            fixes.append("drop this line")
+        elif TORCH_INDEX in cmd.text:  # a reinstall of torch from PyTorch's index, with what is built against it
+            fixes.append(f"drop this line; install {', '.join(others)} on its own, pinned to the build for {torch_at}")
+        else:
+            fixes.append(f"drop {names} from this line (what else it installs must fit {torch_at})")
     if rest:
         what.append(f"installs {', '.join(_describe(m, label) for m in rest)}: on a background run the version "
                     "depends on the day, and a module imported before this line keeps its old version")

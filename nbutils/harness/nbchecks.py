@@ -205,14 +205,27 @@ def settings(source) -> tuple[list[str], bool]:
         return [], False
     names, others = [], 0
     for stmt in tree.body:
-        value = stmt.value.operand if isinstance(getattr(stmt, "value", None), ast.UnaryOp) else getattr(stmt, "value", None)
-        knob = isinstance(value, ast.Constant) and not (isinstance(value.value, str) and (
-            "\n" in value.value or len(value.value) > KNOB_TEXT))  # a prompt or template is no knob
-        if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets) and knob:
-            names += [t.id for t in stmt.targets]
-        elif not isinstance(stmt, ast.Assign) or not isinstance(value, (ast.List, ast.Tuple, ast.Dict)):
+        found = _knobs(stmt) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else []
+        names += found
+        if not found and not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.List, ast.Tuple, ast.Dict))):
             others += 1  # a literal list (a menu of model names) is neither a knob nor work
     return names, bool(names) and not others
+
+
+def _knobs(stmt: ast.Assign) -> list[str]:
+    """`steps = 60`, `STEPS, LR = 500, 1e-4`: names set to one number, short string, bool or None each."""
+    def knob(value: ast.AST) -> bool:
+        value = value.operand if isinstance(value, ast.UnaryOp) else value
+        return isinstance(value, ast.Constant) and not (isinstance(value.value, str) and (
+            "\n" in value.value or len(value.value) > KNOB_TEXT))  # a prompt or template is no knob
+
+    target, value = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Name) and knob(value):
+        return [target.id]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts) \
+            and all(isinstance(t, ast.Name) for t in target.elts) and all(map(knob, value.elts)):
+        return [t.id for t in target.elts]
+    return []
 
 
 def apply_allowances(problems: list[Problem], cells) -> list[Problem]:

@@ -45,10 +45,12 @@ def test_the_message_names_the_line_quotes_it_and_pins_to_the_images_version():
 
 def test_a_torch_reinstall_is_to_be_dropped_and_a_range_outside_the_image_pinned_to_what_was_tested():
     src = ("!pip install -U torch torchvision torchaudio --index-url https://download.pytorch.org/whl/cu128\n"
-           "!pip install torch xformers\n!pip install --no-deps --upgrade 'torchao>=0.16.0'")
+           "!pip install torch xformers\n!pip install --no-deps --upgrade 'torchao>=0.16.0'\n"
+           "!pip install torch torchvision xformers --index-url https://download.pytorch.org/whl/cu128")
     problems = [p for p in check_cells("nb", [{"cell_type": "code", "source": src}]) if p.check == "unpinned-install"]
-    assert [p.line for p in problems] == [1, 2, 3]
+    assert [p.line for p in problems] == [1, 2, 3, 4]
     assert problems[0].fix == "drop this line"
+    assert problems[3].fix == "drop this line; install xformers on its own, pinned to the build for the image's torch 2.10.0"
     assert problems[1].fix.startswith("drop torch from this line") and "torch 2.10.0" in problems[1].fix
     assert problems[2].fix == "pin torchao to the one version you tested: Kaggle's 0.10.0 is outside >=0.16.0"
 
@@ -109,3 +111,9 @@ def test_a_range_after_an_install_of_the_same_package_is_judged_against_what_tha
     assert second and "the install in cell 0 line 1 installs it too" in second[0].what
     assert second[0].fix == "pin huggingface_hub to the version you tested (the install in cell 0 line 1 installs it too)"
     assert ic.narrower(">=0.16.0,<0.18.0", "<0.18.0") and not ic.narrower(">=0.34.0", ">=1.5.0,<2.0")
+
+
+def test_percent_pip_inside_a_branch_on_the_python_version():
+    src = "import sys\nif sys.version_info < (3, 11):\n    %pip install -U timm\nelse:\n    %pip install -U einops"
+    [p] = check_cells("nb", [{"cell_type": "code", "source": src}])  # Kaggle runs Python 3.12: only the else
+    assert (p.line, p.condition) == (5, None) and "Kaggle runs Python 3.12" in p.what

@@ -126,3 +126,9 @@ def test_the_find_spec_branch_runs_on_kaggle_and_says_why_its_elif_cannot():
     problems = {p.line: p for p in check_cells("nb", [{"cell_type": "code", "source": cells[0]}])}
     assert "this line runs on Kaggle" in problems[8].what and "COLAB_RELEASE_TAG" in problems[8].what
     assert 12 not in problems and problems[8].condition is None
+
+
+def test_knobs_set_together_count_and_prompts_do_not():
+    assert nbchecks.settings("STEPS, LR = 500, 1e-4  # full run: 4000\nrun()") == (["STEPS", "LR"], False)
+    assert nbchecks.settings("prompt = '''Below is an instruction.\n{}'''\nmodels = ['a', 'b']") == ([], False)
+    assert nbchecks.settings("max_seq_length = 2048\ndtype = None\nmenu = ['a']") == (["max_seq_length", "dtype"], True)
