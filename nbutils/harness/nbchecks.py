@@ -93,19 +93,26 @@ def _line_problems(name: str, i: int, src: str, reach: CellReach) -> list[Proble
     if m := BLOCKING_RE.search(_python_only(src)):
         problems.append(Problem("blocking-input", name, i, f"{m.group(1)}() waits for a person; a batch run has none",
                                 "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters",
-                                line=src[:m.start()].count("\n") + 1))
+                                line=_line_of(src, m.start())))
     for path in machine_paths(src):
         problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
-                                "use nbutils.runtime.environment paths (working/input roots) or a parameter"))
-    if re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src) and "tqdm.auto" not in src:
+                                "use nbutils.runtime.environment paths (working/input roots) or a parameter",
+                                line=_line_of(src, src.find(path))))
+    if (m := re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src)) and "tqdm.auto" not in src:
         problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
-                                "use tqdm.auto (falls back to text) or nbutils' progress callback"))
+                                "use tqdm.auto (falls back to text) or nbutils' progress callback",
+                                line=_line_of(src, m.start())))
     for label, rx in SECRET_SHAPES.items():
         if m := rx.search(src):
             problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
                                     "revoke it, remove it, and read it with nbutils.runtime.secrets.get_secret",
-                                    line=src[:m.start()].count("\n") + 1))
+                                    line=_line_of(src, m.start())))
     return problems
+
+
+def _line_of(src: str, at: int) -> int | None:
+    """The 1-based line of a character offset (None when not found)."""
+    return src[:at].count("\n") + 1 if at >= 0 else None
 
 
 def check_cells(name: str, cells: list[dict], base: Path | None = None, platform_name: str = "kaggle") -> list[Problem]:
