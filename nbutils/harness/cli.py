@@ -3,12 +3,13 @@
     python -m nbutils.harness check [--twin all] [--jobs N]   # what `make papermill-check` runs (TWINS=0: no --twin)
     python -m nbutils.harness run NB [NB ...] [-p NAME VALUE ...] [--no-internet] [--time-budget S] [--out DIR]
                                                          # static checks too, unless --no-static
-    python -m nbutils.harness lint NB [NB ...]           # static checks only, no kernel
+    python -m nbutils.harness lint NB [NB ...] [--platform colab]   # static checks only, no kernel (default: Kaggle)
 
 `--twin NAME` (or `all`) runs in a twin of a Kaggle image (nbutils/harness/twin.py, kaggle-image/NAME.txt): a
 copy per notebook with the nbutils dataset attached (pristine for the first; harness/shared_install.py); `check`
 runs the project venv and the twins side by side (--jobs at a time, default all at once).
-One line per problem: `<check-id> <notebook>[ cell <n>]: <what> -- <fix>`; exit 1 when any is found.
+One line per problem: `<check-id> <notebook>[ cell <n>[ line <l>]][ [conditional: ...]]: <what> -- <fix>`; exit 1
+when any is found.
 `report.json` and `junit.xml` go to --out (default runs/papermill-check/).
 """
 
@@ -39,13 +40,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--twin", action="append", default=[], metavar="NAME",
                            help="run in this Kaggle image twin (kaggle-image/NAME.txt; 'all': every snapshot); "
                                 "check runs the project venv and the twins side by side")
+        if cmd == "lint":
+            p.add_argument("--platform", choices=("kaggle", "colab"), default="kaggle",
+                           help="read branches and installs as this platform runs them (kaggle: a background run)")
         if cmd == "check":
             p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: all at once)")
         if cmd == "run":
             p.add_argument("--no-static", action="store_true", help="skip the static checks (lint) before the run")
     args = parser.parse_args(argv)
     if args.command == "lint":
-        return report(lint(args.notebooks), args.out)
+        return report(lint(args.notebooks, args.platform), args.out)
     params = {k: literal(v) for k, v in args.parameter}
     if args.command == "check":  # the default chain must work with the internet off: the embedded default needs none
         notebooks = [ROOT / nb for nb in chain.notebook_paths()]

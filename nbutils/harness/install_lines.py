@@ -2,20 +2,24 @@
 
 `!pip install -qqq \\` followed by the packages on the next lines, a `# comment` after the packages,
 quoted specs (`"transformers>=4.0,<5"`), `%pip`, `uv pip`, `python -m pip`, `-r requirements.txt`,
-several commands joined by `&&` or `;`, and `subprocess.run([sys.executable, "-m", "pip", "install", ...])`
-all become `InstallCommand`s. IPython variables (`$w`, `{path}`) are kept as unknown arguments.
+several commands joined by `&&`, `||` or `;` (shell_lists.py: which of them run), and
+`subprocess.run([sys.executable, "-m", "pip", "install", ...])` all become `InstallCommand`s. IPython variables
+(`$w`, `{path}`) take the value the cell gives them when it has one (branches.py), else stay unknown arguments.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from nbutils.harness.conditions import ALWAYS, CellReach, Evaluator, Reach
+from nbutils.harness.platforms import platform
+from nbutils.harness.shell_lists import ShellReader, tokens
 
 # Options that take a value in pip or uv pip (`--opt value` and `--opt=value` are both accepted).
 VALUE_OPTIONS = {
@@ -30,7 +34,6 @@ VALUE_OPTIONS = {
 }
 # `2>&1`, `> log.txt`, `>>log`: a redirection at the start of a word (`torch>=2` has its `>` inside one).
 REDIRECT = re.compile(r"\d*(?:>>?|<)(?:&\d+|\s*[^\s;&|'\"]+)")
-SEPARATORS = {"&&", "||", ";", "|", "&"}
 # A pip/uv command starts with one of these word sequences (after an optional `!`/`%` and env assignments).
 PIP_HEADS = (("pip",), ("pip3",), ("uv", "pip"), ("conda",), ("mamba",), ("micromamba",))
 SUBPROCESS_PIP = re.compile(r"""\[[^\[\]]*["']-m["']\s*,\s*["']pip["']\s*,\s*["']install["'][^\[\]]*\]""", re.S)
@@ -47,6 +50,8 @@ class Package:
 class InstallCommand:
     line: int  # 0-based line of the cell where the command starts
     text: str  # the logical line (continuations joined), for messages
+    lines: list[int] = field(default_factory=list)  # the physical lines it spans (0-based)
+    reach: Reach = ALWAYS  # whether it runs on the platform the cell was read for
     packages: list[Package] = field(default_factory=list)
     upgrade: bool = False
     no_deps: bool = False
@@ -55,6 +60,7 @@ class InstallCommand:
 
     @property
     def names(self) -> set[str]:
+        """The canonical names of the packages it names."""
         return {p.name for p in self.packages if p.name}
 
 
@@ -100,28 +106,6 @@ def _strip_redirects(text: str) -> str:
     return "".join(out)
 
 
-def _words(text: str) -> list[str]:
-    text = _strip_redirects(text)
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        return list(lexer)
-    except ValueError:  # an unclosed quote: a shell would refuse it; read what is there
-        return text.split()
-
-
-def _commands(words: list[str]) -> list[list[str]]:
-    out, current = [], []
-    for w in words:
-        if w in SEPARATORS or set(w) <= set(";&|"):
-            out.append(current)
-            current = []
-        else:
-            current.append(w)
-    return [c for c in out + [current] if c]
-
-
 def _install_args(words: list[str]) -> list[str] | None:
     """The arguments after `install` when the words are a pip/uv/conda install command, else None."""
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):  # VAR=value before the command
@@ -150,13 +134,24 @@ def _package(token: str) -> Package:
     direct = re.match(r"^[A-Za-z0-9_.-]+(\[[^\]]*\])?\s*@", token)  # name @ url
     if not direct and ("://" in token or token.startswith((".", "/", "~"))):
         egg = re.search(r"#egg=([A-Za-z0-9_.-]+)", token)
-        return Package(canonicalize_name(egg.group(1)) if egg else None, token, True)
+        name = egg.group(1) if egg else _repository_name(token)
+        return Package(canonicalize_name(name) if name else None, token, True)
     try:
         req = Requirement(token)
     except InvalidRequirement:
         return Package(None, token, False)
     pinned = bool(req.url) or (len(req.specifier) == 1 and next(iter(req.specifier)).operator in ("==", "==="))
     return Package(canonicalize_name(req.name), token, pinned)
+
+
+def _repository_name(url: str) -> str | None:
+    """A VCS URL's package, read as its repository (or `subdirectory=`) name: git+https://github.com/o/unsloth-zoo."""
+    if not re.match(r"^(git|hg|svn|bzr)\+", url):
+        return None
+    sub = re.search(r"[#&]subdirectory=([^&]+)", url)
+    path = sub.group(1) if sub else re.sub(r"@[^/]*$", "", url.split("#")[0])
+    name = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+    return name if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) else None
 
 
 def _read_requirements(path: str, base: Path | None) -> list[str] | None:
@@ -221,18 +216,57 @@ def _subprocess_installs(source: str) -> list[InstallCommand]:
     return out
 
 
-def install_commands(source: str, base: Path | None = None) -> list[InstallCommand]:
+def expand(text: str, variables: dict[str, str]) -> str:
+    """IPython's expansion of `{name}`, `$name` and `${name}` in a shell line, for the names with a known value."""
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        return variables.get(name, m.group(0))
+    return re.sub(r"\{([A-Za-z_]\w*)\}|\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)", sub, text) if variables else text
+
+
+def install_commands(source: str, base: Path | None = None, cell: CellReach | None = None,
+                     evaluator: Evaluator | None = None) -> list[InstallCommand]:
     """Every install a cell runs: shell/magic lines read as a shell would, and pip run through subprocess.
 
     `base` is the folder `-r` files are read from (the notebook's folder); without it they count as unknown.
+    `cell` (branches.CellWalker's reading of the cell) gives each line its reach and the variables' values;
+    `evaluator` decides shell tests (`pip show X || pip install X`) for its platform (default Kaggle).
     """
+    evaluator = evaluator or Evaluator(platform("kaggle"))
     out = []
-    for start, text, _, shell in logical_lines(source):
+    scripts = _scripts(source, cell)
+    for lines, phys, outer in scripts:
+        for words, line, reach in ShellReader(evaluator, tokens(lines)).read():
+            args = _install_args(words)
+            if args is not None:
+                text = dict(lines)[line]
+                cmd = parse_install(args, line, text, base)
+                cmd.lines, cmd.reach = phys[line], reach.within(outer)
+                out.append(cmd)
+    for cmd in _subprocess_installs(source):
+        cmd.lines = [cmd.line]
+        cmd.reach = cell.at(cmd.line) if cell else ALWAYS
+        out.append(cmd)
+    return out
+
+
+def _scripts(source: str, cell: CellReach | None) -> list[tuple[list[tuple[int, str]], dict[int, list[int]], Reach]]:
+    """The shell scripts of a cell: each `!`/`%` line on its own, a %%bash cell as one; (line, text) items with the
+    variables expanded, each line's physical lines, and the reach of the script in the cell's Python."""
+    logical = logical_lines(source)
+    whole = bool(logical) and logical[0][1].strip().split(" ")[0] in ("%%bash", "%%sh", "%%script")
+    scripts = []
+    for start, text, phys, shell in logical:
         stripped = text.lstrip()
         if not shell or stripped.startswith("%%"):
             continue
-        for words in _commands(_words(stripped.lstrip("!%"))):
-            args = _install_args(words)
-            if args is not None:
-                out.append(parse_install(args, start, text, base))
-    return out + _subprocess_installs(source)
+        if stripped.startswith("%") and not re.match(r"^%(pip|conda|mamba|uv)\b", stripped):
+            continue  # a line magic other than an installer (%env, %cd ...): not shell
+        variables = cell.variables.get(start, {}) if cell else {}
+        item = (start, _strip_redirects(expand(stripped.lstrip("!%") if not whole else stripped, variables)))
+        if whole and scripts:
+            scripts[-1][0].append(item)
+            scripts[-1][1][start] = phys
+        else:
+            scripts.append(([item], {start: phys}, cell.at(start) if cell else ALWAYS))
+    return scripts

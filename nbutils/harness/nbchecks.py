@@ -1,27 +1,24 @@
 """Static checks on a notebook: the ways a Kaggle background run dies that can be seen without a kernel.
 
-Each check yields Problems with a check id, the cell index and a fix. A cell tagged
-`allow-<check-id>` allows that check for that cell (the harness still reports the allowance).
+Each check yields Problems with a check id, the cell (and line) and a fix. The cells are read as a run on the
+platform executes them (default Kaggle; branches.py decides the branches, install_checks.py judges the installs).
+A cell tagged `allow-<check-id>` allows that check for that cell (the harness still reports the allowance).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils.harness.install_lines import InstallCommand, install_commands, shell_lines
-from nbutils.runtime.packages import preinstalled_anywhere
+from nbutils.harness import install_checks as ic
+from nbutils.harness.branches import CellWalker, python_source
+from nbutils.harness.conditions import CellReach, Evaluator
+from nbutils.harness.install_lines import install_commands, shell_lines
+from nbutils.harness.platforms import platform
+from nbutils.harness.problems import Problem
 from nbutils.runtime.secrets import SECRET_SHAPES
 
-# Imported before the install cell, these keep their old build loaded when the install moves them or a
-# library under them (pandas loads pyarrow): Kaggle's template cell `import numpy as np; import pandas as pd`.
-HEAVY_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "matplotlib", "torch", "transformers", "tokenizers",
-                 "huggingface_hub", "datasets", "accelerate")
-# Distribution name -> import name where they differ (the rest: '-' becomes '_').
-MODULE_OF = {"scikit-learn": "sklearn", "beautifulsoup4": "bs4", "pillow": "PIL", "opencv-python": "cv2",
-             "opencv-python-headless": "cv2", "protobuf": "google", "pyyaml": "yaml", "python-dateutil": "dateutil"}
 # The notebooks' own install step installs whatever the platform lacks, dependencies included.
 INSTALL_CALL = re.compile(r"\bensure_packages\s*\(")
 BLOCKING_RE = re.compile(r"\b(input|getpass\.getpass|getpass|notebook_login|interpreter_login|drive\.mount)\s*\(")
@@ -30,58 +27,36 @@ BLOCKING_RE = re.compile(r"\b(input|getpass\.getpass|getpass|notebook_login|inte
 SHARED_ROOTS = ("kaggle", "content", "tmp", "dev", "proc", "sys", "usr", "etc", "bin", "lib", "sbin")
 ABS_PATH_RE = re.compile(r"""["'](~/[^"'\s]*|/[A-Za-z0-9_.-]+/[^"'\s]*|[A-Za-z]:[\\/][^"']*)["']""")
 SHELL_PATH_RE = re.compile(r"""(?:^|[\s=])(~/\S+|/[A-Za-z0-9_.-]+/\S*|[A-Za-z]:[\\/]\S*)""")
-
-
-@dataclass
-class Problem:
-    check: str
-    notebook: str
-    cell: int | None
-    what: str
-    fix: str
-    allowed: bool = False
-
-    def __str__(self) -> str:
-        where = f" cell {self.cell}" if self.cell is not None else ""
-        tag = " [allowed]" if self.allowed else ""
-        return f"{self.check} {self.notebook}{where}: {self.what} -- {self.fix}{tag}"
-
-
-def _code_lines(source: str) -> list[str]:
-    return source.splitlines()
+SHOWN_CELLS = 8  # cells listed by number in a message about many
+KNOB_TEXT = 80  # a longer string assigned in a cell is a prompt or a template, not a setting
 
 
 def _python_only(source: str) -> str:
-    """Source with IPython magics and shell lines (continuations too) blanked, so ast can parse it."""
+    """Source with IPython magics and shell lines (continuations too) blanked, for the regex checks."""
     shell = shell_lines(source)
     return "\n".join("" if i in shell else ln for i, ln in enumerate(source.splitlines()))
 
 
-def module_of(distribution: str) -> str:
-    """The import name of a distribution (scikit-learn -> sklearn), best effort."""
-    return MODULE_OF.get(distribution, distribution.replace("-", "_").replace(".", "_"))
-
-
-def changeable_modules(commands: list[InstallCommand], calls_installer: bool) -> set[str] | None:
-    """Import names an install cell can replace; None when it can replace anything (dependencies, unknowns)."""
-    if calls_installer or any(not c.no_deps or c.unknown for c in commands):
-        return None
-    return {module_of(n) for c in commands for n in c.names}
-
-
-def imported_packages(source: str) -> set[str]:
-    """Top-level package names imported by a cell (best effort on magics)."""
+def imported_packages(source: str, reach: CellReach | None = None) -> dict[str, tuple[int, str]]:
+    """Top-level package -> (1-based line, condition or '') of its first import in a cell; imports in branches that
+    never run on the platform are skipped."""
     try:
-        tree = ast.parse(_python_only(source))
+        tree = ast.parse(python_source(source) or "")
     except SyntaxError:
-        return set()
-    names = set()
+        return {}
+    names: dict[str, tuple[int, str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
+            found = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+            found = [node.module]
+        else:
+            continue
+        at = reach.at(node.lineno - 1) if reach is not None else None
+        if at is None or not at.never:
+            for module in found:
+                names.setdefault(module.split(".")[0], (node.lineno, " and ".join(at.unless) if at else ""))
+    return dict(sorted(names.items(), key=lambda kv: kv[1][0]))
 
 
 def machine_paths(source: str) -> list[str]:
@@ -93,100 +68,92 @@ def machine_paths(source: str) -> list[str]:
     return [p for p in found if not (p.startswith("/") and p.split("/")[1] in SHARED_ROOTS)]
 
 
-def _install_problems(name: str, i: int, src: str, imported_at: dict[str, int], reported: set[int],
-                      base: Path | None) -> list[Problem]:
-    """stale-import (this cell installs what was imported), unpinned-install, import-before-install (earlier cells)."""
-    commands = install_commands(src, base)
-    calls_installer = bool(INSTALL_CALL.search(_python_only(src)))
+def _install_problems(name: str, i: int, src: str, reach: CellReach, ev: Evaluator, state: ic.Installs,
+                      cells: list[str], base: Path | None) -> list[Problem]:
+    """The install checks of one cell (install_checks.py), on the installs that can run on the platform."""
+    commands = [c for c in install_commands(src, base, reach, ev) if not c.reach.never]
+    lines, plat = src.splitlines(), ev.platform
+    call = INSTALL_CALL.search(_python_only(src))
+    installer = src[:call.start()].count("\n") if call and not reach.at(src[:call.start()].count("\n")).never else None
+    return (ic.stale_problems(name, i, lines, commands, plat, state)
+            + ic.unpinned_problems(name, i, lines, commands, plat, state)
+            + ic.import_problems(name, i, lines, commands, installer, plat, state, cells)
+            + ic.hidden_output_problems(name, i, lines, commands))
+
+
+def _line_problems(name: str, i: int, src: str, reach: CellReach) -> list[Problem]:
+    """background-process, blocking-input, absolute-path, widget-progress, secret-in-source."""
     problems = []
-    direct = set()
-    for cmd in commands:
-        for pkg in cmd.packages:
-            if pkg.name and module_of(pkg.name) in imported_at:
-                direct.add(module_of(pkg.name))
-                problems.append(Problem("stale-import", name, i, f"installs {pkg.name} after cell "
-                                        f"{imported_at[module_of(pkg.name)]} imported it; the old version stays loaded",
-                                        "move every install into the first code cell, before any import"))
-            if pkg.name and preinstalled_anywhere(pkg.name) and not pkg.pinned:  # moving it leaves the old one imported
-                verb = "upgrades" if cmd.upgrade else "installs"
-                problems.append(Problem("unpinned-install", name, i, f"{verb} preinstalled {pkg.name} without a pin",
-                                        f"pin it ({pkg.name}==X.Y.Z) or leave the preinstalled version alone"))
-    if not commands and not calls_installer:
-        return problems
-    can_change = changeable_modules(commands, calls_installer)
-    by_cell: dict[int, list[str]] = {}
-    for module, cell in imported_at.items():
-        if module in HEAVY_MODULES and module not in direct and (can_change is None or module in can_change):
-            by_cell.setdefault(cell, []).append(module)
-    for cell, modules in sorted(by_cell.items()):
-        if cell in reported:
-            continue
-        reported.add(cell)
-        problems.append(Problem("import-before-install", name, cell,
-                                f"imports {', '.join(sorted(modules))} before the install in cell {i}, which can replace "
-                                "them or a library they load (pandas loads pyarrow); the old builds stay loaded",
-                                f"delete this cell or move it below cell {i}: installs go in the first code cell"))
+    for n, ln in enumerate(src.splitlines()):
+        s = ln.strip()
+        if s.startswith("!") and s.endswith("&") and not s.endswith("&&") and not reach.at(n).never:
+            problems.append(Problem("background-process", name, i, f"`{s[:60]}` runs in the background: a background "
+                                    "run ends, or the next cell starts, while it still runs",
+                                    "run it in the foreground, or start it with subprocess.Popen and wait", line=n + 1))
+    if m := BLOCKING_RE.search(_python_only(src)):
+        problems.append(Problem("blocking-input", name, i, f"{m.group(1)}() waits for a person; a batch run has none",
+                                "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters",
+                                line=_line_of(src, m.start())))
+    for path in machine_paths(src):
+        problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
+                                "use nbutils.runtime.environment paths (working/input roots) or a parameter",
+                                line=_line_of(src, src.find(path))))
+    if (m := re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src)) and "tqdm.auto" not in src:
+        problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
+                                "use tqdm.auto (falls back to text) or nbutils' progress callback",
+                                line=_line_of(src, m.start())))
+    for label, rx in SECRET_SHAPES.items():
+        if m := rx.search(src):
+            problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
+                                    "revoke it, remove it, and read it with nbutils.runtime.secrets.get_secret",
+                                    line=_line_of(src, m.start())))
     return problems
 
 
-def check_cells(name: str, cells: list[dict], base: Path | None = None) -> list[Problem]:
-    """All source-level checks over a list of nbformat cells (`base`: the folder `-r` files are read from)."""
+def _line_of(src: str, at: int) -> int | None:
+    """The 1-based line of a character offset (None when not found)."""
+    return src[:at].count("\n") + 1 if at >= 0 else None
+
+
+def check_cells(name: str, cells: list[dict], base: Path | None = None, platform_name: str = "kaggle") -> list[Problem]:
+    """All source-level checks over a list of nbformat cells, read as a run on the platform executes them.
+
+    `base`: the folder `-r` files are read from; `platform_name`: kaggle (a background run) or colab.
+    """
+    ev = Evaluator(platform(platform_name))
+    walker, state = CellWalker(ev), ic.Installs({}, set())
+    sources = ["".join(c.get("source", "")) if isinstance(c.get("source", ""), list) else c.get("source", "")
+               for c in cells]
     problems: list[Problem] = []
-    imported_at: dict[str, int] = {}
-    reported: set[int] = set()
     for i, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else src
-        problems += _install_problems(name, i, src, imported_at, reported, base)
-        for ln in _code_lines(src):
-            s = ln.strip()
-            if s.startswith("!") and s.endswith("&") and not s.endswith("&&"):
-                problems.append(Problem("background-process", name, i, f"`{s[:60]}` runs in the background",
-                                        "run it in the foreground, or start it with subprocess.Popen and wait"))
-        if BLOCKING_RE.search(_python_only(src)):
-            call = BLOCKING_RE.search(_python_only(src)).group(1)
-            problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
-                                    "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters"))
-        if src.lstrip().startswith("%%capture") and install_commands(src, base):
-            problems.append(Problem("hidden-install-output", name, i, "%%capture hides the output of an install",
-                                    "drop %%capture so a failed install shows (use pip -q to keep it short)"))
-        for path in machine_paths(src):
-            problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
-                                    "use nbutils.runtime.environment paths (working/input roots) or a parameter"))
-        if re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src) and "tqdm.auto" not in src:
-            problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
-                                    "use tqdm.auto (falls back to text) or nbutils' progress callback"))
-        for label, rx in SECRET_SHAPES.items():
-            if rx.search(src):
-                problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
-                                        "revoke it, remove it, and read it with nbutils.runtime.secrets.get_secret"))
-        for module in imported_packages(src):
-            imported_at.setdefault(module, i)
-    return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1))
+        src = sources[i]
+        reach = walker.walk(src)
+        problems += _install_problems(name, i, src, reach, ev, state, sources, base)
+        problems += _line_problems(name, i, src, reach)
+        for module, (line, cond) in imported_packages(src, reach).items():
+            state.imported_at.setdefault(module, (i, line, cond))
+    return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1, p.line or 0))
 
 
-def check_notebook(path: str | Path) -> list[Problem]:
+def check_notebook(path: str | Path, platform_name: str = "kaggle") -> list[Problem]:
     """Static checks on one .ipynb (plus pair drift against its .py when there is one)."""
     import nbformat
 
     path = Path(path)
     name = path.name
     nb = nbformat.read(path, as_version=4)
-    problems = check_cells(name, nb.cells, path.parent)
+    problems = check_cells(name, nb.cells, path.parent, platform_name)
     if not any("parameters" in c.metadata.get("tags", []) for c in nb.cells):
-        problems.append(Problem("missing-parameters", name, None, "no cell is tagged `parameters`",
-                                "tag the cell holding the knobs `parameters` so papermill and batch runs can set them"))
+        problems.append(missing_parameters(name, nb.cells))
     if not nb.metadata.get("kernelspec", {}).get("name"):
-        problems.append(Problem("missing-kernelspec", name, None, "no kernelspec in the notebook metadata",
-                                "add kernelspec python3 (make sync writes it from the .py header)"))
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count")):
-            problems.append(Problem("committed-outputs", name, i, "the committed notebook carries outputs",
-                                    "regenerate it without outputs: make sync"))
-            break
+        problems.append(Problem("missing-kernelspec", name, None, "no kernelspec in the notebook metadata: papermill "
+                                "and a batch run do not know which kernel to start",
+                                "add a kernelspec (python3) to the notebook metadata (jupytext writes it from the "
+                                ".py header)"))
     pair = path.with_suffix(".py")
+    problems += committed_outputs(name, nb.cells, pair if pair.exists() else None)
     if pair.exists():
         import jupytext
 
@@ -195,8 +162,77 @@ def check_notebook(path: str | Path) -> list[Problem]:
         if source != committed:
             first = next((i for i, (a, b) in enumerate(zip(source, committed)) if a != b), min(len(source), len(committed)))
             problems.append(Problem("pair-drift", name, first, f"differs from {pair.name} (first at this cell)",
-                                    "edit the .py and run make sync to regenerate the .ipynb"))
+                                    f"edit the .py and regenerate the .ipynb: jupytext --to ipynb {pair.name}"))
     return apply_allowances(problems, nb.cells)
+
+
+def committed_outputs(name: str, cells, pair: Path | None) -> list[Problem]:
+    """committed-outputs: the cells that carry outputs (an execution count alone is no output), counted."""
+    code = [i for i, c in enumerate(cells) if c.get("cell_type") == "code"]
+    carrying = [i for i in code if cells[i].get("outputs")]
+    if not carrying:
+        return []
+    shown = ", ".join(map(str, carrying[:SHOWN_CELLS])) + (", …" if len(carrying) > SHOWN_CELLS else "")
+    how = (f"regenerate it from its pair: `jupytext --to ipynb {pair.name}` (it writes no outputs)" if pair else
+           f"`jupyter nbconvert --clear-output --inplace {name}`")
+    return [Problem("committed-outputs", name, carrying[0],
+                    f"{len(carrying)} of {len(code)} code cells carry outputs (cell{'s' if len(carrying) > 1 else ''} "
+                    f"{shown}): a background run "
+                    "writes its own, so they only make the file large and its diffs unreadable, and can hold what "
+                    "an interactive session printed (paths, tokens)", f"clear outputs before committing: {how}")]
+
+
+def missing_parameters(name: str, cells) -> Problem:
+    """missing-parameters, naming the cell to tag (or the settings to move into one)."""
+    what = ("no cell is tagged `parameters`: a Kaggle run does not need one, but papermill (and `python -m "
+            "nbutils.harness run -p`) can set values only in a copy of the notebook, right after a tagged cell")
+    best = None
+    for i, cell in enumerate(cells):  # the first cell that sets knobs: where a reader looks for them
+        if cell.get("cell_type") == "code" and (found := settings(cell.get("source", "")))[0]:
+            best = (i, *found)
+            break
+    if best is None:
+        return Problem("missing-parameters", name, None, what, "add a cell near the top that sets the knobs (model, "
+                       "steps, paths) as plain assignments, and tag it `parameters`")
+    i, names, only = best
+    listed = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+    if only:
+        return Problem("missing-parameters", name, i, what, f"tag cell {i} `parameters` (it sets {listed})")
+    return Problem("missing-parameters", name, i, what, f"move the settings of cell {i} ({listed}) into a cell of "
+                   "their own above it and tag that cell `parameters` (values set after the code that reads them "
+                   "would change nothing)")
+
+
+def settings(source) -> tuple[list[str], bool]:
+    """Names a cell assigns a literal at top level, and whether that is all the cell does."""
+    source = "".join(source) if isinstance(source, list) else source
+    try:
+        tree = ast.parse(python_source(source) or "")
+    except SyntaxError:
+        return [], False
+    names, others = [], 0
+    for stmt in tree.body:
+        found = _knobs(stmt) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else []
+        names += found
+        if not found and not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.List, ast.Tuple, ast.Dict))):
+            others += 1  # a literal list (a menu of model names) is neither a knob nor work
+    return names, bool(names) and not others
+
+
+def _knobs(stmt: ast.Assign) -> list[str]:
+    """`steps = 60`, `STEPS, LR = 500, 1e-4`: names set to one number, short string, bool or None each."""
+    def knob(value: ast.AST) -> bool:
+        value = value.operand if isinstance(value, ast.UnaryOp) else value
+        return isinstance(value, ast.Constant) and not (isinstance(value.value, str) and (
+            "\n" in value.value or len(value.value) > KNOB_TEXT))  # a prompt or template is no knob
+
+    target, value = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Name) and knob(value):
+        return [target.id]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts) \
+            and all(isinstance(t, ast.Name) for t in target.elts) and all(map(knob, value.elts)):
+        return [t.id for t in target.elts]
+    return []
 
 
 def apply_allowances(problems: list[Problem], cells) -> list[Problem]:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from nbutils.harness.nbchecks import Problem
+from nbutils.harness.problems import Problem
 
 
 @dataclass

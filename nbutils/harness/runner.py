@@ -16,7 +16,8 @@ from unittest import mock
 
 from nbutils import chain
 from nbutils.harness import sandbox
-from nbutils.harness.nbchecks import Problem, apply_allowances, check_notebook
+from nbutils.harness.nbchecks import apply_allowances, check_notebook
+from nbutils.harness.problems import Problem
 from nbutils.harness.results import Result
 from nbutils.harness.shared_install import SharedInstall, setup_cells
 from nbutils.runtime.packages import CHAIN_PACKAGES
@@ -308,8 +309,9 @@ def _parameter_names(path: Path) -> set[str]:
     return names
 
 
-def lint(notebooks: list[Path]) -> list[Result]:
-    results = [Result(p.name, problems=check_notebook(p)) for p in notebooks]
+def lint(notebooks: list[Path], platform_name: str = "kaggle") -> list[Result]:
+    """The static checks alone, the notebooks read as a run on the platform (kaggle, colab) executes them."""
+    results = [Result(p.name, problems=check_notebook(p, platform_name)) for p in notebooks]
     for r in results:
         r.status = "failed" if r.failing else "passed"
     return results

@@ -1,8 +1,8 @@
-"""The package table: what the notebooks need besides torch, at which pin and minimum, what the images
-preinstall, what is never installed, and the one version parser.
+"""The package table: what the notebooks need besides torch, at which pin and minimum, what is never installed,
+and the one version parser.
 
-install (what to install), preflight (what is recent enough to run), the harness' static checks (what an
-unpinned install would move), the Kaggle wheelhouse (what to download) and the twins (which torch) read it here;
+install (what to install), preflight (what is recent enough to run), the Kaggle wheelhouse (what to download) and
+the twins (which torch) read it here (what the images preinstall: kaggle-image/freezes/, read by the harness' lint);
 requirements.txt must agree with the pins (tests/runtime/test_packages.py checks it).
 """
 
@@ -67,13 +67,6 @@ PREFLIGHT_VERSIONS = ("torch", "transformers", "peft", "bitsandbytes", "accelera
 # carries both sets. name -> (pin on numpy 1, cap passed to pip as a constraint).
 NUMPY1_PINS = {"pyarrow": ("25.0.1", "<26"), "pandas": ("2.3.3", "<3")}
 
-# What the images ship (versions vary, often older): install still checks the real versions; the harness
-# flags an unpinned install of any of these (upgrading one mid-session leaves the old version imported).
-_BOTH = ("torch", "torchvision", "torchaudio", "numpy", "scipy", "protobuf", "transformers", "tokenizers",
-         "huggingface-hub", "accelerate", "datasets", "matplotlib", "pandas", "pyarrow", "beautifulsoup4", "tqdm",
-         "ipywidgets", "filelock", "tensorflow", "jax")
-PREINSTALLED = {"kaggle": frozenset(_BOTH), "colab": frozenset((*_BOTH, "peft"))}
-
 # The image's own CUDA stack: never installed or upgraded by the notebooks (the platform's torch matches its
 # driver), never put in the wheelhouse. A trailing '-' is a name prefix (nvidia-cublas-cu12 ...).
 TORCH_STACK = ("torch", "torchvision", "torchaudio", "triton", "nvidia-", "cuda-")
@@ -92,11 +85,6 @@ def is_torch_stack(name: str) -> bool:
     """Is this distribution torch or part of the CUDA stack that comes with it?"""
     name = canonicalize_name(name)
     return any(name == t or (t.endswith("-") and name.startswith(t)) for t in TORCH_STACK)
-
-
-def preinstalled_anywhere(name: str) -> bool:
-    """Does some image we target ship this distribution?"""
-    return canonicalize_name(name) in set().union(*PREINSTALLED.values())
 
 
 def version(text: str) -> Version:

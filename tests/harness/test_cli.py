@@ -37,7 +37,7 @@ def test_exit_code_and_junit_on_failure(tmp_path, capsys):
     rc = cli.main(["lint", str(GALLERY / "blocking_input.ipynb"), "--out", str(tmp_path)])
     line = capsys.readouterr().out.splitlines()[0]
     assert rc == 1
-    assert line.startswith("blocking-input blocking_input.ipynb cell 2: ") and " -- " in line
+    assert line.startswith("blocking-input blocking_input.ipynb cell 2 line 1: ") and " -- " in line
     assert 'type="blocking-input"' in (tmp_path / "junit.xml").read_text()
 
 
@@ -54,3 +54,14 @@ def test_cli_parameter_values_are_python_literals_else_text():
     assert cli.literal("7") == 7 and cli.literal("[1, 'a']") == [1, "a"] and cli.literal("True") is True
     assert cli.literal("embedded") == "embedded" and cli.literal("1e-3") == 0.001
 
+
+
+def test_lint_reads_the_branches_as_the_chosen_platform_runs_them(tmp_path):
+    nb = make_gallery.notebook(['import os\nif "KAGGLE_KERNEL_RUN_TYPE" in os.environ:\n    !pip install -U timm'])
+    path = tmp_path / "branch.ipynb"
+    nbformat.write(nb, path)
+    assert cli.main(["lint", str(path), "--out", str(tmp_path / "k")]) == 1  # Kaggle: the branch runs, timm moves
+    report = json.loads((tmp_path / "k" / "report.json").read_text())
+    [problem] = report["notebooks"][0]["problems"]
+    assert (problem["check"], problem["cell"], problem["line"]) == ("unpinned-install", 2, 3)
+    assert cli.main(["lint", str(path), "--platform", "colab", "--out", str(tmp_path / "c")]) == 0  # never on Colab

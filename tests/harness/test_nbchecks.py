@@ -1,5 +1,5 @@
 """The static notebook checks (no kernel): each gallery case caught with its id and cell, secret shapes, benign
-cells left alone, machine paths, imports and install cells, allowances by tag."""
+cells left alone, machine paths, imports in branches, outputs counted, the cell to tag named, allowances by tag."""
 
 from pathlib import Path
 
@@ -43,25 +43,21 @@ def test_absolute_paths_are_found_in_python_and_shell_lines():
         "/Users/me/data", "D:\\\\data\\\\x.csv", "~/x.csv"]
 
 
-def test_module_of_maps_distributions_to_import_names():
-    assert nbchecks.module_of("scikit-learn") == "sklearn" and nbchecks.module_of("pyyaml") == "yaml"
-    assert nbchecks.module_of("sentence-transformers") == "sentence_transformers"
-    assert nbchecks.module_of("zope.interface") == "zope_interface"
-
-
 def test_imported_packages_reads_imports_past_magics_and_skips_relative_ones():
     source = "%matplotlib inline\n!pip list\nimport numpy as np, os.path\nfrom transformers.utils import x\nfrom . import y\n"
-    assert nbchecks.imported_packages(source) == {"numpy", "os", "transformers"}
-    assert nbchecks.imported_packages("def broken(:\n") == set()  # unparsable: nothing claimed
+    assert nbchecks.imported_packages(source) == {"numpy": (3, ""), "os": (3, ""), "transformers": (4, "")}
+    assert nbchecks.imported_packages("def broken(:\n") == {}  # unparsable: nothing claimed
 
 
-def test_changeable_modules_is_everything_unless_no_deps_and_known():
-    from nbutils.harness.install_lines import install_commands
+def test_imports_in_a_branch_are_found_with_its_condition_and_skipped_where_it_cannot_run():
+    from nbutils.harness.branches import CellWalker
+    from nbutils.harness.conditions import Evaluator
+    from nbutils.harness.platforms import platform
 
-    pinned = install_commands("!pip install --no-deps scikit-learn==1.5.0 pyyaml==6.0")
-    assert nbchecks.changeable_modules(pinned, calls_installer=False) == {"sklearn", "yaml"}
-    assert nbchecks.changeable_modules(pinned, calls_installer=True) is None  # the install step brings anything
-    assert nbchecks.changeable_modules(install_commands("!pip install scikit-learn==1.5.0"), False) is None
+    source = ("import os\nif 'KAGGLE_KERNEL_RUN_TYPE' not in os.environ:\n    !pip install x\n    import numpy\n"
+              "if is_t4:\n    import torch\n")
+    reach = CellWalker(Evaluator(platform("kaggle"))).walk(source)
+    assert nbchecks.imported_packages(source, reach) == {"os": (1, ""), "torch": (6, "`is_t4`")}
 
 
 def test_allowances_mark_only_the_tagged_check_in_the_tagged_cell():
@@ -70,3 +66,69 @@ def test_allowances_mark_only_the_tagged_check_in_the_tagged_cell():
                 nbchecks.Problem("absolute-path", "nb", 1, "w", "f"), nbchecks.Problem("absolute-path", "nb", None, "w", "f")]
     assert [p.allowed for p in nbchecks.apply_allowances(problems, cells)] == [True, False, False, False]
     assert str(problems[0]) == "absolute-path nb cell 0: w -- f [allowed]" and str(problems[3]) == "absolute-path nb: w -- f"
+
+
+def _nb(tmp_path, cells, name="nb.ipynb"):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(s) for s in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path, nb
+
+
+def test_outputs_are_counted_and_an_execution_count_alone_is_none(tmp_path):
+    import nbformat
+
+    path, nb = _nb(tmp_path, ["steps = 1", "x = 1", "y = 2", "z = 3"])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.cells[1].execution_count = 4  # an execution count, no output: not a finding
+    for i in (2, 3):
+        nb.cells[i].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nbformat.write(nb, path)
+    [p] = check_notebook(path)
+    assert (p.check, p.cell) == ("committed-outputs", 2) and p.what.startswith("2 of 4 code cells carry outputs (cells 2, 3)")
+    assert p.fix == "clear outputs before committing: `jupyter nbconvert --clear-output --inplace nb.ipynb`"
+    nb.cells[2].outputs = nb.cells[3].outputs = []
+    nbformat.write(nb, path)
+    assert check_notebook(path) == []
+
+
+def test_missing_parameters_names_the_cell_to_tag_or_the_settings_to_move(tmp_path):
+    path, _ = _nb(tmp_path, ["import os", "model = 'x'  # knobs\nsteps = 60\nmenu = ['a', 'b']", "run(model)"])
+    [p] = check_notebook(path)
+    assert (p.check, p.cell, p.fix) == ("missing-parameters", 1, "tag cell 1 `parameters` (it sets model, steps)")
+    assert "a Kaggle run does not need one, but papermill" in p.what
+    path, _ = _nb(tmp_path, ["from x import load\nmax_seq_length = 2048\nload(max_seq_length)"], "b.ipynb")
+    [p] = check_notebook(path)
+    assert p.cell == 0 and p.fix.startswith("move the settings of cell 0 (max_seq_length) into a cell of their own")
+
+
+def test_real_kaggle_notebooks_precision_and_recall_are_one():
+    """Hand-labelled excerpts of public Kaggle notebooks (tests/harness_gallery/real_excerpts.py)."""
+    from tests.harness_gallery.real_excerpts import EXCERPTS
+
+    found, labelled = set(), set()
+    for name, (notebook, cells, labels) in EXCERPTS.items():
+        problems = check_cells(notebook, [{"cell_type": "code", "source": c} for c in cells])
+        found |= {(name, p.check, p.cell, p.line) for p in problems}
+        labelled |= {(name, *key) for key in labels}
+    true = found & labelled
+    assert (len(true) / len(found), len(true) / len(labelled)) == (1.0, 1.0), (found - labelled, labelled - found)
+
+
+def test_the_find_spec_branch_runs_on_kaggle_and_says_why_its_elif_cannot():
+    from tests.harness_gallery.real_excerpts import EXCERPTS
+
+    _, cells, _ = EXCERPTS["find_spec"]
+    problems = {p.line: p for p in check_cells("nb", [{"cell_type": "code", "source": cells[0]}])}
+    assert "this line runs on Kaggle" in problems[8].what and "COLAB_RELEASE_TAG" in problems[8].what
+    assert 12 not in problems and problems[8].condition is None
+
+
+def test_knobs_set_together_count_and_prompts_do_not():
+    assert nbchecks.settings("STEPS, LR = 500, 1e-4  # full run: 4000\nrun()") == (["STEPS", "LR"], False)
+    assert nbchecks.settings("prompt = '''Below is an instruction.\n{}'''\nmodels = ['a', 'b']") == ([], False)
+    assert nbchecks.settings("max_seq_length = 2048\ndtype = None\nmenu = ['a']") == (["max_seq_length", "dtype"], True)

@@ -3,7 +3,7 @@
 import json
 import xml.etree.ElementTree as ET
 
-from nbutils.harness.nbchecks import Problem
+from nbutils.harness.problems import Problem
 from nbutils.harness.results import Result, report, summary_table
 
 

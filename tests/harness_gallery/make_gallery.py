@@ -35,7 +35,7 @@ STATIC = {
     "absolute_path": (["data = open('/home/alice/data.csv')"], "absolute-path", 2),
     "widget_progress": (["from tqdm.notebook import tqdm\nfor _ in tqdm(range(3)):\n    pass"], "widget-progress", 2),
     "secret_in_source": ([FAKE_KAGGLE_JSON], "secret-in-source", 2),
-    "missing_parameters": (None, "missing-parameters", None),
+    "missing_parameters": (None, "missing-parameters", 1),  # the cell to tag is named
     "missing_kernelspec": (["x = 1"], "missing-kernelspec", None),
     "committed_outputs": (["x = 1"], "committed-outputs", 2),
     "pair_drift": (["x = 1"], "pair-drift", 2),

@@ -1,4 +1,4 @@
-"""The package table is the one source of pins, minimums, preinstalled packages and the torch stack:
+"""The package table is the one source of pins, minimums and the torch stack:
 requirements.txt agrees with it, install and preflight apply the same rule, and one parser reads versions."""
 
 import importlib.metadata
@@ -63,11 +63,3 @@ def test_install_and_preflight_apply_one_rule(name, installed, ok):
     assert install.needs_install(name, installed) is not ok
     if installed is not None:
         assert bool(version_problems({name: installed})) is not ok
-
-
-def test_preinstalled_names_are_canonical():
-    assert packages.preinstalled_anywhere("huggingface_hub") and packages.preinstalled_anywhere("Huggingface-Hub")
-    assert packages.preinstalled_anywhere("peft")  # Colab ships it
-    assert not packages.preinstalled_anywhere("bitsandbytes")
-    for names in packages.PREINSTALLED.values():
-        assert all(n == n.lower() and "_" not in n for n in names)
