@@ -54,12 +54,14 @@ test-fast: setup
 papermill-check: setup $(TWIN_STAGE)
 	$(PY) -m nbutils.harness check $(if $(TWIN_STAGE),--twin all)
 
-# ruff, the line budget (tools/line_budget.py) and pylint's duplicate-code finder (settings: pyproject.toml; it
+# ruff, the line budget (tools/line_budget.py), the notebooks named alike everywhere with no relative link in a
+# notebook (tools/notebook_names.py) and pylint's duplicate-code finder (settings: pyproject.toml; it
 # parses every file, so in TEST_WORKERS processes: the similarities are gathered from all of them, as in one).
 # The notebooks stay out of the duplicate finder: the only code they repeat is the bootstrap cell, on purpose.
 lint: setup
 	$(PY) -m ruff check nbutils tests bench tools $(addsuffix .py,$(NOTEBOOKS))
 	$(PY) tools/line_budget.py nbutils bench tests tools
+	$(PY) tools/notebook_names.py
 	$(PY) -m pylint -j $(TEST_WORKERS) nbutils bench tests tools
 
 sync: setup

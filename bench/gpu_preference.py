@@ -62,10 +62,10 @@ def measure(model_path: str, method: str, batch: int, prompt: int, answer: int, 
         plan = _plan(Path(tmp), rows, precision, steps, seq + 8)
         ns = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method=method,
                                        per_device_batch_size=batch, num_generations=GENERATIONS,
-                                       max_completion_length=answer, reward_functions=REWARDS, guard=False)
+                                       max_completion_length=answer, reward_functions=REWARDS, guard="off")
         bnb, lora = notebook_recipe.configs(precision)
         model = modeling.attach_lora(modeling.load_base(model_path, precision, bnb), lora)
-        run = training.Run(plan.out, {"base_model": model_path}, time_budget_min=60, save_total_limit=1,
+        run = training.Run(plan.out, {"base_model": model_path}, time_budget_min=60, keep_checkpoints=1,
                            progress="log")
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()

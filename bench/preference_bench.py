@@ -59,14 +59,14 @@ def one_run(guard: bool, rows: list[dict], held_out: list[dict] | None = None, s
 
     with tempfile.TemporaryDirectory() as tmp:
         plan = _plan(Path(tmp), rows)
-        ns = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method="grpo", guard=guard,
+        ns = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method="grpo", guard="flag" if guard else "off",
                                        reward_functions=REWARDS, num_generations=GENERATIONS,
                                        max_completion_length=COMPLETION, per_device_batch_size=BATCH, seed=seed,
                                        beta=0.0)
         bnb, lora = notebook_recipe.configs(plan.precision)
         tokenizer = _tokenizer()
         model = modeling.attach_lora(modeling.load_base("embedded", plan.precision, bnb), lora, seed=seed)
-        run = training.Run(plan.out, {"base_model": "embedded"}, time_budget_min=60, save_total_limit=1,
+        run = training.Run(plan.out, {"base_model": "embedded"}, time_budget_min=60, keep_checkpoints=1,
                            progress="log")
         before = held_out_reward(model, tokenizer, held_out, seed) if start and held_out else None
         trainer = ns["make_trainer"](model, tokenizer, run)

@@ -1,4 +1,7 @@
-"""nbutils: the helper package behind the QLoRA notebooks (01_data_prep -> 02_train_qlora -> 03_eval -> 04_export).
+"""nbutils: the helper package behind the QLoRA notebooks, 01_data_prep to 05_preference.
+
+The chain: 01_data_prep -> 02_train_qlora -> 03_eval -> 04_export; 05_preference tunes 02's adapter further and
+feeds 04 the same way (its report has 03's shape).
 
 The notebooks import the first five subpackages; `harness` and `kaggle` are the project's own build and
 check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook imports them.
@@ -15,7 +18,7 @@ check tools (papermill-check, Kaggle bundles and the wheelhouse) and no notebook
 
 Chain-wide modules:
 - `chain`: the notebooks in order, their folders, marker files, Kaggle slugs and upstreams (one source).
-- `defaults`: the "auto" values of learning_rate, max_seq_len and max_new_tokens.
+- `defaults`: the "auto" values of learning_rate, max_steps, max_seq_len and max_new_tokens, and `is_auto`.
 - `embedded`: the embedded default model and dataset, built offline.
 - `plots`: the one matplotlib helper (Agg-safe).
 """

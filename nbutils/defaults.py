@@ -1,5 +1,7 @@
-"""The "auto" values of learning_rate (02), max_seq_len (01) and max_new_tokens (03 and the probe).
+"""The "auto" values of learning_rate and max_steps (02), max_seq_len (01) and max_new_tokens (03 and the probe).
 
+"auto" is every notebook's one way to say "choose for me": a parameter the suite can choose defaults to "auto"
+and its comment says what it chooses (`is_auto`); "" means none (no Hub push, no GGUF).
 Chosen for real 0.5B-8B models on a T4, while the embedded default (a 2-layer model that only
 learns in a few dozen steps at a high rate) keeps its fast values. Each returns (value, why),
 and the why is printed and written beside the value.
@@ -13,6 +15,13 @@ import math
 T4_MEMORY_GB = 15.0  # what a Kaggle/Colab T4 reports
 TINY_PARAMS = 50e6  # below this (non-embedding parameters) a model is a toy: debug runs, the embedded default
 LR_REAL, LR_TINY = 2e-4, 3e-3
+TINY_MIN_STEPS = 80  # the embedded default learns its task in about 80 steps: 3 passes over its 432 training records
+AUTO = "auto"
+
+
+def is_auto(value) -> bool:
+    """Whether a parameter asks the suite to choose: the string "auto" (None too: a Python caller's default)."""
+    return value is None or (isinstance(value, str) and value.strip().lower() == AUTO)
 
 
 def body_parameters(model_config) -> float:
@@ -25,7 +34,7 @@ def body_parameters(model_config) -> float:
 def learning_rate(value, model_config) -> tuple[float, str]:
     """value unless "auto"; else 2e-4 for real models (the QLoRA paper's range is 1e-4 to 2e-4),
     3e-3 for toy models under 50M block parameters (the embedded default learns in 80 steps with it)."""
-    if value != "auto":
+    if not is_auto(value):
         return float(value), "given"
     n = body_parameters(model_config)
     if n < TINY_PARAMS:
@@ -33,12 +42,24 @@ def learning_rate(value, model_config) -> tuple[float, str]:
     return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, the QLoRA range for real models"
 
 
+def max_steps(value, steps_per_epoch: int, num_epochs: float, model_config) -> tuple[int, str]:
+    """value unless "auto"; else num_epochs passes over the training rows, so a run covers its data (the Trainer
+    stops there), and at least 80 steps for a toy model (the embedded default needs about 3 passes to learn)."""
+    if not is_auto(value):
+        return int(value), "given"
+    steps = max(1, math.ceil(num_epochs * steps_per_epoch))
+    why = f"auto: {num_epochs:g} epoch(s) of {steps_per_epoch} steps"
+    if body_parameters(model_config) < TINY_PARAMS and steps < TINY_MIN_STEPS:
+        return TINY_MIN_STEPS, f"{why}, raised to {TINY_MIN_STEPS} for a toy model (it learns in about that many)"
+    return steps, why
+
+
 def max_seq_len(value, lengths: list[int], model_config=None, cap: tuple[int, str] | None = None,
                 coverage: float = 0.99) -> tuple[int, str]:
     """value unless "auto"; else the length covering `coverage` of the records, rounded up to a multiple
     of 64, capped by the model's positions and by `cap` (the longest sequence that trains on the GPU, with
     why: nbutils.train.memory.longest_sequence, which 01 passes in)."""
-    if value != "auto":
+    if not is_auto(value):
         return int(value), "given"
     if not lengths:
         return 256, "auto: no usable record to measure, 256"
@@ -59,7 +80,7 @@ def max_seq_len(value, lengths: list[int], model_config=None, cap: tuple[int, st
 def max_new_tokens(value, tokenizer, references: list[str]) -> tuple[int, str]:
     """value unless "auto"; else 1.5x the longest reference answer in tokens plus room for the stop token,
     between 16 and 1024."""
-    if value != "auto":
+    if not is_auto(value):
         return int(value), "given"
     longest = max((len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references), default=0)
     n = min(1024, max(16, math.ceil(1.5 * longest) + 4))

@@ -13,7 +13,8 @@
 #
 # [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb)
 #
-# First notebook of the QLoRA suite (01 data prep → 02 train → 03 eval). It reads raw
+# First notebook of the QLoRA suite (01 data prep → 02 train → 03 eval → 04 export, and 05 preference
+# tuning after 02). It reads raw
 # instruction records, renders them with the model's chat template, tokenizes them with
 # **completion-only labels** (the model is trained on the answer, not on the question) and
 # writes a train/eval split plus a `manifest.json` that the next notebook reads.
@@ -27,14 +28,14 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
@@ -44,24 +45,25 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # %% [markdown]
 # ## Parameters
 # One cell, tagged `parameters`, so papermill (and Kaggle's batch run) can override any knob.
-# `smoke=True` caps the work so a real model can go through the whole chain in minutes.
+# `smoke=True` caps the work so a real model can go through the whole chain in minutes. A parameter the suite
+# can choose says `"auto"`, here and in every notebook; its comment says what auto picks.
 # `columns` maps chat roles to your data's columns: `"user=COL,assistant=COL"`, optionally `,system=COL`
 # (explained here, not in the cell: papermill reads an `=` in a parameter's comment as a second assignment).
 
 # %% tags=["parameters"]
 base_model = "embedded"  # the model to fine-tune, named here once: hub id, local folder or Kaggle input; "embedded": the offline tiny model
 raw_data = "embedded"  # comma-separated: JSONL/JSON/CSV/TSV/Parquet/HTML/SQL files, saved HF folders, hub ids
-output_dir = ""  # empty: <working dir>/data_prep (found there by 02 and 03)
+output_dir = "auto"  # auto: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
 smoke = False
 format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
-columns = ""  # empty: auto-detects (prompt/response, question/answer, ...); else roles to columns (see above)
+columns = "auto"  # auto: detected (prompt/response, question/answer, ...); else roles to columns (see above)
 max_seq_len = "auto"  # auto: covers 99% of records, capped by the model's positions and a T4's memory
 eval_fraction = 0.1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
 strict = False  # True: stop at the first bad record instead of quarantining it
 truncate = False  # True: cut records longer than max_seq_len instead of keeping them out
-batch_size = 16  # the per-device batch size 02 will use; the batching plan is measured for it
+batch_size = 16  # the per-device batch size 02 trains at (its "auto"); the batching plan and max_seq_len's cap are measured for it
 
 # %% [markdown]
 # ## Preflight

@@ -27,14 +27,14 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
@@ -43,43 +43,57 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% [markdown]
 # ## Parameters
-# The model is named once, in 01: `base_model` stays empty. `smoke=True` trains 10 steps, evaluating and
-# saving every 5: the whole chain in a minute.
+# The model is named once, in 01. A parameter the suite can choose says `"auto"`, in every notebook: its comment
+# says what auto picks, and the plan below prints what it picked and why. `smoke=True` trains 10 steps, evaluating
+# and saving every 5: the whole chain in a minute.
+#
+# **How long.** `max_steps="auto"` trains `num_epochs` passes over your data, so a run covers all of it; the plan
+# says how many steps one epoch is and, after the first steps, how long that takes. Epochs are the default because
+# a fixed step count says nothing about how much of the data a run sees: 80 steps of batch 16 are 13% of 10,000
+# records. A number of steps is allowed; the plan warns when it stops before one epoch.
+#
+# **The loss** (`chunked_loss`) never builds the full logits where that can be avoided (they are what overflows a
+# T4 first). `"auto"` takes liger-kernel's fused kernels where they run (a GPU with `liger-kernel` installed: the
+# fastest, and they fuse RMSNorm, SwiGLU and RoPE too), else the chunked loss (pure torch, runs anywhere, the same
+# value and gradients as the plain loss), and the plain loss only for a model whose head cannot be chunked.
+# `"liger"`, `"chunked"` or `"plain"` ask for one; the plan's `loss` row says which trains and what the full
+# logits would take for your model.
 
 # %% tags=["parameters"]
-base_model = ""  # empty: the model 01 named (its manifest); another one must share its tokenizer
-data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
-output_dir = ""  # empty: <working dir>/train_qlora
+base_model = "auto"  # auto: the model 01 named (its manifest); another one must share its tokenizer
+data_dir = "auto"  # output of 01; auto: found in the working dir or among Kaggle inputs
+output_dir = "auto"  # auto: <working dir>/train_qlora
 seed = 0
 smoke = False
 precision = "auto"  # auto: bf16 from compute capability 8.0 up, fp16 on a T4, fp32 on CPU
 load_in_4bit = True
 attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
-max_steps = 80  # -1 trains num_epochs instead
-num_epochs = 1.0
+max_steps = "auto"  # auto: num_epochs passes over the data (at least 80 steps for a toy model); or a number of steps
+num_epochs = 1.0  # passes over the data when max_steps is auto
 learning_rate = "auto"  # auto: 2e-4 for real 0.5B-8B models, 3e-3 for toy ones like the embedded default
-lora_r = 16  # LoRA rank; alpha is set equal to r
+lora_r = 16  # LoRA rank; alpha follows it (a scale of 1: see the LoRA config below)
 lora_dropout = 0.0
 use_rslora = False
-per_device_batch_size = 16
+per_device_batch_size = "auto"  # auto: the batch size 01 planned for (its manifest); another is allowed, the plan says what it changes
 grad_accum = 1
-chunked_loss = "auto"  # loss without the full logits: liger's fused kernels on a GPU if installed, else chunked; False: plain
+chunked_loss = "auto"  # auto: liger where it runs, else chunked; plain only where the head cannot be chunked (see above)
 eval_steps = 20
 save_steps = 20  # a multiple of eval_steps, so every checkpoint has an eval loss
-save_total_limit = 2  # Trainer checkpoints kept: the newest that verify, by step; lower it on a small disk
-time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
+keep_checkpoints = 2  # Trainer checkpoints kept on disk: the newest that verify; lower it on a small disk
+time_budget_min = "auto"  # auto: this platform's session limit less a margin for the save (nbutils/runtime/limits.py)
 time_plan = True  # time the first steps, then print the run's expected wall time, sessions and what to change to fit
 resume = True  # continue from the latest complete checkpoint in output_dir or an attached earlier output
 progress = "auto"  # auto: plain log lines in a batch run, widgets plus the lines interactively; or widgets/log
 multi_gpu = "auto"  # auto: DDP over 2+ GPUs when one holds the model, else split; or ddp / split / single
-num_processes = 0  # processes this notebook starts for DDP: 0 means one per GPU; 2 on the CPU runs gloo (as tests do)
+num_processes = "auto"  # processes this notebook starts for DDP: auto is one per GPU; 2 on the CPU runs gloo (as tests do)
 probe_prompts = 4  # at each evaluation, generate on this many eval prompts; stop if most degenerate twice in a row
 
 # %% [markdown]
 # ## The plan, checked before anything loads
 # One table: the GPUs and the precision rule (fp16 on a T4, never its emulated bf16), the model and data from 01,
-# the loss (without the full logits: 6 GB for Llama-3 at 2 x 2048), the memory plan from the config alone, one
-# GPU or several, the learning rate, the steps, the disk. Every problem is listed at once, not at hour three.
+# the loss and why, the batch size, the memory plan from the config alone, one GPU or several, the learning rate,
+# the steps (and one epoch's), the time budget, the disk. A WARNING row says what may not be what you meant (a run
+# over part of the data). Every problem is listed at once, not at hour three.
 
 # %%
 from nbutils.train import planning
@@ -89,7 +103,8 @@ plan = planning.plan_run(
     load_in_4bit=load_in_4bit, attn_implementation=attn_implementation, multi_gpu=multi_gpu,
     num_processes=num_processes, per_device_batch_size=per_device_batch_size, grad_accum=grad_accum, lora_r=lora_r,
     chunked_loss=chunked_loss, learning_rate=learning_rate, max_steps=max_steps, num_epochs=num_epochs,
-    eval_steps=eval_steps, save_steps=save_steps, save_total_limit=save_total_limit, resume=resume, progress=progress)
+    eval_steps=eval_steps, save_steps=save_steps, keep_checkpoints=keep_checkpoints, time_budget_min=time_budget_min,
+    resume=resume, progress=progress)
 
 # %% [markdown]
 # ## The QLoRA recipe: a frozen 4-bit base, small trainable adapters
@@ -116,7 +131,7 @@ def load_model():
     ) if load_in_4bit else None
     lora_config = LoraConfig(
         r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
-        lora_alpha=lora_r,  # the adapter's output is scaled by alpha / r: 1 here, the usual QLoRA choice
+        lora_alpha=lora_r,  # output scaled by alpha / r: 1 at any rank (the QLoRA paper used r=64, alpha=16: 1/4)
         target_modules="all-linear",  # every linear layer of every block: better than attention alone
         lora_dropout=lora_dropout,  # 0 for short runs; 0.05-0.1 against overfitting a small dataset
         use_rslora=use_rslora,  # scale by alpha / sqrt(r) instead: high ranks (64+) keep learning as fast
@@ -159,8 +174,8 @@ def make_trainer(model, tokenizer, run):
 # %% [markdown]
 # ## Training arguments
 # Every argument of the HF Trainer's run, with its reason. Built inside each process: `TrainingArguments` sets up
-# the device (CUDA) as it is created. The suite rotates checkpoints itself (the newest that verify, by step), so
-# the Trainer's own `save_total_limit` stays off.
+# the device (CUDA) as it is created. The suite rotates checkpoints itself, keeping the newest `keep_checkpoints`
+# that verify, so the Trainer's own rotation (`save_total_limit`) stays off.
 
 # %%
 def training_arguments():
@@ -168,9 +183,9 @@ def training_arguments():
 
     return TrainingArguments(
         output_dir=str(plan.out / "trainer"),  # Trainer checkpoints; the final adapter goes to checkpoint/ beside it
-        max_steps=plan.max_steps, num_train_epochs=num_epochs,  # max_steps -1: train num_train_epochs instead
-        per_device_train_batch_size=per_device_batch_size,  # the plan says whether it fits, and the largest that does
-        per_device_eval_batch_size=per_device_batch_size,
+        max_steps=plan.max_steps, num_train_epochs=num_epochs,  # the plan's count: auto is num_epochs passes, in steps
+        per_device_train_batch_size=plan.per_device_batch_size,  # 01's unless given; the plan says whether it fits
+        per_device_eval_batch_size=plan.per_device_batch_size,
         gradient_accumulation_steps=grad_accum,  # effective batch = per-device batch x accumulation x processes
         learning_rate=plan.learning_rate,  # auto: 2e-4 for real models, higher for toy ones (see the plan)
         lr_scheduler_type="cosine",  # decay to zero over the run: the last steps refine rather than jump
@@ -181,7 +196,7 @@ def training_arguments():
         eval_strategy="steps", eval_steps=plan.eval_steps,  # the eval loss, and the degeneration probe, every eval_steps
         eval_on_start=True,  # the loss the model starts from: the curve's diagnosis measures the fall from there
         save_strategy="steps", save_steps=plan.save_steps,  # as evaluation: every checkpoint has an eval loss
-        save_total_limit=None,  # rotation is the suite's: it keeps the newest checkpoints that verify
+        save_total_limit=None,  # rotation is the suite's: it keeps the newest keep_checkpoints that verify
         logging_steps=10,
         seed=seed, data_seed=seed,  # the LoRA initialisation and the shuffling: same seed, same run
         train_sampling_strategy="random" if plan.packed else "group_by_length",  # similar lengths per batch: less padding
@@ -204,7 +219,7 @@ def training_arguments():
 # differs). The first steps are timed on this hardware and batch plan (about 5% of the steps, never redone: the
 # run saves there and resumes at once); then one table says how long the whole run takes, whether the time
 # budget stops it, how many sessions and how much of the weekly GPU quota it needs, and what to change to fit
-# ([docs/planning.md](../docs/planning.md)). Then `trainer.train()` does the rest. The final checkpoint (adapter, tokenizer, `run_config.json`: the base model,
+# ([docs/planning.md](https://github.com/qlora-t4/notebook-suite/blob/main/docs/planning.md)). Then `trainer.train()` does the rest. The final checkpoint (adapter, tokenizer, `run_config.json`: the base model,
 # this 4-bit config, this LoRA config and the training arguments, which 03 and 04 load exactly) is written
 # atomically, then checked file by file and reloaded to generate a few tokens. `training_summary.json`, written
 # last, says why training stopped and where the checkpoint is.
@@ -221,8 +236,8 @@ def train_on_this_process():
     argcheck.validate(argcheck.of_arguments(args), n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
                       resume=resume)
     model, tokenizer = load_model()
-    run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=time_budget_min),
-                       time_budget_min=time_budget_min, save_total_limit=save_total_limit, resume=resume,
+    run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=plan.time_budget_min),
+                       time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,
                        probe=evaluation.training_probe(plan.eval_ds, tokenizer, probe_prompts), progress=plan.progress,
                        memory_estimate_gb=plan.memory["estimate_gb"], time_plan=time_plan)
     trainer = make_trainer(model, tokenizer, run)
@@ -292,10 +307,26 @@ print(summary["diagnosis"])
 # | stopped_reason | what happened | what to do |
 # |---|---|---|
 # | `max_steps`, `completed` | the run finished | run 03 |
-# | `time_budget` | saved before the session limit | run this notebook again with the output attached (Kaggle: Add Input > your earlier version); it resumes from the last verified checkpoint |
+# | `time_budget` | saved before the session limit | resume (below): it continues from the last verified checkpoint |
 # | `nan` | the loss became NaN; the last good checkpoint is the final one | lower `learning_rate`, or check the data for empty answers |
 # | `degenerate` | the probe's generations turned to loops or garbage twice in a row | check 01's rendered examples (does each answer end with its end-of-turn token?), lower the learning rate |
-# | `disk_full` | a save did not fit | lower `save_total_limit` or free space, then run again: it resumes |
+# | `disk_full` | a save did not fit | lower `keep_checkpoints` or free space, then resume (below) |
+#
+# **Resume**: run this notebook again with `resume=True` (the default) and the same settings; it continues from
+# the newest checkpoint that verifies.
+# - Kaggle: open the notebook (Edit), then Add Input > Notebooks > Your Work > this notebook: the output of its
+#   last saved version mounts under `/kaggle/input/`, where the run finds its checkpoints. Save Version > Save &
+#   Run All. 03 and 04 then take this new version as their input.
+# - Colab: files go with the runtime, so before the first run mount Drive (`from google.colab import drive;
+#   drive.mount("/content/drive")`) and set `output_dir` to a folder there; in the new runtime run all with the
+#   same `output_dir` (and give 03 the same folder as `adapter_dir`).
+# - On your machine: run it again with the same `output_dir`.
+#
+# A resume refuses, naming each difference, when a setting that changes the trained weights differs from the
+# checkpoint's: the base model, 01's data, the precision, the 4-bit or LoRA config, the learning rate and its
+# schedule, the batch size, accumulation or number of processes, the seed. Training longer (a larger `max_steps`
+# or `num_epochs`) is allowed. Then set a new `output_dir` to keep both runs, or `resume=False` to start over
+# (the old checkpoints are moved aside).
 #
 # What the checkpoint folder holds, and what 03 and 04 read from it:
 

@@ -24,14 +24,14 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
@@ -42,13 +42,13 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # ## Parameters
 
 # %% tags=["parameters"]
-base_model = ""  # empty: the model 02 trained on (its checkpoint's run configuration); another one is refused
-data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
-adapter_dir = ""  # output of 02; empty: found the same way
-output_dir = ""  # empty: <working dir>/eval
+base_model = "auto"  # auto: the model 02 trained on (its checkpoint's run configuration); another one is refused
+data_dir = "auto"  # output of 01; auto: found in the working dir or among Kaggle inputs
+adapter_dir = "auto"  # output of 02; auto: found the same way
+output_dir = "auto"  # auto: <working dir>/eval
 seed = 0
 smoke = False
-precision = ""  # empty: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
+precision = "auto"  # auto: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
 attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
 max_new_tokens = "auto"  # auto: 1.5x the longest reference answer (in tokens), at least 16
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
@@ -57,7 +57,7 @@ breaker_min_samples = 16  # the circuit breaker decides after this many tuned ge
 breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
 metrics = "auto"  # auto: exact_match, rouge_l and chrf, primary by answer length; or e.g. "rouge_l,chrf" or "mymod:score"
 n_bootstrap = 1000  # resamples for the 95% intervals
-chat_prompts = []  # prompts for the chat at the end; empty: the first eval questions
+chat_prompts = "auto"  # a list of prompts for the chat at the end; auto: the first eval questions
 
 # %% [markdown]
 # ## Preflight
@@ -197,4 +197,5 @@ from transformers import AutoTokenizer
 from nbutils.eval import chat
 
 chat_tokenizer = AutoTokenizer.from_pretrained(ckpt)  # the checkpoint's tokenizer carries its chat template
-answers = chat.chat(tuned_model, chat_tokenizer, list(chat_prompts) or chat.user_prompts(eval_ds, 3), new_token_limit)
+questions = chat.user_prompts(eval_ds, 3) if defaults.is_auto(chat_prompts) else list(chat_prompts)
+answers = chat.chat(tuned_model, chat_tokenizer, questions, new_token_limit)

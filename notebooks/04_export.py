@@ -27,14 +27,14 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
@@ -43,13 +43,24 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% [markdown]
 # ## Parameters
+# `"auto"` lets the notebook choose; each comment says what it picks.
+#
+# **05's adapter** is exported instead of 02's when `adapter_dir` and `eval_dir` both name 05's output folder
+# (`preference/`; on Kaggle attach 05's output as an input and give its path under `/kaggle/input/`): 05's report
+# stands in for 03's at the gate.
+#
+# **The GGUF** is converted from the merged fp16 model, so it needs `export_merged=True`: with
+# `export_merged=False` (what the memory plan advises when the fp16 base fits nowhere) there is no GGUF either, and
+# the embedded default's toy tokenizer never yields one. **To download** the files: on Kaggle, open the saved
+# version's page, Output tab, `export/` (a file, or the whole output as a zip), or run
+# `kaggle kernels output <your-username>/qlora-04-export -p DIR`; on Colab, the Files pane or a Drive `output_dir`.
 
 # %% tags=["parameters"]
-base_model = ""  # empty: the model 02 trained on (its checkpoint's run configuration); another one is refused
-data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
-adapter_dir = ""  # output of 02; empty: found the same way
-eval_dir = ""  # output of 03; empty: found the same way
-output_dir = ""  # empty: <working dir>/export
+base_model = "auto"  # auto: the model 02 trained on (its checkpoint's run configuration); another one is refused
+data_dir = "auto"  # output of 01; auto: found in the working dir or among Kaggle inputs
+adapter_dir = "auto"  # output of 02; auto: found the same way; 05's output folder exports 05's adapter
+eval_dir = "auto"  # output of 03; auto: found the same way; with 05's adapter, 05's output folder too (its report)
+output_dir = "auto"  # auto: <working dir>/export
 gate_metric = "auto"  # auto: 03's primary metric; or exact_match, rouge_l, chrf, a module:function 03 computed
 min_improvement = 0.0  # the tuned model must beat the base by more than this on gate_metric
 max_degenerate_rate = 0.2  # ... and have fewer degenerate generations than this share
@@ -58,12 +69,12 @@ export_merged = True  # the fp16 base with the adapter merged in: loads without 
 export_adapter = True  # the adapter alone: megabytes, loads on top of the base model
 verify_prompts = 3  # eval prompts on which the merged model's logits are compared with base + adapter
 max_shard_size = "2GB"  # safetensors shard size of the merged model
-hub_repo = ""  # "<user>/<model>": push there with the HF_TOKEN secret; empty: no push
+hub_repo = ""  # "<user>/<model>": push there with the HF_TOKEN secret; "": no push
 hub_private = True
 hub_what = "adapter"  # adapter, merged, or both (the merged model then goes to "<hub_repo>-merged")
-gguf_type = "q8_0"  # q8_0, f16, bf16 (the converter); q4_k_m, q5_k_m, q6_k (builds llama-quantize: minutes); "": none
+gguf_type = "q8_0"  # converted from the merged model (see above); q8_0, f16, bf16; q4_k_m, q5_k_m, q6_k (builds llama-quantize); "": none
 gguf_lora = True  # with gguf_type: the adapter alone as a GGUF LoRA too (llama.cpp --lora), megabytes
-llama_cpp_dir = ""  # a llama.cpp checkout to use; empty: the attached dataset's, a checkout, or the pinned one
+llama_cpp_dir = "auto"  # a llama.cpp checkout to use; auto: the attached dataset's, a checkout, or the pinned one
 
 # %% [markdown]
 # ## Preflight
@@ -214,7 +225,7 @@ if gguf_type:
                                    base_model, ckpt, facts, llama_cpp_dir, gguf_lora, memory_plan["device"] or "cpu")
     print(ggufbuild.report(gguf_export))
 else:
-    print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert)")
+    print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert; it needs export_merged=True)")
 
 # %% [markdown]
 # ## Summary

@@ -34,14 +34,14 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
     wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@main"]
+    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
     if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
         raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
@@ -52,20 +52,21 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # ## Parameters
 # The model and its 4-bit recipe come from 02's checkpoint: there is no `base_model` here. `smoke=True` trains 4
 # steps on 64 records and holds out 8: the whole notebook in a minute.
+# `"auto"` lets the notebook choose, as in every notebook; each comment says what it picks.
 
 # %% tags=["parameters"]
 method = "dpo"  # dpo | orpo | kto | grpo
-data_dir = ""  # output of 01; empty: found in the working dir or among Kaggle inputs
-adapter_dir = ""  # output of 02 (the SFT adapter this starts from); empty: found the same way
-output_dir = ""  # empty: <working dir>/preference
+data_dir = "auto"  # output of 01; auto: found in the working dir or among Kaggle inputs
+adapter_dir = "auto"  # output of 02 (the SFT adapter this starts from); auto: found the same way
+output_dir = "auto"  # auto: <working dir>/preference
 preference_data = "embedded"  # JSONL/JSON/CSV/Parquet: pairs, message-list pairs, HH transcripts or KTO rows; embedded: pairs from 01's task
-preference_eval = ""  # held-out file(s) of the same kinds; empty: eval_fraction of preference_data
+preference_eval = "auto"  # held-out file(s) of the same kinds; auto: eval_fraction of preference_data
 eval_fraction = 0.1
 seed = 0
 smoke = False
-precision = ""  # empty: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
-attn_implementation = "auto"
-max_steps = 0  # 0: the method's own (preference.STEPS; GRPO, learning from its own rollouts, needs more)
+precision = "auto"  # auto: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
+attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2)
+max_steps = "auto"  # auto: the method's own (preference.STEPS; GRPO, learning from its own rollouts, needs more)
 learning_rate = "auto"  # auto: 2e-5 for real models (LoRA preference tuning), 2e-3 for toy ones
 beta = 0.1  # DPO/KTO: how far the policy may move from the reference; ORPO: weight of its odds-ratio term; GRPO: KL weight
 per_device_batch_size = 16  # pairs (DPO, ORPO), rows (KTO) or completions (GRPO: a multiple of num_generations)
@@ -74,10 +75,10 @@ max_length = 256  # prompt + answer, in tokens; longer records are quarantined, 
 reward_functions = "nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
 num_generations = 4  # GRPO: completions per prompt, compared with each other
 max_completion_length = 16  # GRPO: tokens per completion at most
-guard = True  # GRPO: rollouts under the degeneration guard
+guard = "flag"  # GRPO: flag runs rollouts under the degeneration guard (03's word); off only counts their tokens
 save_steps = 8
-save_total_limit = 2
-time_budget_min = 690.0  # Kaggle stops a session at 12 hours; stop and save 30 minutes before
+keep_checkpoints = 2  # Trainer checkpoints kept on disk: the newest that verify
+time_budget_min = "auto"  # auto: this platform's session limit less a margin for the save (nbutils/runtime/limits.py)
 resume = True  # continue from the latest complete checkpoint in output_dir
 eval_samples = 48  # held-out prompts generated on for the task metric (and GRPO's held-out reward)
 reward_samples = 4  # GRPO: completions sampled per held-out prompt for the mean reward
@@ -155,7 +156,7 @@ def trainer_arguments():
         activation_checkpointing_kwargs={"use_reentrant": False},  # the reentrant variant drops frozen inputs' gradients
         eval_strategy="no",  # 05 judges the result itself, against 02's adapter, after training
         save_strategy="steps", save_steps=plan.save_steps,
-        save_total_limit=None,  # rotation is the suite's: it keeps the newest checkpoints that verify
+        save_total_limit=None,  # rotation is the suite's: it keeps the newest keep_checkpoints that verify
         logging_steps=1 if method == "grpo" else 2,  # GRPO: reward, its spread and the guard's figures every step
         seed=seed, data_seed=seed,
         use_cpu=plan.env.gpu_count == 0,
@@ -214,7 +215,7 @@ def make_trainer(model, tokenizer, run):
     held = plan.eval_rows[:16] if method == "grpo" else plan.held_out_rows()  # the run's final eval loss
     held = Dataset.from_list([{k: r[k] for k in columns} for r in held])
     if method == "grpo":
-        Trainer = rollouts.guarded(GRPOTrainer) if guard else rollouts.counted(GRPOTrainer)
+        Trainer = rollouts.for_guard(GRPOTrainer, guard)  # "flag": under the guard; "off": counted only
         trainer = Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
                           processing_class=tokenizer, reward_funcs=rewards.load(reward_functions),
                           callbacks=run.callbacks)
@@ -240,7 +241,7 @@ from nbutils.train import checkpoints, training
 def train_on_this_process():
     model, tokenizer = load_model()
     run = training.Run(plan.out, plan.record(smoke=smoke, beta=beta, time_budget_min=time_budget_min),
-                       time_budget_min=time_budget_min, save_total_limit=save_total_limit, resume=resume,
+                       time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,
                        progress="log", memory_estimate_gb=plan.memory["estimate_gb"])
     trainer = make_trainer(model, tokenizer, run)
     if "ref" in model.peft_config:

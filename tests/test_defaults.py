@@ -47,3 +47,36 @@ def test_underfit_advice_depends_on_the_learning_rate_used():
 
     assert "already high" in curves.diagnose(hist(3e-3)) and "raise" not in curves.diagnose(hist(3e-3))
     assert "raise the learning rate from 2.0e-04" in curves.diagnose(hist(2e-4))
+
+
+def test_max_steps_auto_is_num_epochs_passes_and_at_least_80_for_a_toy_model():
+    assert defaults.max_steps("auto", 625, 1.0, REAL) == (625, "auto: 1 epoch(s) of 625 steps")
+    assert defaults.max_steps("auto", 625, 2.5, REAL)[0] == 1563
+    assert defaults.max_steps("auto", 27, 1.0, TINY)[0] == 80  # the embedded default: 27 steps an epoch
+    assert defaults.max_steps("auto", 625, 1.0, TINY)[0] == 625
+    assert defaults.max_steps(80, 625, 1.0, REAL) == (80, "given")
+
+
+def test_auto_is_one_word_for_choose_for_me():
+    assert defaults.is_auto("auto") and defaults.is_auto(" Auto ") and defaults.is_auto(None)
+    assert not defaults.is_auto("") and not defaults.is_auto(0) and not defaults.is_auto("runs/x")
+
+
+def test_every_notebook_says_choose_for_me_one_way():
+    """"auto" lets the suite choose, in every notebook's parameters; "" means none (no push, no GGUF); no comment
+    says "empty:", "0:" or "-1" for a default any more."""
+    import re
+    from pathlib import Path
+
+    import jupytext
+
+    from nbutils import chain
+
+    for stem in chain.NOTEBOOKS:
+        nb = jupytext.read(Path(__file__).resolve().parents[1] / "notebooks" / f"{stem}.py")
+        cell = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        for line in cell.splitlines():
+            value, _, comment = line.partition("  # ")
+            assert not re.search(r"\bempty\b|(^|[\s(])(0\s*(:|means)|-1\b)", comment), f"{stem}: {line}"
+            if value.rstrip().endswith('= ""'):
+                assert re.search(r'"": (no|none)\b', comment), f"{stem}: say what \"\" means, or default to \"auto\": {line}"

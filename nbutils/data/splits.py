@@ -390,8 +390,8 @@ def load_manifest(data_dir: str | Path) -> dict:
 
 
 def parse_columns(spec: str) -> dict | None:
-    """'user=question,assistant=answer[,system=sys]' -> a column mapping; '' -> None (auto-detect)."""
-    if not spec or not spec.strip():
+    """'user=question,assistant=answer[,system=sys]' -> a column mapping; "auto" -> None (auto-detect)."""
+    if not spec or not spec.strip() or defaults.is_auto(spec):
         return None
     mapping = dict(part.split("=", 1) for part in spec.split(",") if "=" in part)
     mapping = {k.strip(): v.strip() for k, v in mapping.items()}

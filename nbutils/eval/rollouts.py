@@ -103,3 +103,15 @@ def counted(trainer_class):
             return completion_ids, logprobs
 
     return CountedGRPOTrainer
+
+
+GUARD_VALUES = ("flag", "off")  # 05's `guard`, the type and words of 03's ("abort" is 03's alone: it ends an evaluation)
+
+
+def for_guard(trainer_class, guard: str):
+    """05's GRPO trainer for its `guard` parameter: "flag" runs rollouts under the guard (a looping answer stops
+    early and takes the penalty), "off" only counts their tokens."""
+    if guard not in GUARD_VALUES:
+        raise ValueError(f"guard={guard!r}: 05 takes \"flag\" (rollouts under the degeneration guard) or \"off\"; "
+                         "\"abort\" is 03's (it ends an evaluation that degenerates)")
+    return guarded(trainer_class) if guard == "flag" else counted(trainer_class)

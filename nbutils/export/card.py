@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nbutils import chain
 from nbutils.chain import MARKERS
 from nbutils.runtime.secrets import redact
 
@@ -85,6 +86,17 @@ def _gguf_usage(facts: dict, run: dict) -> tuple[list[str], str]:
                    f"Ollama; it stops on {', '.join(run['stops'])}.")
 
 
+def _files(kind: str) -> list[str]:
+    """Where an export's files come from and how to download them from Kaggle; what a GGUF needs."""
+    slug = chain.by_notebook("04_export").slug
+    gguf = ("This GGUF was converted from the merged fp16 model: 04 writes one only with `export_merged=True`."
+            if kind == "gguf" else "A GGUF for llama.cpp and Ollama is converted from the merged fp16 model: 04 "
+            "writes one when `export_merged=True` and `gguf_type` is set.")
+    return ["## Files", "", f"- Written by 04_export into `export/`. On Kaggle: the saved version's page, Output tab "
+            f"(one file, or the whole output as a zip), or `kaggle kernels output <your-username>/{slug} -p DIR`.",
+            f"- {gguf}", ""]
+
+
 def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = None) -> str:
     """README.md for an 'adapter', 'merged' or 'gguf' export (run: the GGUF's type, stops and commands): usage,
     data, hyper-parameters, eval and degeneration figures."""
@@ -112,5 +124,6 @@ def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = Non
              *[f"| {k} | {v} |" for k, v in facts["hyperparameters"].items()],
              *[f"| {k} | {v} |" for k, v in facts["training"].items() if v is not None], "",
              f"## Evaluation ({ev.get('n_samples')} held-out prompts, 95% bootstrap intervals)", "", *_eval_table(ev), "",
-             "Degenerate rate: share of generations stopped or flagged as loops, token soup or empty output.", ""]
+             "Degenerate rate: share of generations stopped or flagged as loops, token soup or empty output.", "",
+             *_files(kind)]
     return redact("\n".join(lines))

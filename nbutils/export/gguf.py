@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbutils.defaults import is_auto
 from nbutils.runtime import llamacpp
 from nbutils.runtime.environment import detect_platform
 from nbutils.runtime.install import find_dataset
@@ -47,12 +48,12 @@ def _dataset_converter(temp_root: Path) -> Path | None:
     return llamacpp.from_archive(archive, temp_root) if archive and archive.exists() else None
 
 
-def find_converter(llama_cpp_dir: str = "", temp_root: str | Path | None = None) -> Converter | str:
+def find_converter(llama_cpp_dir: str = "auto", temp_root: str | Path | None = None) -> Converter | str:
     """The converter to use, or the reason there is none (a sentence saying what to do)."""
-    if llama_cpp_dir:  # a folder the user named is not second-guessed
+    if llama_cpp_dir and not is_auto(llama_cpp_dir):  # a folder the user named is not second-guessed
         root = Path(llama_cpp_dir).expanduser()
         return Converter(root, "llama_cpp_dir") if (root / CONVERTER).exists() else \
-            f"llama_cpp_dir={llama_cpp_dir!r} has no {CONVERTER}: point it at a llama.cpp checkout, or leave it empty"
+            f"llama_cpp_dir={llama_cpp_dir!r} has no {CONVERTER}: point it at a llama.cpp checkout, or leave it \"auto\""
     temp_root = Path(temp_root) if temp_root else detect_platform().temp_root
     found = _dataset_converter(temp_root)
     if found:

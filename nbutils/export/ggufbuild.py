@@ -143,7 +143,7 @@ def _skip(why: str, **more) -> dict:
 
 
 def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[str], texts: list[str],
-           base_model: str, adapter_dir: str | Path, facts: dict, llama_cpp_dir: str = "", lora: bool = True,
+           base_model: str, adapter_dir: str | Path, facts: dict, llama_cpp_dir: str = "auto", lora: bool = True,
            device: str = "cpu", num_ctx: int = 4096) -> dict:
     """The whole GGUF step; a dict for export_summary.json (file, verification, Modelfile, commands, or why not)."""
     from nbutils.runtime.install import ensure_extra

@@ -101,7 +101,7 @@ def plan_for(data_dir, output_dir, **parameters):
 
 def adhoc_plan(output_dir, train_ds, eval_ds, batching: dict, base_model: str = "embedded", loss: str = "chunked",
                learning_rate: float = 3e-3, max_steps: int = 80, eval_steps: int = 20, save_steps: int = 20,
-               save_total_limit: int | None = 2):
+               keep_checkpoints: int | None = 2, per_device_batch_size: int = 16):
     """A plan for data that no 01 prepared (a bench's synthetic rows): the same fields 02's plan fills."""
     from nbutils.runtime import modelsource
     from nbutils.runtime.preflight import inspect
@@ -112,7 +112,7 @@ def adhoc_plan(output_dir, train_ds, eval_ds, batching: dict, base_model: str = 
     return planning.RunPlan(env, base_model, "given", Path(output_dir), Path(output_dir), manifest, train_ds, eval_ds,
                             modelsource.load_config(base_model), env.attention, loss, {"estimate_gb": None},
                             launch.Launch("single", 1, 1, "one process"), learning_rate, "given", max_steps, eval_steps,
-                            save_steps, save_total_limit, "log")
+                            save_steps, keep_checkpoints, "log", per_device_batch_size=per_device_batch_size)
 
 
 def train(data_dir, output_dir, model=None, tokenizer=None, arguments: dict | None = None, run: dict | None = None,
@@ -122,11 +122,13 @@ def train(data_dir, output_dir, model=None, tokenizer=None, arguments: dict | No
     session_start, probe, callbacks). Returns (model, tokenizer, run); run.result holds the TrainResult."""
     from nbutils.train import training
 
+    if plan is not None and "per_device_batch_size" in parameters:  # an ad hoc plan trains at the batch given, as
+        plan = dataclasses.replace(plan, per_device_batch_size=int(parameters["per_device_batch_size"]))  # 02's would
     plan = plan or plan_for(data_dir, output_dir, **parameters)
     ns = namespace(plan, arguments, **parameters)
     if model is None:
         model, tokenizer = ns["load_model"]()
-    options = {"time_budget_min": ns["time_budget_min"], "save_total_limit": ns["save_total_limit"],
+    options = {"time_budget_min": ns["time_budget_min"], "keep_checkpoints": ns["keep_checkpoints"],
                "resume": ns["resume"], "progress": "log", "time_plan": ns["time_plan"], **(run or {})}
     session = training.Run(plan.out, plan.record(smoke=ns["smoke"]), **options)
     trainer = ns["make_trainer"](model, tokenizer, session)

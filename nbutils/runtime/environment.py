@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbutils.chain import MARKERS
+from nbutils.defaults import is_auto
 
 KAGGLE_ROOTS = ("/kaggle/input", "/kaggle/working", "/kaggle/temp")
 COLAB_ROOTS = ("/content", "/content", "/tmp")
@@ -60,20 +61,25 @@ def detect_platform(env: dict | None = None) -> Platform:
     )
 
 
-def stage_dir(stage: str, output_dir: str | os.PathLike = "", platform: Platform | None = None) -> Path:
-    """The folder a notebook writes to: `output_dir` if given, else <working_root>/<stage>."""
+def _given(path) -> bool:
+    """A folder given by the user, not "auto" (the notebooks' default: find it) nor empty."""
+    return path is not None and str(path).strip() != "" and not is_auto(str(path))
+
+
+def stage_dir(stage: str, output_dir: str | os.PathLike = "auto", platform: Platform | None = None) -> Path:
+    """The folder a notebook writes to: `output_dir` if given, else ("auto") <working_root>/<stage>."""
     platform = platform or detect_platform()
-    path = Path(output_dir) if str(output_dir) else platform.working_root / stage
+    path = Path(output_dir) if _given(output_dir) else platform.working_root / stage
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def find_upstream(stage: str, given: str | os.PathLike = "", platform: Platform | None = None) -> Path:
-    """Locate an upstream notebook's output folder: `given` if set, else search working then input roots."""
+def find_upstream(stage: str, given: str | os.PathLike = "auto", platform: Platform | None = None) -> Path:
+    """Locate an upstream notebook's output folder: `given` if set, else ("auto") search working then input roots."""
     # The stage's folder is looked for in the working root first (same session or local chain), then among
     # attached inputs (Kaggle mounts an upstream notebook's output under /kaggle/input/<slug>/).
     marker = MARKERS[stage]
-    if str(given):
+    if _given(given):
         path = Path(given)
         if not (path / marker).exists():
             raise FileNotFoundError(

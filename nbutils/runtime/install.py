@@ -64,7 +64,8 @@ def needs_install(name: str, installed: str | None) -> bool:
 
 
 def nbutils_git_spec() -> str:
-    return f"nbutils @ git+https://github.com/{settings.repository()}@{settings.branch()}"
+    """nbutils from GitHub at the notebooks' own version (settings.ref: the tag the install cell is built with)."""
+    return f"nbutils @ git+https://github.com/{settings.repository()}@{settings.ref()}"
 
 
 def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.PathLike | None,
@@ -73,7 +74,7 @@ def plan_install(platform_name: str, has_internet: bool, dataset_dir: str | os.P
 
     Local: nothing (`make setup` installed the pinned environment). Kaggle: from the attached
     dataset's wheelhouse with --no-index when it is there (works with the internet off), else from
-    PyPI. Colab: from PyPI, nbutils from GitHub. Never torch; torch is held at its installed version.
+    PyPI. Colab: from PyPI, nbutils from GitHub at the notebooks' version tag. Never torch; torch is held at its installed version.
     """
     plan = InstallPlan(platform_name, "none")
     if platform_name == "local":
@@ -288,14 +289,15 @@ BOOTSTRAP_CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True
 
 
 def bootstrap_cell_source() -> str:
-    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub; then the rest.
+    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub at the notebooks'
+    version (settings.ref(), written in when the notebooks are synced); then the rest.
 
     nbutils cannot install itself before it is importable, so these few lines do only that; locally
     (make setup) nbutils is already installed and they skip straight to `ensure_packages()`. They also name
     `packaging`, the one package the install step imports beyond the stdlib: every Kaggle and Colab image has it
     (pip leaves it alone), a bare image with only torch does not (`make kaggle-wheelhouse-check` starts from one).
     """
-    return f'''# @title Install nbutils (the attached Kaggle dataset's wheel, else GitHub), then only what this image lacks; never torch
+    return f'''# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it

@@ -1,7 +1,7 @@
 """What each platform gives a run: the session's wall-clock limit, the weekly GPU quota, the GPUs per session.
 
-The one place these numbers live. 02's `time_budget_min` default (690) is Kaggle's session limit less a
-30-minute margin for the save; the time plan (nbutils.train.timeplan) counts the sessions and the share of the
+The one place these numbers live. 02's and 05's `time_budget_min="auto"` is this platform's session limit less a
+30-minute margin for the save (`budget_min`); the time plan (nbutils.train.timeplan) counts the sessions and the share of the
 weekly quota a run needs from here. Figures are the platforms' published ones; Colab publishes no quota for its
 free tier and ends sessions earlier when GPUs are scarce, so its session limit is an upper bound.
 """
@@ -53,3 +53,13 @@ def for_platform(name: str | None = None) -> Limits:
 def default_budget_min(limits: Limits) -> float | None:
     """The time budget that stops a run MARGIN_MIN before the session limit (None where there is none)."""
     return None if limits.session_h is None else limits.session_h * 60 - MARGIN_MIN
+
+
+def budget_min(value="auto", platform: str | None = None) -> float | None:
+    """time_budget_min as a run uses it: a number of minutes as given, or "auto": the session limit of this platform
+    (or `platform`) less MARGIN_MIN; None where there is no limit (a local run is never stopped for time)."""
+    from nbutils.defaults import is_auto
+
+    if not is_auto(value):
+        return float(value)
+    return default_budget_min(for_platform(platform))

@@ -1,7 +1,8 @@
 """The project's few addresses, in one place: a fork changes these lines (or sets the environment variables).
 
-REPOSITORY/BRANCH build every badge, the Colab links and the install cell's GitHub URL;
-KAGGLE_OWNER is the Kaggle account in the committed kernel metadata. After changing them, run
+REPOSITORY/BRANCH build every badge and the Colab links; the install cell takes nbutils from REPOSITORY at `ref()`,
+the tag of this package's version, so a notebook installs the nbutils it was built with. KAGGLE_OWNER is the Kaggle
+account in the committed kernel metadata. After changing them (or the version in pyproject.toml), run
 `python -m nbutils.kaggle sync` (metadata, notebook badges and install cell) and `make sync`.
 """
 
@@ -23,6 +24,20 @@ def repository() -> str:
 
 def branch() -> str:
     return os.environ.get("NBUTILS_BRANCH") or BRANCH
+
+
+def package_version() -> str:
+    """The version of the installed nbutils (pyproject.toml's, installed by `make setup`)."""
+    from importlib.metadata import version
+
+    return version("nbutils")
+
+
+def ref() -> str:
+    """The git reference the install cell takes nbutils from without an attached dataset: $NBUTILS_REF, else the tag
+    of this package's version ("v0.1.0"), written into the cell by `python -m nbutils.kaggle sync`. A release tags
+    that commit; a notebook saved months ago then still installs its own nbutils, never today's main."""
+    return os.environ.get("NBUTILS_REF") or f"v{package_version()}"
 
 
 def kaggle_config_dir() -> Path:

@@ -43,10 +43,10 @@ def agree(flag: bool) -> bool:
 
 
 class TimeBudget(TrainerCallback):
-    """Stop and save before the budget runs out, leaving room for one more step and a save."""
+    """Stop and save before the budget runs out, leaving room for one more step and a save (no budget: None)."""
 
-    def __init__(self, budget_min: float, stop: StopReason, start: float | None = None, clock=time.time):
-        self.budget_s, self.stop, self.clock = budget_min * 60, stop, clock
+    def __init__(self, budget_min: float | None, stop: StopReason, start: float | None = None, clock=time.time):
+        self.budget_s, self.stop, self.clock = None if budget_min is None else budget_min * 60, stop, clock
         self.start = session_start() if start is None else start
         self.last, self.step_s, self.save_s = None, 0.0, 0.0
 
@@ -55,7 +55,7 @@ class TimeBudget(TrainerCallback):
         if self.last is not None:
             self.step_s = max(self.step_s, now - self.last)
         self.last = now
-        remaining = self.budget_s - (now - self.start)
+        remaining = math.inf if self.budget_s is None else self.budget_s - (now - self.start)
         if agree(remaining < 2 * self.step_s + self.save_s):
             self.stop.set("time_budget", f"time budget of {self.budget_s / 60:g} min nearly used at step "
                                          f"{state.global_step}; saving a complete checkpoint")

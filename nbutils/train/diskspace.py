@@ -61,7 +61,7 @@ def free_mb(folder: Path) -> float:
 def message(folder: Path, need_mb: float, keep: int | None, detail: str = "") -> str:
     now = f" (now {keep})" if keep is not None else ""
     return (f"disk full at {folder}: needs ~{need_mb:.0f} MB, {free_mb(folder):.0f} MB free; free space or lower "
-            f"save_total_limit{now}{detail}")
+            f"keep_checkpoints{now}{detail}")
 
 
 def check(folder: Path, need_mb: float, keep: int | None) -> str | None:

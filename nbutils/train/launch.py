@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.defaults import is_auto
+
 MODES = ("auto", "ddp", "split", "single")
 # What a forked process says when the kernel queried CUDA before the fork (both seen on an H100, torch 2.11).
 FORK_CUDA_ERRORS = ("Cannot re-initialize CUDA in forked subprocess", "CUDA error: initialization error")
@@ -38,15 +40,18 @@ class Launch:
     why: str
 
 
-def decide(multi_gpu: str = "auto", num_processes: int = 0, gpu_count: int = 0, memory_plan: dict | None = None,
+def decide(multi_gpu: str = "auto", num_processes="auto", gpu_count: int = 0, memory_plan: dict | None = None,
            env: dict | None = None) -> Launch:
-    """How this run trains: DDP over the GPUs when one GPU holds the model, split when only all together do."""
+    """How this run trains: DDP over the GPUs when one GPU holds the model, split when only all together do.
+    num_processes "auto": one per GPU; a number: that many (2 on a CPU trains over gloo, as the tests do)."""
     env = os.environ if env is None else env
     if multi_gpu not in MODES:
         raise ValueError(f"multi_gpu={multi_gpu!r} is not one of {', '.join(MODES)}.")
-    if num_processes < 0 or (gpu_count and num_processes > gpu_count):
-        raise ValueError(f"num_processes={num_processes} but {gpu_count} GPU(s) are visible: use 0 (one per GPU) "
-                         f"or at most {gpu_count}.")
+    given = num_processes
+    num_processes = 0 if is_auto(num_processes) else int(num_processes)
+    if (num_processes < 1 and not is_auto(given)) or (gpu_count and num_processes > gpu_count):
+        raise ValueError(f"num_processes={given!r} but {gpu_count} GPU(s) are visible: use \"auto\" (one per GPU) "
+                         f"or 1 to {max(1, gpu_count)}.")
     world = int(env.get("WORLD_SIZE", "1"))
     if world > 1:
         return Launch("ddp", 1, world, f"one of {world} processes started by accelerate launch / torchrun")
@@ -144,6 +149,11 @@ def parameter_defaults(source: str) -> dict:
 
 
 def _cast(name: str, raw, default):
+    if isinstance(default, str) and is_auto(default) and isinstance(raw, str):  # "auto" or a value: --max_steps 200
+        try:
+            return ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return raw
     if not isinstance(raw, str) or isinstance(default, str):
         return raw
     if isinstance(default, bool):

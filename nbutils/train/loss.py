@@ -1,8 +1,9 @@
 """Cross-entropy from the final hidden states, in chunks: the full (batch, seq, vocab) logits never exist.
 
-The plain causal-LM loss builds fp32 logits for every position (batch x seq x vocab x 4 bytes, and as
-much again for their gradient): for Llama-3 (vocab 128,256) at batch 2 x 2048 that is ~4 GB of a T4's
-15. Here lm_head is applied to a chunk of positions at a time, and only at positions that have a target
+The plain causal-LM loss builds fp32 logits for every position (batch x seq x vocab x 4 bytes, and copies in
+the softmax and its gradient): for Llama-3 (vocab 128,256) at batch 2 x 2048 that is several GB of a T4's 15
+(measured by `python -m bench loss_bench`, recorded in bench/results; 02's plan prints it for its own model).
+Here lm_head is applied to a chunk of positions at a time, and only at positions that have a target
 (labels shifted by one, ignore_index dropped: prompt and padding cost nothing). Each chunk's gradient
 with respect to its hidden states (softmax - one-hot, times lm_head) is computed in the forward pass,
 while the chunk's logits are at hand, and kept (rows x hidden, small); backward only scales it. This is
@@ -46,6 +47,20 @@ def unsupported(model_config=None, head=None) -> str | None:
     if head is not None and type(head) is not torch.nn.Linear:
         return f"lm_head is a {type(head).__name__}, not a plain Linear"
     return None
+
+
+# Why each loss, as 02's plan prints it beside the choice.
+WHY = {"liger": "liger-kernel's fused kernels (CUDA with liger-kernel installed): no full logits, and RMSNorm, "
+                "SwiGLU and RoPE fused too; the fastest",
+       "chunked": "lm_head a chunk of positions at a time, at positions with a target only: the plain loss's value "
+                  "and gradients without its full logits (pure torch, runs anywhere)",
+       "plain": "the full logits, as transformers computes them"}
+
+
+def describe(kind: str, setting, plain_logits_gb: float) -> str:
+    """One line for 02's plan: the loss that trains, whether auto chose it, why, and what the full logits cost here."""
+    chosen = "auto" if setting in ("auto", True) else "asked for"
+    return f"{kind} ({chosen}): {WHY[kind]}; the full logits would peak at {plain_logits_gb:.2f} GB at this batch and length"
 
 
 def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None) -> str:

@@ -9,13 +9,14 @@ weights, imports bitsandbytes or touches CUDA: with several GPUs the notebook fo
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils import defaults
 from nbutils.data import chatformat, splits
-from nbutils.runtime import environment, modelsource
+from nbutils.runtime import environment, limits, modelsource
 from nbutils.runtime.preflight import Environment, inspect
 from nbutils.train import argcheck, diskspace, launch, memory, modeling, recipe
 from nbutils.train import loss as lm_loss
@@ -49,10 +50,18 @@ class RunPlan:
     max_steps: int
     eval_steps: int
     save_steps: int
-    save_total_limit: int | None
+    keep_checkpoints: int | None
     progress: str
     checkpoint_need_mb: float = 0.0
     problems: list[str] = field(default_factory=list)
+    per_device_batch_size: int = 16
+    batch_why: str = "given"
+    steps_per_epoch: int = 0  # optimizer steps in one pass over the training rows (0: not counted)
+    steps_why: str = "given"
+    time_budget_min: float | None = None
+    time_budget_why: str = "given"
+    warnings: list[str] = field(default_factory=list)  # shown in the table; the run goes ahead
+    loss_setting: object = "auto"  # chunked_loss as given: the table says whether auto chose the loss
 
     @property
     def precision(self) -> str:
@@ -78,23 +87,35 @@ class RunPlan:
     def rows(self) -> dict:
         """The table's rows after preflight's: the model, the data, the loss, memory, mode, schedule, disk."""
         m, b = self.manifest, self.batching
-        steps = f"{self.max_steps} steps" if self.max_steps > 0 else "by epochs"
+        epoch = f"; one epoch = {self.steps_per_epoch} steps" if self.steps_per_epoch else ""
+        budget = ("none: no session limit here" if self.time_budget_min is None else
+                  f"{self.time_budget_min:g} min ({self.time_budget_why}): a save, then a stop, before it runs out")
         return {
             "base_model": f"{self.base_model} ({self.base_model_why})",
             "model_attention": self.attention,
             "data": f"{len(self.train_ds)} train / {len(self.eval_ds)} eval from {self.data_dir}; max_seq_len "
                     f"{m['max_seq_len']}; batching {b['strategy']}",
-            "loss": self.loss,
+            "loss": self.loss_why,
+            "batch": f"{self.per_device_batch_size} per device ({self.batch_why})",
             **{f"memory.{k}": v for k, v in _memory_rows(self.memory).items()},
             "mode": f"{self.launch.mode}: {self.launch.why}",
             "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
-            "steps": f"{steps}; eval every {self.eval_steps}, save every {self.save_steps}, keep {self.save_total_limit}",
+            "steps": f"{self.max_steps} ({self.steps_why}){epoch}; eval every {self.eval_steps}, save every "
+                     f"{self.save_steps}, keep {self.keep_checkpoints}",
+            "time_budget": budget,
             "output": f"{self.out}: checkpoints need ~{self.checkpoint_need_mb:,.0f} MB, "
                       f"{diskspace.free_mb(self.out):,.0f} MB free",
         }
 
+    @property
+    def loss_why(self) -> str:
+        shape = memory.Shape.from_config(self.model_config)
+        plain = memory.logits_bytes(self.per_device_batch_size, self.memory["seq_len"], shape.vocab, shape.hidden)
+        return lm_loss.describe(self.loss, self.loss_setting, plain / memory.GB)
+
     def table(self) -> str:
-        rows = {**self.env.rows(), **self.rows(), "problems": len(self.problems) or "none"}
+        warnings = {f"WARNING{i or ''}": w for i, w in enumerate(self.warnings)}
+        rows = {**self.env.rows(), **self.rows(), **warnings, "problems": len(self.problems) or "none"}
         width = max(len(k) for k in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
 
@@ -131,12 +152,57 @@ def _base_model(manifest: dict, given: str) -> tuple[str, str]:
     return name, why
 
 
-def plan_run(*, base_model: str = "", data_dir: str = "", output_dir: str = "", smoke: bool = False,
-             precision: str = "auto", load_in_4bit: bool = True, attn_implementation: str = "auto",
-             multi_gpu: str = "auto", num_processes: int = 0, per_device_batch_size: int = 16, grad_accum: int = 1,
-             lora_r: int = 16, chunked_loss="auto", learning_rate="auto", max_steps: int = 80, num_epochs: float = 1.0,
-             eval_steps: int = 20, save_steps: int = 20, save_total_limit: int | None = 2, resume: bool = True,
-             progress: str = "auto", show: bool = True) -> RunPlan:
+def batch_size(value, manifest: dict) -> tuple[int, str]:
+    """02's per-device batch size: "auto" is the one 01 planned for (its manifest); another value is allowed, and
+    the why says what it changes (01 measured the padding and capped max_seq_len at its own)."""
+    planned = manifest["batching"]["batch_size"]
+    if defaults.is_auto(value):
+        return planned, "auto: the batch size 01 planned for (its manifest)"
+    value = int(value)
+    if value == planned:
+        return value, "given; the one 01 planned for"
+    return value, (f"given; 01 planned for {planned}: its padding figures (batching) and its cap on max_seq_len were "
+                   f"measured at {planned}, the memory plan above is for {value}"
+                   + ("; the memory row says whether max_seq_len still fits" if value > planned else ""))
+
+
+def steps_per_epoch(n_rows: int, per_device_batch_size: int, grad_accum: int, world_size: int) -> int:
+    """Optimizer steps in one pass over n_rows, counted as the Trainer does: each process's share in batches, then
+    one step every grad_accum batches."""
+    batches = math.ceil(math.ceil(n_rows / max(1, world_size)) / max(1, per_device_batch_size))
+    return max(1, batches // max(1, grad_accum))
+
+
+def epoch_warning(max_steps: int, per_epoch: int, n_rows: int) -> str | None:
+    """The plan's warning when max_steps stops before one pass over the data (None when it covers one)."""
+    if max_steps >= per_epoch:
+        return None
+    return (f"max_steps={max_steps} covers {max_steps / per_epoch:.0%} of one epoch: one pass over the {n_rows:,} "
+            f"training rows is {per_epoch:,} steps. Set max_steps=\"auto\" (num_epochs passes) or a larger number, "
+            "unless a run over part of the data is what you want")
+
+
+def _budget_why(value) -> str:
+    if not defaults.is_auto(value):
+        return "given"
+    return f"auto: {limits.for_platform().platform}'s session limit less {limits.MARGIN_MIN:g} min for the save"
+
+
+def train_rows(train_ds, batching_plan: dict) -> int:
+    """How many rows the Trainer batches: the records, or the blocks they pack into when 01's plan packs."""
+    if batching_plan["strategy"] != "packed":
+        return len(train_ds)
+    from nbutils.data import batching
+
+    return len(batching.pack_lengths(list(train_ds["length"]), batching_plan["block_size"]))
+
+
+def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bool = False, precision: str = "auto",
+             load_in_4bit: bool = True, attn_implementation: str = "auto", multi_gpu: str = "auto", num_processes="auto",
+             per_device_batch_size="auto", grad_accum: int = 1, lora_r: int = 16, chunked_loss="auto",
+             learning_rate="auto", max_steps="auto", num_epochs: float = 1.0, eval_steps: int = 20, save_steps: int = 20,
+             keep_checkpoints: int | None = 2, time_budget_min="auto", resume: bool = True, progress: str = "auto",
+             show: bool = True) -> RunPlan:
     """Plan 02's run from its parameters; print one table; raise PlanError listing every problem found."""
     env, problems = inspect(precision, load_in_4bit)
     data_dir = environment.find_upstream("data_prep", data_dir)
@@ -144,21 +210,31 @@ def plan_run(*, base_model: str = "", data_dir: str = "", output_dir: str = "", 
     name, why = _base_model(manifest, base_model)
     model_config = modelsource.load_config(name)
     loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)
-    mem = memory.plan(model_config, manifest["token_lengths"]["max"], per_device_batch_size, lora_r,
-                      env.gpu_memory_gb, env.gpu_count, loss=loss)
+    batch, batch_why = batch_size(per_device_batch_size, manifest)
+    mem = memory.plan(model_config, manifest["token_lengths"]["max"], batch, lora_r, env.gpu_memory_gb, env.gpu_count,
+                      loss=loss)
     try:
         run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
     except ValueError as e:
         problems.append(str(e))
         run_launch = launch.Launch("single", 1, 1, "blocked: see the problems")
     lr, lr_why = defaults.learning_rate(learning_rate, model_config)
-    steps = SMOKE if smoke else {"max_steps": max_steps, "eval_steps": eval_steps, "save_steps": save_steps}
+    train_ds = splits.load_split(data_dir, "train")
+    n_rows = train_rows(train_ds, manifest["batching"])
+    per_epoch = steps_per_epoch(n_rows, batch, grad_accum, run_launch.world_size)
+    steps, steps_why = (SMOKE["max_steps"], "smoke") if smoke else defaults.max_steps(max_steps, per_epoch, num_epochs,
+                                                                                        model_config)
+    every = SMOKE if smoke else {"eval_steps": eval_steps, "save_steps": save_steps}
     plan = RunPlan(env, name, why, Path(data_dir), environment.stage_dir("train_qlora", output_dir), manifest,
-                   splits.load_split(data_dir, "train"), splits.load_split(data_dir, "eval"), model_config,
+                   train_ds, splits.load_split(data_dir, "eval"), model_config,
                    modeling.choose_attention(model_config, attn_implementation, env.attention), loss, mem, run_launch,
-                   lr, lr_why, steps["max_steps"], steps["eval_steps"], steps["save_steps"], save_total_limit,
-                   progress_mode(progress))
-    plan.problems = problems + _checks(plan, per_device_batch_size, grad_accum, num_epochs, resume)
+                   lr, lr_why, steps, every["eval_steps"], every["save_steps"], keep_checkpoints, progress_mode(progress),
+                   per_device_batch_size=batch, batch_why=batch_why, steps_per_epoch=per_epoch, steps_why=steps_why,
+                   time_budget_min=limits.budget_min(time_budget_min), loss_setting=chunked_loss,
+                   time_budget_why=_budget_why(time_budget_min))
+    warning = None if smoke or steps <= 0 else epoch_warning(steps, per_epoch, n_rows)
+    plan.warnings = [warning] if warning else []
+    plan.problems = problems + _checks(plan, grad_accum, num_epochs, resume)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         print(plan.table())
     if plan.problems:
@@ -166,15 +242,17 @@ def plan_run(*, base_model: str = "", data_dir: str = "", output_dir: str = "", 
     return plan
 
 
-def _checks(plan: RunPlan, per_device_batch_size: int, grad_accum: int, num_epochs: float, resume: bool) -> list[str]:
+def _checks(plan: RunPlan, grad_accum: int, num_epochs: float, resume: bool) -> list[str]:
     """The parameters against the data and the model (argcheck's rules), and the disk against the checkpoints."""
-    values = {"per_device_train_batch_size": per_device_batch_size, "gradient_accumulation_steps": grad_accum,
+    values = {"per_device_train_batch_size": plan.per_device_batch_size, "gradient_accumulation_steps": grad_accum,
               "world_size": plan.launch.world_size, "max_steps": plan.max_steps, "num_train_epochs": num_epochs,
               "eval_strategy": "steps", "save_strategy": "steps", "eval_steps": plan.eval_steps,
               "save_steps": plan.save_steps}
-    found = argcheck.problems(values, n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
-                              resume=resume, max_seq_len=plan.manifest["max_seq_len"],
-                              model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))
-    plan.checkpoint_need_mb = diskspace.needed_mb(plan.memory["checkpoint_mb"], plan.save_total_limit)
-    disk = diskspace.check(plan.out, plan.checkpoint_need_mb, plan.save_total_limit)
+    found = [] if plan.max_steps > 0 else [f"max_steps={plan.max_steps}: use \"auto\" (num_epochs passes over the data) "
+                                           "or a positive number of steps"]
+    found += argcheck.problems(values, n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
+                               resume=resume, max_seq_len=plan.manifest["max_seq_len"],
+                               model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))
+    plan.checkpoint_need_mb = diskspace.needed_mb(plan.memory["checkpoint_mb"], plan.keep_checkpoints)
+    disk = diskspace.check(plan.out, plan.checkpoint_need_mb, plan.keep_checkpoints)
     return found + ([disk] if disk else [])

@@ -27,7 +27,7 @@ METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
 LR_TINY, LR_REAL = 2e-3, 2e-5  # LoRA preference tuning: about a tenth of SFT's rate (toy: 3e-3 -> 2e-3)
 SMOKE = {"max_steps": 4, "save_steps": 2}
-# Steps when max_steps is 0: GRPO learns from its own sampled rollouts, which needs more steps than the pair methods
+# Steps when max_steps is "auto": GRPO learns from its own sampled rollouts, which needs more steps than the pair methods
 # (embedded default, docs/preference.md: 16 steps left the held-out reward where it was, 40 raised it).
 STEPS = {"dpo": 16, "orpo": 16, "kto": 16, "grpo": 40}
 # A smoke run reads this many records: enough to train its steps and show every figure, few enough that the
@@ -141,7 +141,7 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
         train_files, eval_files = _embedded_files(data_dir, out, seed)
     else:
         train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
-        eval_files = [p.strip() for p in preference_eval.split(",") if p.strip()]
+        eval_files = [] if defaults.is_auto(preference_eval) else [p.strip() for p in preference_eval.split(",") if p.strip()]
     ledger = prefdata.Ledger()
     rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger)
     if eval_files:
@@ -156,17 +156,17 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
 
 
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
-                    preference_eval: str = "", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
-                    precision: str = "", per_device_batch_size: int = 16, num_generations: int = 4,
-                    max_completion_length: int = 16, max_length: int = 256, max_steps: int = 0,
+                    preference_eval: str = "auto", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
+                    precision: str = "auto", per_device_batch_size: int = 16, num_generations: int = 4,
+                    max_completion_length: int = 16, max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
                     show: bool = True) -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem."""
     if method not in METHODS:
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
-    env, problems = inspect("auto" if not precision else precision, True)
-    rec = recipe.from_checkpoint(ckpt, "", precision, env.precision)
+    env, problems = inspect("auto" if defaults.is_auto(precision) else precision, True)
+    rec = recipe.from_checkpoint(ckpt, "auto", precision, env.precision)
     modelsource.check(rec.base_model)
     tokenizer = chatformat.load_tokenizer(rec.base_model)
     config = modelsource.load_config(rec.base_model)
@@ -176,7 +176,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                                  int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
                                  env.gpu_memory_gb)
     lr, lr_why = learning_rate(learning_rate_value, config)
-    steps = SMOKE if smoke else {"max_steps": max_steps or STEPS[method], "save_steps": save_steps}
+    steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
                           steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
     plan.problems = problems + _checks(plan, per_device_batch_size, num_generations)

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.defaults import is_auto
+
 # TrainingArguments that change the trained weights: a resume compares them (runsettings), the summary shows them.
 # Evaluation, saving, logging and progress settings are left out: changing them must not refuse a resume.
 WEIGHT_ARGUMENTS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay", "optim",
@@ -36,10 +38,11 @@ class Recipe:
     lora: dict  # the LoraConfig's settings (runsettings.lora_settings)
 
 
-def base_model_for_training(manifest: dict, given: str = "", tokenizer_fingerprint=None) -> tuple[str, str]:
-    """(base model, why) for 02: 01's unless given; a given one is refused unless it is the same name or the same
-    tokenizer (`tokenizer_fingerprint(name)` -> fingerprint, asked only when the names differ)."""
+def base_model_for_training(manifest: dict, given: str = "auto", tokenizer_fingerprint=None) -> tuple[str, str]:
+    """(base model, why) for 02: 01's unless given ("auto" takes 01's); a given one is refused unless it is the same
+    name or the same tokenizer (`tokenizer_fingerprint(name)` -> fingerprint, asked only when the names differ)."""
     recorded = manifest.get("base_model")
+    given = "" if is_auto(given) else given
     if not recorded:
         if not given:
             raise UpstreamMismatch("01's manifest names no base model (prepared by an older 01): re-run 01_data_prep, "
@@ -52,7 +55,7 @@ def base_model_for_training(manifest: dict, given: str = "", tokenizer_fingerpri
         return given, f"given; its tokenizer is the one 01 used for {recorded!r}"
     raise UpstreamMismatch(
         f"base_model={given!r} here, but 01 prepared the data with {recorded!r} (its manifest), and the tokenizers "
-        "differ: the token ids would not match the model. Leave base_model empty to train 01's model, or re-run "
+        "differ: the token ids would not match the model. Leave base_model=\"auto\" to train 01's model, or re-run "
         f"01_data_prep with base_model={given!r}.")
 
 
@@ -88,11 +91,12 @@ def read_run_config(checkpoint: str | Path) -> dict:
         raise UpstreamMismatch(f"{path} cannot be read ({e}): re-run 02_train_qlora.") from None
 
 
-def from_checkpoint(checkpoint: str | Path, base_model: str = "", precision: str = "",
+def from_checkpoint(checkpoint: str | Path, base_model: str = "auto", precision: str = "auto",
                     machine_precision: str = "fp32") -> Recipe:
-    """The checkpoint's recipe for 03 and 04. base_model: empty takes the recorded one, a different one is refused.
-    precision: empty takes the recorded compute dtype where this machine has it (`machine_precision` is
+    """The checkpoint's recipe for 03 and 04. base_model: "auto" takes the recorded one, a different one is refused.
+    precision: "auto" takes the recorded compute dtype where this machine has it (`machine_precision` is
     preflight's: a T4-trained fp16 adapter evaluates in fp32 on a CPU), else the one given."""
+    base_model, precision = ("" if is_auto(base_model) else base_model), ("" if is_auto(precision) else precision)
     rc = read_run_config(checkpoint)
     recorded = rc.get("base_model")
     if not recorded:
@@ -100,7 +104,7 @@ def from_checkpoint(checkpoint: str | Path, base_model: str = "", precision: str
     if base_model and base_model != recorded:
         raise UpstreamMismatch(
             f"base_model={base_model!r} here, but the adapter in {checkpoint} was trained on {recorded!r} (its "
-            "run_config.json): an adapter only fits the weights it was trained on. Leave base_model empty to load "
+            "run_config.json): an adapter only fits the weights it was trained on. Leave base_model=\"auto\" to load "
             f"{recorded!r}.")
     trained = rc.get("precision", "fp32")
     here = precision or (trained if _runs_here(trained, machine_precision) else machine_precision)

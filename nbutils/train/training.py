@@ -84,7 +84,7 @@ class MarkComplete(TrainerCallback):
         faultpoints.point("save")
         checkpoints.mark_complete(path, state.global_step, self.run.settings)
         self.verified.add(str(path))  # just hashed into checksums.json
-        checkpoints.rotate(args.output_dir, self.run.save_total_limit, state.best_model_checkpoint, self.verified)
+        checkpoints.rotate(args.output_dir, self.run.keep_checkpoints, state.best_model_checkpoint, self.verified)
 
 
 class Run:
@@ -97,18 +97,18 @@ class Run:
     generations; clock/session_start drive the time budget (tests fake them); callbacks: extra TrainerCallbacks;
     time_plan: time the first steps and print the time plan there (nbutils.train.timeplan)."""
 
-    def __init__(self, output_dir: str | Path, record: dict, *, time_budget_min: float, save_total_limit: int | None = 2,
+    def __init__(self, output_dir: str | Path, record: dict, *, time_budget_min="auto", keep_checkpoints: int | None = 2,
                  resume: bool = True, probe=None, progress: str = "log", memory_estimate_gb: float | None = None,
                  clock=time.time, session_start: float | None = None, callbacks: list | None = None,
                  time_plan: bool = True):
         self.output_dir, self.record, self.resume = Path(output_dir), dict(record), resume
-        self.save_total_limit = save_total_limit
+        self.keep_checkpoints = keep_checkpoints
         self.run_config, self.settings = dict(record), {}
         self.stop, self.progress = StopReason(), progress
         self.peak = PeakMemory(estimate_gb=memory_estimate_gb)
         self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
         self.probe = Probe(probe, self.stop, uncounted=self.timelog.forced) if probe is not None else None
-        self.budget = TimeBudget(time_budget_min, self.stop, session_start, clock)
+        self.budget = TimeBudget(limits.budget_min(time_budget_min), self.stop, session_start, clock)  # "auto": limits.py
         self.callbacks = [MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
                           *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
                           *(callbacks or []), self.timelog]
@@ -128,7 +128,7 @@ class Run:
         _lock(self.output_dir, self.is_main)
         t0 = time.time()
         try:
-            resume = _pick_resume(self.output_dir, self.resume, self.save_total_limit, self.settings, trainer.model,
+            resume = _pick_resume(self.output_dir, self.resume, self.keep_checkpoints, self.settings, trainer.model,
                                   self.is_main)
             self.resume_step = checkpoints.checkpoint_step(resume) if resume else None  # now: rotation may delete it
             if resume is not None:  # the first session evaluated the start; a resumed one would only repeat a step's
@@ -284,7 +284,7 @@ def _stop_on_disk_full(trainer, run: Run, error: BaseException) -> None:
     size = sum(p.stat().st_size for p in last.rglob("*") if p.is_file()) / diskspace.MB if last else \
         diskspace.checkpoint_mb(sum(p.numel() for p in trainer.model.parameters() if p.requires_grad))
     kept = f"{last} (step {checkpoints.checkpoint_step(last)}) is intact" if last else "no checkpoint was saved yet"
-    msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, run.save_total_limit), run.save_total_limit,
+    msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, run.keep_checkpoints), run.keep_checkpoints,
                             f". {kept}; rerun after freeing space to resume. (The writer said: {error})")
     history = [h for h in trainer.state.log_history if not last or h.get("step", 0) <= checkpoints.checkpoint_step(last)]
     result = TrainResult(checkpoints.checkpoint_step(last) if last else 0, "disk_full", msg, None, run_loss(history),

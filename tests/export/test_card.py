@@ -43,6 +43,16 @@ def test_each_kind_says_how_to_load_it_and_only_a_hub_base_is_linked(tmp_path):
     assert 'AutoPeftModelForCausalLM.from_pretrained("this folder")' in adapter
 
 
+def test_every_card_says_how_to_download_it_from_kaggle_and_that_a_gguf_needs_the_merged_model(tmp_path):
+    for kind in ("adapter", "merged"):
+        text = card.model_card(_facts(tmp_path), kind)
+        assert "Output tab" in text and "kaggle kernels output <your-username>/qlora-04-export -p DIR" in text
+        assert "GGUF for llama.cpp and Ollama is converted from the merged fp16 model" in text
+    gguf = card.model_card(_facts(tmp_path), "gguf", run={"llama_cpp": "llama-cli -m m.gguf", "ollama": "ollama run m",
+                                                          "type": "q8_0", "stops": ["<|im_end|>"]})
+    assert "This GGUF was converted from the merged fp16 model" in gguf and "Output tab" in gguf
+
+
 def test_loss_rows_appear_only_when_both_models_have_the_figure(make_report, tmp_path):
     report = make_report()
     report["base"]["eval_loss"], report["tuned"]["eval_loss"] = 2.5, 1.25

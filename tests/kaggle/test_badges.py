@@ -27,7 +27,8 @@ def test_badge_urls_are_built_from_the_one_setting(monkeypatch):
         "https://colab.research.google.com/github/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb",
         "https://kaggle.com/kernels/welcome?src=https://github.com/fork/suite/blob/dev/notebooks/02_train_qlora.ipynb"]
     assert "colab-badge.svg" in md and "open-in-kaggle.svg" in md
-    assert "fork/suite@dev" in install.bootstrap_cell_source()
+    monkeypatch.setenv("NBUTILS_REF", "v9.9")  # the install cell takes the notebooks' version, not the branch
+    assert "github.com/fork/suite@v9.9" in install.bootstrap_cell_source()
 
 
 def test_docs_carry_the_generated_notebooks_table():

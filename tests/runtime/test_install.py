@@ -64,7 +64,7 @@ def test_colab_installs_only_what_is_missing_and_never_torch():
 
 def test_colab_without_nbutils_installs_it_from_the_repository():
     plan = plan_install("colab", True, None, {**CURRENT, "nbutils": None})
-    assert plan.packages == [f"nbutils @ git+https://github.com/{settings.repository()}@{settings.branch()}"]
+    assert plan.packages == [f"nbutils @ git+https://github.com/{settings.repository()}@{settings.ref()}"]
 
 
 def test_kaggle_without_nbutils_takes_it_from_the_dataset():
@@ -98,7 +98,7 @@ def test_bootstrap_is_short_plain_and_pins_no_torch():
     assert SOURCE.startswith("# @title ")  # the line a learner sees when the cell is folded
     assert "%%capture" not in SOURCE and "&" not in SOURCE and "!" not in SOURCE.replace("!=", "")
     assert "torch" not in SOURCE.replace("never torch", "")
-    assert f"git+https://github.com/{settings.repository()}@{settings.branch()}" in SOURCE
+    assert f"git+https://github.com/{settings.repository()}@{settings.ref()}" in SOURCE
 
 
 def test_every_notebooks_first_code_cell_is_the_install_cell_folded_to_its_title():
@@ -113,6 +113,29 @@ def test_every_notebooks_first_code_cell_is_the_install_cell_folded_to_its_title
         assert first.source.strip() == SOURCE.strip(), f"{stage.notebook}: run python -m nbutils.kaggle sync, then make sync"
         assert {k: first.metadata.get(k) for k in install.BOOTSTRAP_CELL_METADATA} == install.BOOTSTRAP_CELL_METADATA, \
             f"{stage.notebook}: the install cell is not folded (Colab form, Kaggle/JupyterLab input hidden)"
+
+
+def test_the_install_cell_pins_the_version_the_notebooks_were_built_with():
+    """Each notebook's install cell names the tag of the package version it was synced with, never a branch: the
+    version pyproject.toml declares and the installed nbutils reports (a bump without a sync fails here)."""
+    import importlib.metadata
+    import re
+
+    import nbformat
+
+    from nbutils import chain
+
+    root = Path(__file__).resolve().parents[2]
+    declared = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M).group(1)  # [project]
+    assert importlib.metadata.version("nbutils") == declared, "pyproject.toml's version changed: run make setup"
+    for stage in chain.STAGES:
+        for suffix in (".py", ".ipynb"):
+            text = (root / "notebooks" / f"{stage.notebook}{suffix}").read_text()
+            if suffix == ".ipynb":
+                text = "".join(c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code")
+            refs = re.findall(r"nbutils @ git\+https://github\.com/[\w.-]+/[\w.-]+@([\w./-]+)", text)
+            assert refs == [f"v{declared}"], f"{stage.notebook}{suffix} installs nbutils at {refs}, not v{declared}: " \
+                                              "run python -m nbutils.kaggle sync, then make sync"
 
 
 def run_bootstrap(monkeypatch, nbutils_installed, input_root):

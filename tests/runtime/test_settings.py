@@ -6,7 +6,7 @@ import pytest
 
 from nbutils.runtime import settings
 
-VARS = ("NBUTILS_REPOSITORY", "NBUTILS_BRANCH", "KAGGLE_USERNAME", "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
+VARS = ("NBUTILS_REPOSITORY", "NBUTILS_BRANCH", "NBUTILS_REF", "KAGGLE_USERNAME", "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
 
 
 @pytest.fixture
@@ -22,6 +22,14 @@ def test_defaults_then_environment_overrides(clean):
     clean.setenv("NBUTILS_REPOSITORY", "me/fork")
     clean.setenv("NBUTILS_BRANCH", "dev")
     assert (settings.repository(), settings.branch()) == ("me/fork", "dev")
+
+
+def test_the_install_ref_is_the_tag_of_the_package_version_unless_overridden(clean):
+    import importlib.metadata
+
+    assert settings.ref() == f"v{importlib.metadata.version('nbutils')}"
+    clean.setenv("NBUTILS_REF", "0123abc")  # a commit, for a notebook built from one
+    assert settings.ref() == "0123abc"
 
 
 def test_kaggle_owner_env_then_kaggle_json_then_default(clean, tmp_path):

@@ -41,4 +41,4 @@ def test_check_names_the_folder_and_what_to_do(tmp_path):
     missing = tmp_path / "not" / "yet"  # measured on the nearest folder that exists
     assert diskspace.check(missing, 1, 2) is None
     line = diskspace.check(missing, 1e12, 2)
-    assert line.startswith(f"disk full at {missing}: needs ~1000000000000 MB") and "save_total_limit (now 2)" in line
+    assert line.startswith(f"disk full at {missing}: needs ~1000000000000 MB") and "keep_checkpoints (now 2)" in line

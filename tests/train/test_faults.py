@@ -298,7 +298,7 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
     with pytest.raises(DiskFullError) as err:
         _train(prepared_data, out, arguments, **params)
     msg = str(err.value)
-    assert msg.startswith(f"disk full at {out / 'trainer'}: needs ~") and "MB free; free space or lower save_total_limit" \
+    assert msg.startswith(f"disk full at {out / 'trainer'}: needs ~") and "MB free; free space or lower keep_checkpoints" \
         in msg and "checkpoint-4 (step 4) is intact" in msg, msg
     assert [p.name for p in checkpoints.checkpoint_dirs(out / "trainer")] == ["checkpoint-4"]  # partial one removed
     assert checkpoints.problems(out / "trainer" / "checkpoint-4", resumable=True) == []

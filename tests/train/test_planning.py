@@ -2,10 +2,12 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from nbutils.train import planning
+from nbutils import defaults
+from nbutils.train import launch, planning
 from nbutils.train.recipe import UpstreamMismatch
 
 
@@ -16,8 +18,8 @@ def test_the_plan_takes_the_model_from_01_and_prints_one_table(prepared_data, tm
     assert (plan.max_steps, plan.eval_steps, plan.save_steps) == (80, 20, 20) and plan.problems == []
     assert plan.learning_rate == 3e-3 and plan.loss == "chunked" and plan.launch.mode == "single"
     keys = [line.split()[0] for line in table.splitlines()]
-    for key in ("platform", "precision", "version.torch", "base_model", "data", "loss", "memory.peak", "mode",
-                "learning_rate", "steps", "output", "problems"):
+    for key in ("platform", "precision", "version.torch", "base_model", "data", "loss", "batch", "memory.peak", "mode",
+                "learning_rate", "steps", "time_budget", "output", "problems"):
         assert key in keys, table
     assert no_model_loading == []  # the config alone: no weights before the plan is made
     record = plan.record(smoke=False)
@@ -77,5 +79,51 @@ def test_a_disk_too_small_for_the_checkpoints_is_a_problem_of_the_plan(prepared_
 
     monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
     with pytest.raises(planning.PlanError, match=r"disk full at .*: needs ~\d+ MB, 25 MB free; free space or lower "
-                                                 r"save_total_limit \(now 2\)"):
+                                                 r"keep_checkpoints \(now 2\)"):
         planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False)
+
+
+def _parameter_defaults(notebook: str) -> dict:
+    """A notebook's parameters cell, its values as written (what a run at the defaults gets)."""
+    import jupytext
+
+    nb = jupytext.read(Path(__file__).resolve().parents[2] / "notebooks" / f"{notebook}.py")
+    return launch.parameter_defaults(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])))
+
+
+def test_a_10000_record_run_at_the_defaults_trains_at_least_one_epoch():
+    """01's and 02's defaults on 10,000 records: 02 trains at the batch 01 planned for, and max_steps covers one
+    epoch (625 steps), for a real model and a toy one alike; no one-epoch warning is due."""
+    d01, d02 = _parameter_defaults("01_data_prep"), _parameter_defaults("02_train_qlora")
+    from transformers import Qwen2Config
+
+    manifest = {"batching": {"batch_size": d01["batch_size"], "strategy": "length_grouped"}}
+    batch, why = planning.batch_size(d02["per_device_batch_size"], manifest)
+    assert batch == d01["batch_size"] == 16 and why.startswith("auto")
+    per_epoch = planning.steps_per_epoch(10_000, batch, d02["grad_accum"], world_size=1)
+    assert per_epoch == 625
+    qwen = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                       num_key_value_heads=2)  # Qwen2.5-1.5B's shape
+    toy = Qwen2Config(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4)
+    for config in (qwen, toy):
+        steps, _ = defaults.max_steps(d02["max_steps"], per_epoch, d02["num_epochs"], config)
+        assert steps >= per_epoch and planning.epoch_warning(steps, per_epoch, 10_000) is None
+
+
+def test_a_step_count_short_of_one_epoch_is_a_warning_in_the_table(prepared_data, tmp_path, capsys):
+    warning = planning.epoch_warning(80, 625, 10_000)
+    assert warning.startswith("max_steps=80 covers 13% of one epoch: one pass over the 10,000 training rows is 625 steps")
+    plan = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), max_steps=10)
+    table = capsys.readouterr().out
+    assert plan.steps_per_epoch == 27 and plan.problems == []  # 432 records at 16 a step: a warning, not a problem
+    warned = [line for line in table.splitlines() if line.startswith("WARNING")]
+    assert warned and "max_steps=10 covers 37% of one epoch" in warned[0] and "one epoch = 27 steps" in table
+    assert planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False).warnings == []
+
+
+def test_another_batch_size_than_01s_is_allowed_and_the_plan_says_what_it_changes(prepared_data, tmp_path):
+    plan = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=8, show=False)
+    assert plan.per_device_batch_size == 8 and plan.memory["batch_size"] == 8
+    assert "01 planned for 16: its padding figures" in plan.batch_why
+    with pytest.raises(planning.PlanError, match=r'max_steps=-1: use "auto"'):
+        planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), max_steps=-1, show=False)

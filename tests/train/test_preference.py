@@ -134,7 +134,7 @@ def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
 
 @pytest.mark.integration  # trains 02's adapter for 5 steps first
 def test_05s_steps_default_to_the_methods_own(prepared_data, tmp_path):
-    """max_steps=0 (05's default) is the method's: GRPO learns from its own rollouts and needs 40 on the embedded
+    """max_steps="auto" (05's default) is the method's: GRPO learns from its own rollouts and needs 40 on the embedded
     task where 16 left its held-out reward where it was; a value given is kept, smoke stays 4."""
     from nbutils.train import preference
 
