@@ -137,8 +137,9 @@ def compare(reference: dict, got: dict, quant_type: str) -> dict:
 
 
 def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: list[int], prompts: list[str],
-           texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None) -> dict:
-    """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong."""
+           texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None, also=None) -> dict:
+    """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong.
+    `also(model)`, if given, runs while the merged model is loaded (04's runtime check); its answer is "also"."""
     gguf_file, merged_dir = Path(gguf_file), Path(merged_dir)
     kv = ggufload.read_kv(gguf_file)  # read once: the metadata check and the reload's hyper-parameters
     problems = metadata_problems(metadata(kv), tokenizer, stop_ids, add_bos)
@@ -147,13 +148,15 @@ def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: l
     dtype = ggufload.compute_dtype(merged_dir, device)
     model = ggufload.load_merged(merged_dir, device, dtype)
     reference = measure(model, tokenizer, prompts, texts)
+    extra = also(model) if also is not None else None
     del model
     gc.collect()
     model, how = ggufload.load(gguf_file, merged_dir, device, dtype, kv)
     got = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()
-    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", "")}
+    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", ""),
+              "also": extra}
     if not result["ok"]:
         raise GGUFCheckFailed(f"{gguf_file.name} disagrees with the merged model: " + "; ".join(result["problems"]))
     return result

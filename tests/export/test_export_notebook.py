@@ -61,10 +61,12 @@ def test_04_in_a_kaggle_twin_offline_writes_a_verified_gguf_modelfile_and_adapte
     if not t.built or not (twin.dataset_dir() / "wheelhouse.json").exists():
         pytest.skip("needs `make kaggle-dataset kaggle-twins` (make papermill-check runs both, as CI does); the twin "
                     "runs the dataset's nbutils wheel, so rebuild the dataset after changing nbutils")
-    box = _harness([_export_notebook()], tmp_path, {**upstream}, twin=TWIN)
+    box = _harness([_export_notebook()], tmp_path, {**upstream, "verify_runtime": True}, twin=TWIN)
     export = box / "04_export" / "working" / "export"
     gguf = _summary(export)["gguf"]
     assert gguf["verification"]["ok"] and gguf["kept"] and gguf["converter"].startswith("the attached dataset"), gguf
+    runtime = gguf["runtime"]  # run in llama.cpp (built from the dataset's sources where no build is cached)
+    assert runtime["ok"] and gguf["verified"] and runtime["lora"]["top1"] >= runtime["lora"]["bounds"]["top1"], runtime
     assert (export / "gguf" / "model-q8_0.gguf").exists() and (export / "gguf" / "Modelfile").exists()
     assert (export / "adapter" / "adapter_model.safetensors").exists()
     assert gguf["lora"]["ok"] and Path(gguf["lora"]["file"]).exists()
@@ -121,7 +123,7 @@ def test_04_on_a_tmpfs_smaller_than_merged_plus_gguf_keeps_what_fits_in_order(up
     size = int(sum(planned[n] for n in ("adapter", "adapter_gguf", "gguf")) * 1.1) + 2**20  # + the summary, not merged
     assert size < planned["merged"] + planned["gguf"]
     small = tmpfs(size)
-    _papermill({**upstream, "output_dir": small}, tmp_path / "small", monkeypatch)
+    _papermill({**upstream, "output_dir": small, "verify_runtime": False}, tmp_path / "small", monkeypatch)
     summary = _summary(small)
     artifacts = summary["disk_plan"]["artifacts"]
     assert {n: a["size_gib"] for n, a in artifacts.items()} == {n: round(b / 2**30, 4) for n, b in planned.items()}
