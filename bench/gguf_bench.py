@@ -32,8 +32,10 @@ def _rows(label: str, result: dict, seconds: float) -> list[dict]:
     if not result.get("file"):
         return [_row(f"{label}", "no GGUF", note=result.get("reason") or result.get("error"))]
     v, rt = result["verification"], result["runtime"]
-    rows = [_row(f"{label}: GGUF build s / 04's checks s (runtime check s)",
-                 f"{result['seconds']['convert']} / {result['seconds']['checks']} ({rt.get('seconds')})",
+    sides = rt.get("seconds") or {}
+    rows = [_row(f"{label}: GGUF build s / 04's checks s (of which llama.cpp, merged model's side)",
+                 f"{result['seconds']['convert']} / {result['seconds']['checks']} ({sides.get('llama_cpp')}, "
+                 f"{sides.get('merged_model')})",
                  note=f"{result['size_mb']} MB; step {seconds:.0f} s; transformers: max |logit diff| "
                       f"{v['max_abs_diff']:.3g} (tolerance {v['tolerance']:.3g})")]
     if "logits" not in rt:
@@ -70,7 +72,7 @@ def _family_rows(name: str, quant_type: str, root: Path) -> list[dict]:
 
 
 def _adapter(base: Path, tok, chats: list, answers: list, out: Path) -> Path:
-    """A LoRA on the base, trained 24 steps on the order task (a checkpoint folder: adapter and tokenizer)."""
+    """A LoRA on the base, trained 12 steps on the order task (a checkpoint folder: adapter and tokenizer)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -80,7 +82,7 @@ def _adapter(base: Path, tok, chats: list, answers: list, out: Path) -> Path:
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     texts = [tok.apply_chat_template([*c, {"role": "assistant", "content": a}], tokenize=False) for c, a in zip(chats, answers)]
-    for step in range(24):
+    for step in range(12):
         ids = tok(texts[step % len(texts)], return_tensors="pt", add_special_tokens=False).input_ids
         model(ids, labels=ids).loss.backward()
         opt.step()

@@ -23,13 +23,14 @@ from nbutils.export import llamaruntime
 
 RUNTIME_TOKENS = 48  # greedy tokens per eval prompt: room for a short answer and its end-of-turn token
 SYSTEM = "You are a helpful assistant."
-# type -> (NMSE, mean KL in nats, top-1 agreement) bounds. llama.cpp's examples/model-conversion passes a conversion
-# at NMSE < 1e-2 and calls < 1e-4 typical of a good one; llama-perplexity's KL tables for Llama-3-8B put q8_0 near
-# 1e-3 nats with 98-99% of top tokens kept, q4_k_m near 0.03 with about 92%. f16 and bf16 keep the merged fp16
-# weights (bf16 rounds them), q8_0 one 8-bit scale per 32 weights, k-quants 4-6 bits.
-BOUNDS = {"f32": (1e-4, 1e-3, 0.98), "f16": (1e-4, 1e-3, 0.98), "bf16": (1e-3, 1e-2, 0.95),
-          "q8_0": (1e-3, 1e-2, 0.95)}
-KQUANT_BOUNDS = (1e-2, 0.1, 0.85)
+# type -> (NMSE, mean KL in nats, top-1 agreement) bounds. NMSE after llama.cpp's examples/model-conversion
+# (check-nmse.py: < 1e-4 "excellent", typical of a good f16 conversion; < 1e-2 "good", its pass mark; < 0.1
+# "acceptable"); KL after llama-perplexity's tables for Llama-3-8B (q8_0 near 1e-3 nats with 98-99% of top tokens
+# kept, q4_k_m near 0.03 with about 92%; small models lose more to 4 bits). f16 keeps the merged fp16 weights, bf16
+# rounds them, q8_0 keeps one 8-bit scale per 32 weights, k-quants 4-6 bits.
+BOUNDS = {"f32": (1e-4, 1e-3, 0.98), "f16": (1e-4, 1e-3, 0.98), "bf16": (1e-2, 1e-2, 0.95),
+          "q8_0": (1e-2, 1e-2, 0.95)}
+KQUANT_BOUNDS = (0.1, 0.1, 0.85)
 CONFIDENT = 0.5  # the top-1 bound counts positions where the merged model gives its top token at least this
 
 
@@ -178,13 +179,15 @@ def _greedy(model, ids: list[int], max_new: int, stop_ids: list[int]) -> dict:
     return {"ids": out, "margins": margins, "stopped": bool(out) and out[-1] in stop_ids}
 
 
-def merged_side(model, p: Plan, keep_logits: bool = False):
-    """The merged model's greedy tokens from the eval prompts (HF ids) and its logits of each held-out text: a list
-    when keep_logits (to compare several GGUFs), else a generator (one text in memory at a time)."""
+def merged_side(model, p: Plan, keep_logits: bool = False, limits: list[int] | None = None):
+    """The merged model's greedy tokens from the eval prompts (HF ids; at most `limits[i]` tokens, else p.max_new)
+    and its logits of each held-out text: a list when keep_logits (to compare several GGUFs), else a generator (one
+    text in memory at a time)."""
     import torch
 
+    limits = limits or [p.max_new] * len(p.hf["chats"])
     with torch.no_grad():
-        greedy = [_greedy(model, ids, p.max_new, p.stop_ids) for _, ids in p.hf["chats"]]
+        greedy = [_greedy(model, ids, n, p.stop_ids) for (_, ids), n in zip(p.hf["chats"], limits)]
 
     def logits():
         with torch.no_grad():
@@ -203,8 +206,11 @@ def compare(merged: dict, runs: dict[str, dict]) -> dict:
 
 
 def reference(model, p: Plan, runs: dict[str, dict]) -> dict:
-    """With the merged model loaded: its side of the check, compared with every runtime run."""
-    return compare(merged_side(model, p), runs)
+    """With the merged model loaded: its side of the check, compared with every runtime run. Its greedy tokens go one
+    past llama.cpp's (enough to see where the two part or stop), not always to p.max_new."""
+    limits = [min(p.max_new, len(c["generated"]["ids"]) + 1) if "generated" in c else 1
+              for c in runs["gguf"]["chats"][:len(p.chats)]]
+    return compare(merged_side(model, p, limits=limits), runs)
 
 
 def agreement(run_a: dict, run_b: dict) -> float:

