@@ -127,7 +127,7 @@ def read(path: str, fmt: str = "auto", columns: dict | None = None, split: str |
               "sql": _sql, "hf_disk": _hf_disk, "hf_hub": _hf_hub}.get(fmt)
     if reader is None:
         raise ValueError(f"format={fmt!r} is not one of auto, {', '.join(FORMATS)}")
-    yield from (reader(path, columns) if fmt == "sql" else reader(path, split) if fmt == "hf_disk" else reader(path))
+    yield from (reader(path, columns) if fmt == "sql" else reader(path, split) if fmt.startswith("hf_") else reader(path))
 
 
 def _undecodable(value, where: str = "") -> str | None:
@@ -319,8 +319,8 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
     return None
 
 
-def _hf_hub(path: str) -> Iterator[Row]:
-    """A hub dataset id (Kaggle/Colab with internet on): its train split."""
+def _hf_hub(path: str, split: str | None = None) -> Iterator[Row]:
+    """A hub dataset id (Kaggle/Colab with internet on): its train split, or `split`."""
     from datasets import load_dataset
 
     advice = ("Without internet (Kaggle: Settings > Internet off; or locally), download it once and pass the saved "
@@ -328,7 +328,7 @@ def _hf_hub(path: str) -> Iterator[Row]:
     if why := _hub_unreachable():
         raise ValueError(f"{path}: looks like a Hugging Face dataset id, but {why}. {advice}")
     try:
-        ds = load_dataset(path, split="train")
+        ds = load_dataset(path, split=split or "train")
     except Exception as e:  # noqa: BLE001 -- the hub raises many types; the message says what to do
         raise ValueError(f"{path}: could not load it as a Hugging Face dataset id "
                          f"({type(e).__name__}: {str(e)[:200]}). {advice}") from e
