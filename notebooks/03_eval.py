@@ -117,7 +117,7 @@ model = modeling.load_base(trained.base_model, trained.precision, trained.quanti
                            preferred_attention=env.attention)
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, new_token_limit,
-                                  guard="off" if guard == "off" else "flag")
+                                  guard="off" if guard == "off" else "flag", metrics=metrics)
 print(report.model_line("base", base))
 
 # %% [markdown]
@@ -133,7 +133,7 @@ tuned_model = PeftModel.from_pretrained(model, ckpt)  # the base model above, wi
 tuned_model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
 tuned, tuned_out = evaluation.score(tuned_model, tokenizer, eval_ds, prompts, refs, new_token_limit,
-                                    guard="off" if guard == "off" else "flag", breaker=breaker)
+                                    guard="off" if guard == "off" else "flag", breaker=breaker, metrics=metrics)
 print(report.model_line("tuned", tuned))
 
 # %% [markdown]

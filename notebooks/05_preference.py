@@ -263,7 +263,8 @@ model, tokenizer, run, ckpt = train_on_this_process()
 # ## Against the SFT adapter
 # 02's adapter is loaded again beside the trained one (adapter "sft"), and both answer the same held-out inputs:
 # preference accuracy (the trained policy's implicit reward ranks the chosen answer above the rejected one; 0.5
-# for the SFT adapter itself) and reward margins on held-out pairs; for GRPO the mean reward of sampled
+# for the SFT adapter itself) and reward margins on held-out pairs (on KTO's unpaired rows, which have no pair to
+# rank: the share whose reward has the sign of their label); for GRPO the mean reward of sampled
 # completions on held-out prompts, with a paired bootstrap interval; for every method 03's task metric with
 # intervals, win/tie/loss and degeneration rates.
 
@@ -289,7 +290,7 @@ if method == "grpo":
                                                      reward_samples, max_completion_length, seed)
     report["held_out_reward"] = judge.reward_figures(per_prompt[judge.SFT], per_prompt["default"], n_bootstrap, seed)
 else:
-    report["preference"] = judge.pair_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta)
+    report.update(judge.held_out_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta))  # pairs, KTO rows
 print(judge.summary_line(method, report))
 
 # %% [markdown]

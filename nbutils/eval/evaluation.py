@@ -102,11 +102,18 @@ def eval_loss(model, eval_ds, pad_id: int, batch_size: int = 32) -> float:
 
 
 def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: str,
-          breaker: CircuitBreaker | None = None) -> tuple[dict, list[dict]]:
-    """One model's report entry (task metric, loss, perplexity, degeneration figures) and its generations."""
+          breaker: CircuitBreaker | None = None, metrics: str = "auto") -> tuple[dict, list[dict]]:
+    """One model's report entry (task metric, the primary metric by name, loss, perplexity, degeneration figures) and
+    its generations; `metrics` is 03's parameter (auto: exact match for short answers, ROUGE-L for long ones)."""
+    from nbutils.eval import metrics as task_metrics
+
     outs = generate(model, tokenizer, prompts, max_new_tokens, guard=guard, breaker=breaker)
     loss = eval_loss(model, eval_ds, tokenizer.pad_token_id)
-    entry = {"task_metric": exact_match([o["text"] for o in outs], refs), "eval_loss": loss,
+    texts = [o["text"] for o in outs]
+    primary = task_metrics.resolve(metrics, refs)[1]
+    values = task_metrics.scorer(primary)(texts, refs)
+    entry = {"task_metric": exact_match(texts, refs), "eval_loss": loss,
+             "primary_metric": {"name": primary, "value": sum(values) / max(1, len(values))},
              "perplexity": math.exp(min(loss, 50.0)), **summarize(outs, max_new_tokens)}
     return entry, outs
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from nbutils import defaults
 from nbutils.data import chatformat, splits
 from nbutils.data import pairs as prefdata
+from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
 from nbutils.train import checkpoints, diskspace, memory, recipe
@@ -73,7 +74,8 @@ class PreferencePlan:
         """What every checkpoint records beyond the model and the trainer (the resume compares it)."""
         return {"base_model": self.recipe.base_model, "precision": self.precision, "method": self.method,
                 "sft_settings_hash": self.sft_settings_hash,
-                "data_counts": self.counts, "versions": dict(self.env.versions), **extra}
+                "data_counts": {k: v for k, v in self.counts.items() if k != "inputs"},  # where the files lie is no setting
+                "versions": dict(self.env.versions), **extra}
 
     def rows(self) -> dict:
         m = self.memory
@@ -85,7 +87,8 @@ class PreferencePlan:
             "base_model": f"{self.recipe.base_model}: {'4-bit' if self.recipe.quantization else 'full precision'}, "
                           f"computing in {self.precision}",
             "data": f"{len(self.train_rows)} train / {len(self.eval_rows)} held out; " + ", ".join(
-                f"{k} {v}" for k, v in self.counts.items()),
+                f"{k} {v}" for k, v in self.counts.items() if k != "inputs"),
+            **{f"data.{i}": f"{p}: {how}" for i, (p, how) in enumerate(self.counts.get("inputs", {}).items(), 1)},
             **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
             "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
                 f"; {m['gpu_memory_gb']} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}" if m.get("gpu_memory_gb")
@@ -128,10 +131,12 @@ def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], li
 
 
 def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
-              eval_fraction: float, seed: int, max_length: int, max_records: dict | None) -> tuple[list, list, dict]:
+              eval_fraction: float, seed: int, max_length: int, max_records: dict | None,
+              split: str | None = None) -> tuple[list, list, dict]:
     """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan.
 
-    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS)."""
+    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS); split:
+    of a saved HF dataset folder holding several."""
     limit = max_records or {}
     if method == "grpo":
         train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
@@ -142,17 +147,22 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
     else:
         train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
         eval_files = [] if defaults.is_auto(preference_eval) else [p.strip() for p in preference_eval.split(",") if p.strip()]
-    ledger = prefdata.Ledger()
-    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger)
+    ledger = Ledger()
+    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger,
+                                 split=split)
     if eval_files:
-        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"), ledger=ledger)
+        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"),
+                                     ledger=ledger, split=split)
     else:
         rows, held = prefdata.split(rows, eval_fraction, seed)
     ledger.counts["kept"] = len(rows) + len(held)
-    prefdata.write_quarantine(ledger, out)
+    ledger.write(out)
+    counts = {**ledger.counts, "shapes": dict(ledger.shapes),
+              "inputs": {p: f"{how['format']} ({how['why']})" for p, how in ledger.inputs.items()}}
+    counts.update({"reasons": ledger.reasons()} if ledger.quarantine else {})
     if method == "kto":
-        rows, held = prefdata.unpaired(rows), held  # held-out pairs stay pairs: accuracy ranks both sides
-    return rows, held, {**ledger.counts, **({"reasons": ledger.reasons()} if ledger.quarantine else {})}
+        rows = prefdata.unpaired(rows)  # held-out rows keep their shape: pairs are ranked, KTO rows judged by label
+    return rows, held, counts
 
 
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
@@ -160,8 +170,10 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                     precision: str = "auto", per_device_batch_size: int = 16, num_generations: int = 4,
                     max_completion_length: int = 16, max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
-                    show: bool = True) -> PreferencePlan:
-    """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem."""
+                    show: bool = True, split: str | None = None) -> PreferencePlan:
+    """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
+
+    split: the split read from a saved HF dataset folder that holds several (named in the table's data row)."""
     if method not in METHODS:
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
@@ -171,7 +183,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     tokenizer = chatformat.load_tokenizer(rec.base_model)
     config = modelsource.load_config(rec.base_model)
     train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
-                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None)
+                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)
     mem = memory.plan_preference(config, method, max_length, per_device_batch_size,
                                  int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
                                  env.gpu_memory_gb)
@@ -179,12 +191,38 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
                           steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
-    plan.problems = problems + _checks(plan, per_device_batch_size, num_generations)
+    plan.problems = problems + fit_problems(method, train, held, preference_data, per_device_batch_size) + \
+        _checks(plan, per_device_batch_size, num_generations)
     if show and int(os.environ.get("RANK", "0")) == 0:
         print(plan.table())
     if plan.problems:
         raise PreferencePlanError("05's plan found problems, before anything loaded:\n- " + "\n- ".join(plan.problems))
     return plan
+
+
+def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
+    """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
+    rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
+    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file."""
+    found = []
+    if method in ("dpo", "orpo"):
+        unpaired = {side: sum("completion" in r for r in rows) for side, rows in (("train", train), ("held-out", held))}
+        if any(unpaired.values()):
+            where = " and ".join(f"{n} {side}" for side, n in unpaired.items() if n)
+            found.append(f"the data holds unpaired KTO rows (prompt/completion/label: {where}), and {method.upper()} "
+                         "trains on pairs (prompt/chosen/rejected): set method='kto' to train on them, or give pairs")
+    if method == "kto" and batch < 2:
+        found.append(f"per_device_batch_size={batch}: KTO estimates its KL term from the other rows of a batch; use 2 "
+                     "or more")
+    if method == "grpo":
+        if preference_data not in ("", "embedded"):
+            found.append(f"preference_data={preference_data!r}: GRPO samples its own answers to 01's prompts and reads "
+                         "no preference file; leave preference_data='embedded', or choose dpo, orpo or kto for it")
+        empty = sum(not any(m["role"] == "user" for m in r["prompt"]) for r in (*train, *held))
+        if empty:
+            found.append(f"{empty} of 01's records have no user turn before their answer (plain text): GRPO needs "
+                         "prompts to answer; prepare 01 from prompt/answer records")
+    return found
 
 
 def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]:
@@ -252,7 +290,7 @@ def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
     out = plan.out
     (out / MARKERS["eval"]).write_text(json.dumps(report, indent=2, default=str))
     summary = run.write_summary(ckpt, plan.memory)
-    keep = ("preference", "held_out_reward")
+    keep = ("preference", "unpaired", "held_out_reward")
     result = {"method": plan.method, "sft_checkpoint": str(plan.sft_checkpoint), "data": plan.counts,
               **{k: summary[k] for k in ("global_step", "stopped_reason", "seconds", "train_loss", "diagnosis",
                                           "checkpoint_dir", "checkpoint_complete")},

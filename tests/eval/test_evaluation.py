@@ -65,6 +65,17 @@ def test_generate_gives_one_record_per_prompt_and_restores_the_padding_side(mode
         assert o["tokens"] < n if o["eos"] or o["guard_stopped"] else o["tokens"] == n
 
 
+def test_score_names_the_primary_metric_beside_exact_match(model, tok, eval_ds):
+    small = eval_ds.select(range(3))
+    prompts, refs = evaluation.prompts_and_references(small, tok)
+    entry, outs = evaluation.score(model, tok, small, prompts, refs, 4, guard="flag", metrics="rouge_l,exact_match")
+    from nbutils.eval import metrics
+
+    want = sum(metrics.rouge_l([o["text"] for o in outs], refs)) / 3
+    assert entry["primary_metric"] == {"name": "rouge_l", "value": pytest.approx(want)}
+    assert entry["task_metric"] == evaluation.exact_match([o["text"] for o in outs], refs)  # 04's gate reads it
+
+
 def test_eval_loss_is_a_mean_per_target_token_whatever_the_batch(model, tok, eval_ds):
     small = eval_ds.select(range(4))
     one_by_one = evaluation.eval_loss(model, small, tok.pad_token_id, batch_size=1)
