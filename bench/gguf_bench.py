@@ -32,8 +32,9 @@ def _family_rows(name: str, quant_type: str, root: Path) -> list[dict]:
     if not result.get("file"):
         return [_row(f"{name} {quant_type}", "no GGUF", note=result.get("reason") or result.get("error"))]
     v = result["verification"]
-    return [_row(f"{name} {quant_type}: max |logit diff| (tolerance)", f"{v['max_abs_diff']:.3g} ({v['tolerance']:.3g})",
-                 note=f"logits up to {v['max_abs_logit']:.3g}; greedy same: {v['same_greedy']}, ties {v['greedy_ties']}"),
+    return [_row(f"{name} {quant_type}: logits' NMSE (bound)", f"{v['nmse']:.3g} ({v['nmse_bound']:g})",
+                 note=f"max |logit diff| {v['max_abs_diff']:.3g} of logits up to {v['max_abs_logit']:.3g}; greedy same: "
+                      f"{v['same_greedy']}, ties {v['greedy_ties']}"),
             _row(f"{name} {quant_type}: perplexity GGUF / merged", round(v["perplexity"] / v["merged_perplexity"], 5),
                  target=f"<= {1 + v['ppl_margin']:g}"),
             _row(f"{name} {quant_type}: convert + verify, s", seconds, note=f"{result['size_mb']} MB")]

@@ -192,6 +192,7 @@ def report(result: dict) -> str:
               "near-tie(s) within the tolerance") if v["greedy_checked"] else "greedy not required"
     where = "output" if result["kept"] else "temp folder only (see the disk plan)"
     return (f"[gguf] {result['file']} ({result['size_mb']} MB, {where}), reloaded with {v['reloaded_with']}: "
-            f"max |logit diff| {v['max_abs_diff']:.4g} (tolerance {v['tolerance']:.4g}), {greedy}, perplexity "
+            f"logits' NMSE {v['nmse']:.3g} (bound {v['nmse_bound']:g}; max |logit diff| {v['max_abs_diff']:.4g}), "
+            f"{greedy}, perplexity "
             f"{v['perplexity']:.4g} vs {v['merged_perplexity']:.4g}; stops {', '.join(result['stops'])}\n"
             f"  llama.cpp: {result['llama_cpp']}\n  Ollama:    {result['ollama']}")
