@@ -130,3 +130,14 @@ def test_each_evaluation_batch_is_timed_from_the_training_steps_end():
     assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5] and log.evals[1] == 99.0
     log.on_prediction_step(None, state, None)  # an evaluation at a step already timed adds no batch
     assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5]
+
+
+def test_a_run_without_a_plan_says_why():
+    args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="steps", save_steps=20)
+    short = timeplan.TimeLog()
+    short.on_train_begin(args, SimpleNamespace(global_step=0, max_steps=40, num_input_tokens_seen=0), None)
+    assert short.end_step is None and short.skipped == "40 steps to train: too short to plan (under 80)"
+    long = timeplan.TimeLog()
+    long.on_train_begin(args, SimpleNamespace(global_step=0, max_steps=400, num_input_tokens_seen=0), None)
+    assert long.end_step == 20 and long.skipped is None
+    assert timeplan.TimeLog(calibrate=False).skipped == "time_plan=False"
