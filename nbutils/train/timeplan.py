@@ -49,7 +49,8 @@ def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | No
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
     and save inside that window, or within twice it, is taken instead (then nothing extra is done). None: too
     short to plan."""
-    if total - start < too_short():  # over before a plan would matter; a forced evaluation and save would cost more
+    left = total - start
+    if left < too_short():  # over before a plan would matter; a forced evaluation and save would cost more
         return None  # than COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
     both = scheduled_every(eval_steps, save_steps)
