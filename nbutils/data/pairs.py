@@ -19,7 +19,6 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nbutils.data import chatformat, readers, records, splits
 
@@ -238,13 +237,6 @@ def split(rows: list[dict], eval_fraction: float, seed: int) -> tuple[list[dict]
     random.Random(seed).shuffle(prompts)
     held = set(prompts[:max(1, round(len(prompts) * eval_fraction))]) if eval_fraction > 0 else set()
     return [r for r in rows if r["prompt"] not in held], [r for r in rows if r["prompt"] in held]
-
-
-def write_quarantine(ledger: Ledger, out_dir: str | Path) -> Path:
-    """quarantine.jsonl: one {"source", "line", "reason"} per record kept out."""
-    path = Path(out_dir) / "quarantine.jsonl"
-    path.write_text("".join(json.dumps(q) + "\n" for q in ledger.quarantine))
-    return path
 
 
 def embedded_records(data_rows, seed: int = 0) -> list[dict]:
