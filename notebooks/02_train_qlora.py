@@ -214,7 +214,8 @@ def training_arguments():
 
 # %% [markdown]
 # ## Train, save, verify
-# The run takes the output folder's lock (one run per folder), checks the disk, and resumes from the newest
+# The run takes the output folder's lock before the model loads (one run per folder: a second one is refused in
+# seconds, naming the holder), checks the disk, and resumes from the newest
 # checkpoint that verifies and was trained with the same settings (another run's is refused, naming what
 # differs). The first steps are timed on this hardware and batch plan (about 5% of the steps, never redone: the
 # run saves there and resumes at once); then one table says how long the whole run takes, whether the time
@@ -235,6 +236,7 @@ def train_on_this_process():
     args = training_arguments()  # checked before the model loads: a mistake costs seconds, not hours
     argcheck.validate(argcheck.of_arguments(args), n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
                       resume=resume)
+    training.lock(plan.out, args.process_index == 0)  # one run per output folder, before anything loads
     model, tokenizer = load_model()
     run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=plan.time_budget_min),
                        time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,

@@ -69,19 +69,20 @@ env = preflight()
 
 # %% [markdown]
 # ## The model 02 trained, as it trained it
-# The checkpoint must match its checksums (sizes, SHA-256, step); a damaged final checkpoint falls back to the
-# newest Trainer checkpoint that verifies, and says so. Its `run_config.json` names the base model, the 4-bit
+# First the output folder's lock (one run per folder, as in 02) and the earlier `eval_report.json` removed: it is
+# written again, last. The checkpoint must match its checksums (sizes, SHA-256, step) and be the one 02's summary
+# describes; a damaged final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so. Its `run_config.json` names the base model, the 4-bit
 # config and the precision 02 used: the base model is loaded exactly that way below.
 
 # %%
 from pathlib import Path
 
 from nbutils.runtime import environment
-from nbutils.train import checkpoints, recipe
+from nbutils.train import checkpoints, recipe, reports
 
+out = reports.begin(environment.stage_dir("eval", output_dir), "eval")  # the lock, before anything loads
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
-out = environment.stage_dir("eval", output_dir)
 ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
 trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision)
 print(f"adapter {ckpt} (step {summary['global_step']}) on {trained.base_model}: "
@@ -158,8 +159,9 @@ display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metric
 # %% [markdown]
 # ## Report files
 # `samples.html` lists every sample (degenerate rows in red, correct ones in green), `reasons.png` counts
-# degenerate generations by reason, and `eval_report.json` holds both models' figures. The report is
-# written last: 04 (and `find_upstream`) take its presence to mean the folder is complete.
+# degenerate generations by reason, and `eval_report.json` holds both models' figures and names the checkpoint they
+# are about (step and content hash: 04 refuses a report of another one). The report is written last: 04 (and
+# `find_upstream`) take its presence to mean the folder is complete.
 
 # %%
 COLUMNS = ["model", "prompt", "reference", "output", "verdict"]
@@ -167,7 +169,7 @@ rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
 (out / "samples.html").write_text(report.samples_table_html(rows, COLUMNS))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
 result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores, "samples": rows}
-print(f"wrote {evaluation.write_report(out, result)} ({len(rows)} sample rows), samples.html and reasons.png")
+print(f"wrote {evaluation.write_report(out, result, ckpt)} ({len(rows)} sample rows), samples.html and reasons.png")
 
 # %% [markdown]
 # ## The samples, and why some degenerated

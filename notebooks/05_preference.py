@@ -85,6 +85,18 @@ reward_samples = 4  # GRPO: completions sampled per held-out prompt for the mean
 n_bootstrap = 1000
 
 # %% [markdown]
+# ## One run per output folder
+# The output folder's lock comes first, before anything is read, loaded or written (as in 02): a second run into the
+# same folder is refused at once, naming the run that holds it; a lock left by a run that died is taken over. The
+# earlier `preference_summary.json` goes now: this run writes it again, last.
+
+# %%
+from nbutils.runtime import environment
+from nbutils.train import reports
+
+reports.begin(environment.stage_dir("preference", output_dir), "preference")
+
+# %% [markdown]
 # ## The plan, checked before anything loads
 # One table: the GPUs and the precision rule, 02's adapter and the recipe it recorded (the 4-bit base, the
 # precision), the data read and quarantined (`quarantine.jsonl`: file, line, reason; the counts add up), the memory
@@ -296,8 +308,10 @@ print(judge.summary_line(method, report))
 # %% [markdown]
 # ## Report files, summary last
 # `eval_report.json` has 03's shape (`base` is 02's adapter, `tuned` this one), so 04 exports this adapter when
-# given this folder as `adapter_dir` and `eval_dir`. `training_summary.json` says how training ended;
-# `preference_summary.json`, written last, is what marks the folder complete.
+# given this folder as `adapter_dir` and `eval_dir`. `training_summary.json` says how training ended; both name the
+# checkpoint they describe (step and content hash), and 04 refuses them for another one. Saving the final checkpoint
+# removed the earlier reports first. `preference_summary.json`, written last, is what marks the folder complete: it
+# lists every file beside it with its size and SHA-256.
 
 # %%
 summary = preference.finish(plan, run, ckpt, {**report, "samples": sample_rows})

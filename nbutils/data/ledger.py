@@ -59,6 +59,8 @@ class Ledger:
 
     def write(self, out_dir: str | Path) -> Path:
         """quarantine.jsonl in out_dir: one line per record kept out."""
+        from nbutils.train import atomic  # a temporary name, fsync, rename: never half a ledger under the final name
+
         path = Path(out_dir) / "quarantine.jsonl"
-        path.write_text("".join(json.dumps(q) + "\n" for q in self.quarantine))
+        atomic.write_text(path, "".join(json.dumps(q) + "\n" for q in self.quarantine))
         return path

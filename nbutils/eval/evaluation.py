@@ -6,7 +6,6 @@ rest), so `n_samples` prompts are generated and the eval loss covers every eval 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from nbutils.chain import MARKERS
 from nbutils.data import batching, chatformat
 from nbutils.eval.degeneration import CircuitBreaker, summarize
 from nbutils.eval.detect import detect
+from nbutils.train import atomic, reports, runlock
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -155,7 +155,12 @@ def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
     return rows
 
 
-def write_report(output_dir: str | Path, report: dict) -> Path:
+def write_report(output_dir: str | Path, report: dict, checkpoint: str | Path) -> Path:
+    """eval_report.json, last and atomically, naming the checkpoint it describes (04 refuses it for another one);
+    the end of 03's run: its output_dir lock is released."""
     path = Path(output_dir) / MARKERS["eval"]
-    path.write_text(json.dumps(report, indent=2, default=str))
+    try:
+        atomic.write_json(path, {**report, "checkpoint": reports.identity(checkpoint), "written_by": "03_eval"})
+    finally:
+        runlock.release(output_dir)
     return path

@@ -13,6 +13,8 @@
 - `checksums`: every checkpoint file with its size and SHA-256 (checksums.json), the step and the run's settings.
 - `runsettings`: the settings that change the trained weights, compared on resume.
 - `runlock`: one run per output_dir (filelock), naming the holder.
+- `atomic`: the one way an artifact is written: temporary name, fsync, rename; folders swapped in whole.
+- `reports`: reports naming the checkpoint they describe, retracted before it changes; summaries listing their files.
 - `diskspace`: a full disk as one clear error with the numbers.
 - `faultpoints`: named kill points, armed only by the fault-injection tests.
 - `timeplan`: the run's first steps timed, then its wall time, sessions and quota predicted before it goes on.

@@ -22,7 +22,7 @@ from nbutils.data import pairs as prefdata
 from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
-from nbutils.train import checkpoints, diskspace, memory, recipe
+from nbutils.train import atomic, checkpoints, diskspace, memory, recipe, reports, runlock
 
 METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
@@ -125,7 +125,7 @@ def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], li
     for split in ("train", "eval"):
         path = out / f"embedded_pairs.{split}.jsonl"
         rows = prefdata.embedded_records(splits.load_split(data_dir, split), seed=seed + (split == "eval"))
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
         files.append(str(path))
     return [files[0]], [files[1]]
 
@@ -282,24 +282,32 @@ def trainables_fp32(model) -> None:
             p.data = p.data.to(torch.float32)
 
 
+EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
+
+
 def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
-    """eval_report.json (03's shape), training_summary.json (releases the lock), then preference_summary.json,
-    the stage's marker, last."""
+    """eval_report.json (03's shape) and training_summary.json, both naming the checkpoint they describe, then
+    preference_summary.json, the stage's marker, last: it lists every file beside it that this run wrote (GRPO reads
+    01's splits, so it has no quarantine.jsonl) with its size and SHA-256. Then the output_dir lock is released."""
     from nbutils.chain import MARKERS
 
     out = plan.out
-    (out / MARKERS["eval"]).write_text(json.dumps(report, indent=2, default=str))
-    summary = run.write_summary(ckpt, plan.memory)
+    atomic.write_json(out / MARKERS["eval"], {**report, "checkpoint": reports.identity(ckpt),
+                                              "written_by": "05_preference"})
+    summary = run.write_summary(ckpt, plan.memory, release=False)
     keep = ("preference", "unpaired", "held_out_reward")
     result = {"method": plan.method, "sft_checkpoint": str(plan.sft_checkpoint), "data": plan.counts,
               **{k: summary[k] for k in ("global_step", "stopped_reason", "seconds", "train_loss", "diagnosis",
-                                          "checkpoint_dir", "checkpoint_complete")},
+                                          "checkpoint_dir", "checkpoint_complete", "checkpoint")},
               "task_metric": {m: report[m]["task_metric"] for m in ("base", "tuned")},
               "degenerate_rate": {m: report[m]["degenerate_rate"] for m in ("base", "tuned")},
               **{k: report[k] for k in keep if k in report},
               "guard": getattr(run.result.trainer, "guard_stats", None),
-              "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"],
-              "files": ["checkpoint/", MARKERS["eval"], MARKERS["train_qlora"], "quarantine.jsonl",
-                        MARKERS["preference"]]}
-    (out / MARKERS["preference"]).write_text(json.dumps(result, indent=2, default=str))
-    return result
+              "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"]}
+    read = [] if plan.method == "grpo" else ["quarantine.jsonl", *(n for n in EMBEDDED_FILES if (out / n).exists())]
+    files = [summary["checkpoint_dir"], MARKERS["eval"], MARKERS["train_qlora"], "learning_curves.png",
+             "log_history.json", *read]
+    try:
+        return reports.write_summary(out, MARKERS["preference"], result, files)
+    finally:
+        runlock.release(out)

@@ -103,6 +103,16 @@ def test_sample_rows_two_per_prompt_with_the_verdict_spelled_out():
                                                                        ("tuned", "ok", True)]
 
 
-def test_report_is_written_under_the_chains_marker(tmp_path):
-    path = evaluation.write_report(tmp_path, {"n_samples": 2, "verdict": SimpleNamespace(degenerate=False)})
-    assert path == tmp_path / MARKERS["eval"] and json.loads(path.read_text())["n_samples"] == 2
+def test_report_is_written_under_the_chains_marker_naming_its_checkpoint(tmp_path):
+    from nbutils.train import checkpoints, reports
+
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (ckpt / name).write_text(name)
+    checkpoints.mark_complete(ckpt, 7)
+    path = evaluation.write_report(tmp_path, {"n_samples": 2, "verdict": SimpleNamespace(degenerate=False)}, ckpt)
+    report = json.loads(path.read_text())
+    assert path == tmp_path / MARKERS["eval"] and report["n_samples"] == 2 and report["written_by"] == "03_eval"
+    assert report["checkpoint"] == {"dir": str(ckpt), "step": 7, "content_hash": reports.content_hash(ckpt)}
+    assert not list(tmp_path.glob("*.tmp-*"))

@@ -78,8 +78,8 @@ def test_a_disk_too_small_for_the_checkpoints_is_a_problem_of_the_plan(prepared_
     from nbutils.train import diskspace
 
     monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
-    with pytest.raises(planning.PlanError, match=r"disk full at .*: needs ~\d+ MB, 25 MB free; free space or lower "
-                                                 r"keep_checkpoints \(now 2\)"):
+    with pytest.raises(planning.PlanError, match=r"disk full at .*: needs ~\d+\.\d\d GiB, 0\.02 GiB free; free space or "
+                                                 r"lower keep_checkpoints \(now 2\)"):
         planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False)
 
 

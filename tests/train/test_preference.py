@@ -57,35 +57,6 @@ def _sft_adapter(prepared_data, root):
     return sft
 
 
-@pytest.mark.integration
-@pytest.mark.faults
-def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_data, tmp_path):
-    """05 as a script (`nbutils.train.launch`), SIGKILLed at its second checkpoint save, then run again."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from nbutils.harness import notebook_recipe
-    from nbutils.train import faultpoints
-
-    sft = _sft_adapter(prepared_data, tmp_path)
-    out = tmp_path / "preference"
-    cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
-           "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(out),
-           "--eval_samples", "4"]
-    env = {**os.environ, "NBUTILS_WORKING_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run(cmd, env={**env, faultpoints.ENV: "save:2"}, capture_output=True, text=True)
-    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
-    assert not (out / "preference_summary.json").exists()
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert "resuming from" in again.stdout
-    summary = json.loads((out / "training_summary.json").read_text())
-    assert (summary["resumed_from_step"], summary["global_step"]) == (2, 4)
-    assert json.loads((out / "preference_summary.json").read_text())["checkpoint_complete"]
-
-
 def test_dpo_and_grpo_plan_trls_fused_lm_head_not_whole_logits():
     from transformers import Qwen2Config
 
@@ -213,3 +184,37 @@ def test_05_with_kto_rows_refuses_dpo_in_the_plan_and_runs_kto_to_its_report(pre
     unpaired = summary["unpaired"]
     assert "preference" not in summary and unpaired["n_rows"] > 0 and 0 <= unpaired["label_accuracy"] <= 1
     assert "label accuracy 0.5 (SFT) ->" in kto.stdout and "held-out unpaired rows" in kto.stdout
+
+
+@pytest.mark.parametrize("method, quarantined", [("grpo", False), ("dpo", True)])
+def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, quarantined):
+    """GRPO reads 01's splits and writes no quarantine.jsonl: its summary does not list one. Every file listed is
+    there with its SHA-256; the report and the summary name the checkpoint."""
+    import json
+    from types import SimpleNamespace
+
+    from nbutils.chain import MARKERS
+    from nbutils.train import checkpoints, reports
+
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (ckpt / name).write_text(name)
+    checkpoints.mark_complete(ckpt, 4)
+    (tmp_path / "quarantine.jsonl").write_text("")  # GRPO's: an earlier run's, in the same folder
+
+    def write_summary(checkpoint, memory, release=True):
+        assert not release  # 05 releases the lock after its own summary
+        for name in ("learning_curves.png", "log_history.json", MARKERS["train_qlora"]):
+            (tmp_path / name).write_text("{}")
+        return {"global_step": 4, "stopped_reason": "max_steps", "seconds": 1.0, "train_loss": 1.0, "diagnosis": "",
+                "checkpoint_dir": "checkpoint", "checkpoint_complete": True, "checkpoint": reports.identity(checkpoint),
+                "measured_peak_gb": None}
+
+    plan = SimpleNamespace(out=tmp_path, method=method, sft_checkpoint=tmp_path, counts={}, memory={})
+    run = SimpleNamespace(write_summary=write_summary, result=SimpleNamespace(trainer=None))
+    block = {"task_metric": 0.5, "degenerate_rate": 0.0}
+    summary = preference.finish(plan, run, ckpt, {"base": block, "tuned": block})
+    assert ("quarantine.jsonl" in summary["files"]) is quarantined and "checkpoint/" in summary["files"]
+    assert reports.problems(tmp_path, MARKERS["preference"]) == [] and summary["checkpoint"]["step"] == 4
+    assert json.loads((tmp_path / MARKERS["eval"]).read_text())["checkpoint"] == reports.identity(ckpt)
