@@ -57,10 +57,10 @@ class Ledger:
             out[rid] = out.get(rid, 0) + 1
         return dict(sorted(out.items()))
 
-    def write(self, out_dir: str | Path) -> Path:
-        """quarantine.jsonl in out_dir: one line per record kept out."""
-        from nbutils.train import atomic  # a temporary name, fsync, rename: never half a ledger under the final name
-
+    def write(self, out_dir: str | Path, write_text=None) -> Path:
+        """quarantine.jsonl in out_dir: one line per record kept out. write_text(path, text): how to write it (05
+        passes nbutils.train.atomic's, which never leaves half a ledger under the final name)."""
         path = Path(out_dir) / "quarantine.jsonl"
-        atomic.write_text(path, "".join(json.dumps(q) + "\n" for q in self.quarantine))
+        text = "".join(json.dumps(q) + "\n" for q in self.quarantine)
+        write_text(path, text) if write_text else path.write_text(text)
         return path

@@ -156,7 +156,7 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
     else:
         rows, held = prefdata.split(rows, eval_fraction, seed)
     ledger.counts["kept"] = len(rows) + len(held)
-    ledger.write(out)
+    ledger.write(out, atomic.write_text)
     counts = {**ledger.counts, "shapes": dict(ledger.shapes),
               "inputs": {p: f"{how['format']} ({how['why']})" for p, how in ledger.inputs.items()}}
     counts.update({"reasons": ledger.reasons()} if ledger.quarantine else {})
