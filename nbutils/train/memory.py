@@ -46,6 +46,8 @@ from dataclasses import dataclass
 GB = 2**30
 OVERHEAD = 0.6 * GB
 LOSSES = ("plain", "chunked", "liger", "trl")
+MARGIN = 0.92  # of a GPU's memory a plan may fill: the rest is left to fragmentation
+PLAN_GPU_ENV = "NBUTILS_PLAN_GPU_GB"  # without a GPU, the GPU memory the plans check against (the dry run: 15, a T4)
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk of the chunked loss (nbutils.train.loss): its only large buffer
 
 
@@ -106,19 +108,22 @@ LOSS_STEP = ("lm_head_copy", "logits")  # live together while the loss runs
 MOMENTS = (LOSS_STEP, ("layer_backward",), ("kv_cache",))  # the peak is the largest of these moments
 
 
-def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain") -> dict[str, float]:
-    """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`."""
+def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain",
+             compute_bytes: int = 2) -> dict[str, float]:
+    """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`.
+    compute_bytes 2: a GPU computing in fp16/bf16; 4: fp32 on a CPU (no 16-bit LM head copy, no CUDA context)."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     tokens = batch * seq_len
+    gpu = compute_bytes < 4
     parts = {
         "base_weights": linear * 0.53 + embed * 4,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
         "checkpoints": tokens * 4 * shape.layers * shape.hidden,
-        "lm_head_copy": shape.vocab * shape.hidden * 2,
-        "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss),
-        "layer_backward": tokens * (2 * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
-        "overhead": OVERHEAD,
+        "lm_head_copy": shape.vocab * shape.hidden * 2 if gpu else 0,
+        "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss, compute_bytes),
+        "layer_backward": tokens * (compute_bytes * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
+        "overhead": OVERHEAD if gpu else 0,
     }
     parts["total"] = peak(parts)
     return parts
@@ -145,14 +150,41 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
-        budget = gpu_memory_gb * GB * 0.92  # leave room for fragmentation
-        fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget]
+        budget = budget_bytes(gpu_memory_gb)
         out["fits"] = est["total"] <= budget
-        out["largest_batch_that_fits"] = max(fits) if fits else 0
+        out["largest_batch_that_fits"] = largest(lambda b: estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget)
         out["longest_seq_that_fits"] = _longest_seq(shape, batch, lora_r, loss, budget)
         if gpu_count > 1:  # the facts launch.decide picks the multi-GPU mode from (it alone decides)
             out["split_fits"] = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
     return out
+
+
+def budget_bytes(gpu_memory_gb: float) -> float:
+    """What a plan may fill of a GPU: MARGIN of its memory, the rest left to fragmentation."""
+    return gpu_memory_gb * GB * MARGIN
+
+
+def largest(fits, most: int = 256) -> int:
+    """The largest n in 1..most for which fits(n) holds (fits grows with n: a binary search); 0 when none does."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def planning_gpu(gpu_memory_gb: float | None) -> tuple[float | None, str]:
+    """The GPU memory a plan checks against, and whose: this machine's GPU; on a machine without one, the GPU named
+    by NBUTILS_PLAN_GPU_GB (the dry run sets a T4's 15 GB, so every notebook's plan refuses there what a T4 would
+    refuse); else none (the plan is what a GPU run would need)."""
+    import os
+
+    if gpu_memory_gb:
+        return gpu_memory_gb, "this GPU"
+    named = os.environ.get(PLAN_GPU_ENV)
+    if named:
+        return float(named), f"no GPU here: a {float(named):g} GB GPU ({PLAN_GPU_ENV}), as the dry run checks a T4"
+    return None, "no GPU: the plan is what a GPU run would need"
 
 
 def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float, step: int = 64) -> int:
@@ -168,7 +200,7 @@ def longest_sequence(model_config, batch: int, gpu_memory_gb: float, lora_r: int
     """The longest sequence (a multiple of 64) that trains at this batch size on a GPU of this memory, and why:
     01's cap on max_seq_len="auto" (02's LoRA rank and loss are not chosen yet: r=16 and the plain loss, the
     larger of the losses, are assumed)."""
-    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, gpu_memory_gb * GB * 0.92)
+    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, budget_bytes(gpu_memory_gb))
     return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch}"
 
 
