@@ -63,14 +63,14 @@ SLOWER = "chunked 0.72x and liger 0.72x the plain loss's tokens/s on an H200, Qw
 def describe(kind: str, setting, plain_logits_gb: float, plain_fits: bool | None = None) -> str:
     """One line for 02's plan: the loss that trains, whether auto chose it, why, and what the full logits cost here."""
     whole = f"the whole logits peak at {plain_logits_gb:.2f} GB at this batch and length"
-    if setting not in ("auto", True):
-        return f"{kind} (asked for): {WHY[kind]}; {whole}"
-    if kind == "plain" and plain_fits:
+    if setting == "auto" and kind == "plain" and plain_fits:
         return (f"plain (auto): {whole} and the run fits the GPU with them, within the plan's margin: the fastest loss "
                 f"where they fit (the chunks cost time: {SLOWER})")
-    if plain_fits is False:
+    if setting == "auto" and plain_fits is False:
         return f"{kind} (auto): {whole}: with them the run would not fit the GPU; {WHY[kind]}"
-    return f"{kind} (auto): {WHY[kind]}; {whole}" + ("" if kind == "plain" else " (no GPU to fit them to)")
+    label = {"auto": "auto", True: "chunked_loss=True: chunked, liger where it runs"}.get(setting, "asked for")
+    no_gpu = setting == "auto" and plain_fits is None and kind != "plain"
+    return f"{kind} ({label}): {WHY[kind]}; {whole}" + (" (no GPU to fit them to)" if no_gpu else "")
 
 
 def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None,

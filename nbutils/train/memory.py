@@ -81,6 +81,16 @@ def trl_tile() -> tuple[int, int]:
         return 4096, 32768
 
 
+FULL_SHAPE = "nbutils_full_shape"  # in a dry-run twin's config: the dimensions of the model it stands for
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "tie_word_embeddings")
+
+
+def full_shape(cfg) -> dict:
+    """The config's dimensions the plan reads (what a dry-run twin records of its model as FULL_SHAPE)."""
+    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+
+
 @dataclass
 class Shape:
     vocab: int
@@ -92,7 +102,15 @@ class Shape:
     tied: bool
 
     @classmethod
-    def from_config(cls, cfg) -> Shape:
+    def from_config(cls, cfg, own: bool = False) -> Shape:
+        """The model's shape. A dry-run twin (nbutils.plan.shrink) records the shape of the model it stands for
+        (FULL_SHAPE): its plans are that model's, so the chain refuses on the twin what a T4 would refuse for the
+        model; own=True gives the twin's own (what the dry run measures it against)."""
+        full = None if own else getattr(cfg, FULL_SHAPE, None)
+        if full:
+            from types import SimpleNamespace
+
+            cfg = SimpleNamespace(**full)
         return cls(cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
                    cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
                    bool(getattr(cfg, "tie_word_embeddings", False)))
@@ -222,32 +240,52 @@ def table(p: dict) -> str:
 
 
 def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
-                    completion_len: int, gpu_memory_gb: float | None) -> dict:
+                    completion_len: int, gpu_memory_gb: float | None, judge: dict | None = None) -> dict:
     """02's estimate, extended to the method: DPO and ORPO train on two sequences per pair (chosen and rejected
     in one batch); DPO and KTO keep a frozen copy of the adapter (fp32 weights, no gradient or optimizer state)
     and run a reference pass without gradients, which holds less than the training pass and adds no peak of its
     own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the 16-bit KV cache of its
     batch of completions), then trains on those batch x (prompt + completion) tokens. DPO, KTO and GRPO score
-    through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain")."""
+    through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain"). After training, the judge
+    pass (`judge`: 05's report against the SFT adapter, nbutils.train.evalmemory's generation and scoring, in bytes)
+    runs on the model with its adapters (the optimizer's state counted still: the trainer may hold it): the peak is
+    the larger of the two. With a GPU, the largest batch that fits."""
     shape = Shape.from_config(model_config)
+    parts = _preference_parts(shape, method, seq_len, batch, lora_r, num_generations, completion_len)
+    after = sum(parts[k] for k in ("base_weights", "lora_and_optimizer", "reference_adapter", "overhead"))
+    parts["judge_pass"] = judge["bytes"] if judge else 0
+    total = max(peak({k: v for k, v in parts.items() if k != "judge_pass"}), after + parts["judge_pass"])
+    rows = batch * 2 if method != "grpo" else batch
+    what = (f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x "
+            f"{seq_len + completion_len} tokens" if method == "grpo" else
+            f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {seq_len} tokens")
+    linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
+    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - OVERHEAD) / GB, 2),
+           "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
+           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len + (completion_len if method == "grpo" else 0),
+           "what": what + (f"; then {judge['what']}" if judge else ""),
+           "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
+    if gpu_memory_gb:
+        budget, step = budget_bytes(gpu_memory_gb), num_generations if method == "grpo" else 1
+        out["fits"] = total <= budget
+        out["largest_batch_that_fits"] = step * largest(lambda n: peak(_preference_parts(
+            shape, method, seq_len, n * step, lora_r, num_generations, completion_len)) <= budget, 1024)
+        out["judge_fits"] = after + parts["judge_pass"] <= budget
+    return out
+
+
+def _preference_parts(shape: Shape, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
+                      completion_len: int) -> dict[str, float]:
+    """The training pass of 05's method at this batch, by component (see plan_preference)."""
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
     if method == "grpo":
         rows, length = batch, seq_len + completion_len
         kv = shape.layers * 2 * rows * length * shape.hidden * shape.kv_heads // shape.heads * 2
-        what = f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x {length} tokens"
     else:
         rows, length, kv = batch * 2, seq_len, 0
-        what = f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {length} tokens"
     # DPO, KTO and GRPO score answers through trl's fused LM head; ORPO (trl.experimental) builds the logits whole
     parts = estimate(shape, length, rows, lora_r, "plain" if method == "orpo" else "trl")
     parts.pop("total")
     parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
     parts["kv_cache"] = kv
-    total = peak(parts)
-    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - OVERHEAD) / GB, 2),
-           "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
-           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": length, "what": what,
-           "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
-    if gpu_memory_gb:
-        out["fits"] = total <= gpu_memory_gb * GB * 0.92
-    return out
+    return parts
