@@ -73,6 +73,7 @@ def plan_eval(trained, env, prompt_lengths: list[int], eval_lengths: list[int], 
     tokens, why = evalmemory.batch_tokens(eval_batch_tokens, lambda n: plan_at(1, n).get("fits", True), longest)
     plan = EvalPlan(trained.base_model, int(generate_batch_size), tokens, why, plan_at(int(generate_batch_size), tokens),
                     gpu_why, env.rows())
+    plan.memory.update(longest_row=longest, split_tokens=len(eval_lengths) * longest)  # what the dry run re-runs
     plan.problems = problems(plan.memory, plan.generate_batch_size, tokens, longest)
     if show:
         print(plan.table())

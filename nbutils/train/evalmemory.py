@@ -64,7 +64,7 @@ def scoring(shape: Shape, tokens: int, loss: str = "chunked", compute_bytes: int
     """Scoring `tokens` padded positions at once: by chunks ("chunked"), or from the whole logits ("plain")."""
     if loss == "plain":
         return tokens * shape.vocab * (compute_bytes + 8) + layer_forward(shape, tokens, compute_bytes)
-    chunk = min(tokens, memory.chunk_rows(shape.vocab)) * shape.vocab * (compute_bytes + 4)
+    chunk = min(tokens, memory.chunk_rows(shape.vocab)) * shape.vocab * (compute_bytes + 4 if compute_bytes < 4 else 4)
     return 2 * tokens * shape.hidden * compute_bytes + layer_forward(shape, tokens, compute_bytes) + chunk
 
 
@@ -80,30 +80,38 @@ def batch_tokens(value, fits, longest: int) -> tuple[int, str]:
     return max(rows, 1) * longest, f"auto: at most {BATCH_TOKENS:,} padded positions, what fits"
 
 
+def peak_bytes(shape: Shape, *, quantized: bool, lora_r: int, n_adapters: int, rows: int, prompt: int,
+               new_tokens: int, tokens: int, loss: str = "chunked", compute_bytes: int = 2) -> float:
+    """Weights, adapters and the CUDA context (a GPU), then the larger of generation and scoring."""
+    fixed = weights(shape, quantized, compute_bytes) + adapters(shape, lora_r, n_adapters)
+    return fixed + (memory.OVERHEAD if compute_bytes < 4 else 0) + max(
+        generation(shape, rows, prompt, new_tokens, compute_bytes), scoring(shape, tokens, loss, compute_bytes))
+
+
 def plan_inference(model_config, *, quantized: bool, lora_r: int, n_adapters: int, generate_rows: int, prompt: int,
                    new_tokens: int, tokens: int, gpu_memory_gb: float | None, loss: str = "chunked",
                    compute_bytes: int = 2) -> dict:
     """The peak of a notebook that loads a model to generate and score (03, 05's judge): parts, estimate, and
     against the GPU whether it fits and the largest generation batch and scoring batch (tokens) that do."""
     shape = Shape.from_config(model_config)
-    fixed = {"weights": weights(shape, quantized, compute_bytes), "adapters": adapters(shape, lora_r, n_adapters),
-             "overhead": memory.OVERHEAD if compute_bytes < 4 else 0}
-
-    def total(rows: int, scored: int) -> float:
-        return sum(fixed.values()) + max(generation(shape, rows, prompt, new_tokens, compute_bytes),
-                                         scoring(shape, scored, loss, compute_bytes))
-
-    parts = {**fixed, "generation": generation(shape, generate_rows, prompt, new_tokens, compute_bytes),
+    same = dict(quantized=quantized, lora_r=lora_r, n_adapters=n_adapters, prompt=prompt, new_tokens=new_tokens,
+                loss=loss, compute_bytes=compute_bytes)
+    overhead = memory.OVERHEAD if compute_bytes < 4 else 0
+    parts = {"weights": weights(shape, quantized, compute_bytes), "adapters": adapters(shape, lora_r, n_adapters),
+             "overhead": overhead, "generation": generation(shape, generate_rows, prompt, new_tokens, compute_bytes),
              "scoring": scoring(shape, tokens, loss, compute_bytes)}
-    out = {"estimate_gb": round(total(generate_rows, tokens) / GB, 2),
-           "allocated_gb": round((total(generate_rows, tokens) - fixed["overhead"]) / GB, 2),
+    total = peak_bytes(shape, rows=generate_rows, tokens=tokens, **same)
+    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - overhead) / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()}, "gpu_memory_gb": gpu_memory_gb,
-           "generate_rows": generate_rows, "prompt": prompt, "new_tokens": new_tokens, "tokens": tokens, "loss": loss}
+           "generate_rows": generate_rows, "prompt": prompt, "new_tokens": new_tokens, "tokens": tokens, "loss": loss,
+           "lora_r": lora_r, "quantized": quantized}
     if gpu_memory_gb:
         budget = memory.budget_bytes(gpu_memory_gb)
-        out["fits"] = total(generate_rows, tokens) <= budget
-        out["largest_generate_rows"] = memory.largest(lambda n: total(n, 1) <= budget, 1024)
-        out["largest_tokens"] = memory.largest(lambda n: total(1, n * 64) <= budget, 4096) * 64
+        out["fits"] = total <= budget
+        out["largest_generate_rows"] = memory.largest(lambda n: peak_bytes(shape, rows=n, tokens=1, **same) <= budget,
+                                                      1024)
+        out["largest_tokens"] = 64 * memory.largest(lambda n: peak_bytes(shape, rows=1, tokens=64 * n, **same) <= budget,
+                                                    4096)
     return out
 
 

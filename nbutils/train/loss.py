@@ -70,7 +70,8 @@ def describe(kind: str, setting, plain_logits_gb: float, plain_fits: bool | None
         return f"{kind} (auto): {whole}: with them the run would not fit the GPU; {WHY[kind]}"
     label = {"auto": "auto", True: "chunked_loss=True: chunked, liger where it runs"}.get(setting, "asked for")
     no_gpu = setting == "auto" and plain_fits is None and kind != "plain"
-    return f"{kind} ({label}): {WHY[kind]}; {whole}" + (" (no GPU to fit them to)" if no_gpu else "")
+    return f"{kind} ({label}): {WHY[kind]}; {whole}" + (
+        " (no GPU here: on one that holds them, auto takes the plain loss)" if no_gpu else "")
 
 
 def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None,

@@ -230,9 +230,12 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     gpu, gpu_why = memory.planning_gpu(env.gpu_memory_gb)
     seq = manifest["token_lengths"]["max"]
     whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain")
-    loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config, plain_fits=whole.get("fits"))
+    # the whole logits only on a GPU that holds them: on a CPU the chunks are the faster (3.96x at a 128k vocabulary,
+    # `python -m bench throughput_bench`), and the T4 a dry run plans for fits whenever anything does
+    plain_fits = whole.get("fits") if env.gpu_count else None
+    loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config, plain_fits=plain_fits)
     mem = whole if loss == "plain" else memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss=loss)
-    mem["checked_against"], mem["whole_logits_fit"] = gpu_why, whole.get("fits")
+    mem["checked_against"], mem["whole_logits_fit"] = gpu_why, plain_fits
     try:
         run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
     except ValueError as e:

@@ -130,18 +130,24 @@ def test_another_batch_size_than_01s_is_allowed_and_the_plan_says_what_it_change
 
 
 def test_auto_takes_the_plain_loss_where_the_whole_logits_fit_the_gpu(prepared_data, tmp_path, monkeypatch, capsys):
-    """On a T4 (the dry run's NBUTILS_PLAN_GPU_GB on this CPU) the embedded model's logits fit: the plain loss, the
-    fastest; explicit settings and a machine without a GPU to fit keep the chunked one."""
-    monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "15")
+    """On a T4 the embedded model's logits fit: the plain loss, the fastest there; explicit settings keep theirs, and a
+    CPU (even one planning for a T4, as the dry run does) keeps the chunked one, the faster on a CPU."""
+    from dataclasses import replace
+
+    inspect = planning.inspect
+    monkeypatch.setattr(planning, "inspect", lambda *a: (replace(inspect(*a)[0], gpu_count=1, gpu_memory_gb=15.0), []))
     plan = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path))
     table = capsys.readouterr().out
     assert plan.loss == "plain" and plan.memory["loss"] == "plain" and plan.memory["fits"]
     assert "plain (auto): the whole logits peak at" in table and "within the plan's margin" in table
-    assert "15 GB (no GPU here: a 15 GB GPU (NBUTILS_PLAN_GPU_GB)" in table
+    assert "15 GB (this GPU): fits" in table
     chunked = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), chunked_loss=True, show=False)
     assert chunked.loss == "chunked" and "(chunked_loss=True" in chunked.loss_why
-    monkeypatch.delenv("NBUTILS_PLAN_GPU_GB")
-    assert planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False).loss == "chunked"
+    monkeypatch.setattr(planning, "inspect", inspect)
+    monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "15")
+    cpu = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False)
+    assert cpu.loss == "chunked" and cpu.memory["fits"] and "no GPU here: a 15 GB GPU" in cpu.memory["checked_against"]
+    assert "on one that holds them, auto takes the plain loss" in cpu.loss_why
 
 
 def test_a_batch_that_does_not_fit_is_refused_naming_the_largest_that_does(prepared_data, tmp_path, monkeypatch):
