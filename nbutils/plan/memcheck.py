@@ -11,9 +11,12 @@ the growth of the process's peak resident memory over the work (/proc/self/statu
 /proc/self/clear_refs after a garbage collection and malloc_trim), so it counts every buffer, torch's or not.
 
 Beside it, the plan's own formula for the twin's shape at the model's depth (fp32 on a CPU: no 16-bit copies, no
-CUDA context). Where the measurement exceeds that formula, the model's plan is scaled by the same ratio: a notebook
-whose plan, so corrected, would not fit the T4 fails the dry run, naming the notebook, its plan cell and the
-parameter to change. 05's trl training step is not re-run (trl's CPU path is not its GPU path): its judge pass is.
+CUDA context). The twin has the model's vocabulary and, extrapolated, its depth: what the formula misses there it
+misses by as much on the model, so where the measurement exceeds the formula, the excess is added to the model's
+plan (a CPU also holds what a GPU never does, the tokenizer and Python's objects: the correction errs on the safe
+side). A notebook whose plan, so corrected, would not fit the T4 fails the dry run, naming the notebook, its plan
+cell and the parameter to change. 05's trl training step is not re-run (trl's CPU path is not its GPU path): its
+judge pass is.
 """
 
 from __future__ import annotations
@@ -156,12 +159,13 @@ def _at_depth(shape: memory.Shape, layers: int) -> memory.Shape:
 
 
 def _verdict(nb: Path, plan: dict, settings: dict, measured: float, twin_plan: float, depths: str) -> Check:
-    """The line, and a problem when the model's plan (scaled by the twin's measured / planned where above 1) would
-    not fit the T4."""
+    """The line, and a problem when the model's plan (plus what the twin measured above its plan) would not fit
+    the T4 (04: nor a free Kaggle session's RAM, where it merges when the T4 cannot)."""
     plan_gb = plan.get("estimate_gb", plan.get("needed_gb", 0.0))
     shown = ", ".join(f"{k} {v}" for k, v in settings.items())
     c = Check(nb.stem, plan_cell(nb), shown, plan_gb, measured / GB, twin_plan / GB, depths)
-    corrected = plan_gb * max(1.0, c.ratio)
+    excess = max(0.0, c.measured_gb - c.twin_plan_gb)
+    corrected = plan_gb + excess
     limit = T4_GB * memory.MARGIN
     if nb.stem == "04_export":  # the merge runs in a free Kaggle session's RAM where the T4 cannot hold it
         from nbutils.export.merge import FREE_SESSIONS
@@ -170,8 +174,8 @@ def _verdict(nb: Path, plan: dict, settings: dict, measured: float, twin_plan: f
     if corrected > limit or plan.get("fits") is False:
         param = PLAN_CALLS[nb.stem][1]
         c.problem = (f"memory {nb.name} cell {c.cell}: would not fit a {T4_GB:g} GB T4 (the model's plan "
-                     f"{plan_gb:.2f} GB, x{max(1.0, c.ratio):.2f} where the twin measured above its plan: "
-                     f"{corrected:.2f} GB) -- lower {param}" + _largest(plan, param))
+                     f"{plan_gb:.2f} GB, + {excess:.2f} GB the twin measured above its own plan: {corrected:.2f} GB "
+                     f"of {limit:.1f} usable) -- lower {param}" + _largest(plan, param))
     return c
 
 
