@@ -137,14 +137,13 @@ def check(model_config, twin: Path, deeper: Path, chain_out: Path, notebooks: li
             for folder in (twin, deeper)]
     peaks = probes.measure_all(jobs, chain_out / "memcheck")
     depth, deep = (AutoConfig.from_pretrained(f).num_hidden_layers for f in (twin, deeper))
-    full = memory.Shape.from_config(model_config)
+    full, own = memory.Shape.from_config(model_config), memory.Shape.from_config(AutoConfig.from_pretrained(twin), own=True)
     out = []
     for i, (nb, plan) in enumerate(wanted):
         probe, settings = tasks(nb.stem, plan)
         low, high = peaks[2 * i], peaks[2 * i + 1]
         per_layer = max(0.0, (high - low) / (deep - depth))
         measured = high + (full.layers - deep) * per_layer
-        own = memory.Shape.from_config(AutoConfig.from_pretrained(twin), own=True)
         twin_plan = twin_plan_bytes(probe, _at_depth(own, full.layers), settings)
         out.append(_verdict(nb, plan, settings, measured, twin_plan,
                             f"{depth} and {deep} layers: {low / GB:.3f}, {high / GB:.3f} GB measured, "

@@ -12,9 +12,10 @@ its weights and adapters, then the larger of two moments that never overlap. Byt
   scoring        03's eval loss and 05's answer log-probabilities, batched by tokens (at most `tokens` padded
                  positions: nbutils.train.loss.sequence_logprobs): the final hidden states and the kept positions'
                  copy (2 x tokens x hidden x cb), one layer's forward, one chunk of logits (loss.chunk_rows x vocab
-                 x (cb + 4)). The plain path (transformers' own loss, or a model whose logits are not lm_head's
-                 output) holds tokens x vocab x (cb + 4 + 4) instead: the 16-bit logits, their fp32 copy and its
-                 log-softmax: 32 rows x 512 tokens of Qwen2.5's 151,936-token vocabulary are 23 GiB
+                 x (cb + 4); x 4 in fp32, where the matmul's logits are the fp32 ones). The plain path
+                 (transformers' own loss, or a model whose logits are not lm_head's output) holds tokens x vocab x
+                 (cb + 4 + 4) instead: the 16-bit logits, their fp32 copy and its log-softmax: 32 rows x 512 tokens
+                 of Qwen2.5's 151,936-token vocabulary are 23 GiB
   layer_forward  tokens x (4 x hidden + 3 x intermediate) x cb: q, k, v and the attention output, the MLP's gate,
                  up and their product: the most one layer holds without gradients (sdpa: no seq x seq scores)
   overhead       the CUDA context and the allocator's slack on a GPU (memory.OVERHEAD)

@@ -63,7 +63,7 @@ def test_each_notebooks_recorded_plan_says_what_to_re_run(tmp_path):
     assert memcheck.tasks("04_export", {"prompt_tokens": 44}) == ("merge", {"prompt": 44})
 
 
-@pytest.mark.integration  # one fresh process, the embedded model's twin at 2 and 4 layers: about a minute
+@pytest.mark.integration  # one fresh process, the embedded twin at 2 and 4 layers: 1-2 minutes on 2 cores
 def test_the_probes_measure_each_notebooks_work_on_the_twin(tmp_path, embedded_dir):
     from transformers import AutoConfig
 
