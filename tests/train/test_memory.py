@@ -110,10 +110,11 @@ def test_the_peak_is_the_loss_step_at_a_small_batch_and_a_layers_backward_at_a_l
                          ids=lambda p: p.name)
 def test_the_plan_is_within_10_percent_of_every_peak_a_gpu_run_measured(results):
     """make gpu-proof's measured peaks (torch.cuda.max_memory_allocated, fp16, 15 GB cap) against the plan's
-    allocations as the plan is now: SFT at batches 1-32, DPO and GRPO."""
+    allocations as the plan is now: SFT at batches 1-32, DPO and GRPO, and the tokens/s runs (the plain loss's whole
+    logits among them)."""
     from bench import gpu_replan
 
-    rows = gpu_replan.replan(results)
+    rows = gpu_replan.replan(results) + gpu_replan.replan_throughput(results)
     if not rows:
         pytest.skip(f"{results.name} holds no plan / peak rows")
     ratios = [float(r["value"].split("peak/plan ")[1].rstrip(")")) for r in rows]
