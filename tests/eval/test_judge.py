@@ -75,3 +75,12 @@ def test_reward_figures_pair_the_prompts():
     fig = judge.reward_figures([0.0, 0.5, 0.5, 0.0], [1.0, 1.0, 0.5, 0.5], n_boot=200)
     assert fig["delta"]["mean"] == pytest.approx(0.5) and fig["delta"]["ci"][0] > 0
     assert fig["win_tie_loss"] == {"win": 3, "tie": 1, "loss": 0}
+
+
+def test_answer_logps_keep_their_order_whatever_batches_the_tokens_make(two_adapters):
+    model, tok = two_adapters
+    row = _rows(tok)[0]
+    answers = [row["chosen"], row["rejected"] * 3, row["chosen"] * 2]  # three lengths: batched longest first
+    together = judge.answer_logps(model, tok, [row["prompt"]] * 3, answers)
+    alone = [judge.answer_logps(model, tok, [row["prompt"]], [a], batch_tokens=1)[0] for a in answers]
+    assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) == 3
