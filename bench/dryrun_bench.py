@@ -41,11 +41,11 @@ def one(name: str) -> dict:
                 "memory": [{**vars(c), "ratio": c.ratio} for c in run.memory]}
 
 
-DEPTH_JOBS = {"02 training step, batch 4 x 256, chunked": ("train", {"batch": 4, "seq": 256, "loss": "chunked"}),
-              "03 generation 16 x (128 + 32) and scoring 4,096 tokens": (
-                  "infer", {"rows": 16, "prompt": 128, "new_tokens": 32, "tokens": 4096, "longest": 256,
+DEPTH_JOBS = {"02 training step, batch 4 x 128, chunked": ("train", {"batch": 4, "seq": 128, "loss": "chunked"}),
+              "03 generation 8 x (64 + 16) and scoring 2,048 tokens": (
+                  "infer", {"rows": 8, "prompt": 64, "new_tokens": 16, "tokens": 2048, "longest": 128,
                             "loss": "chunked"}),
-              "04 merge and fp32 check, a 128-token prompt": ("merge", {"prompt": 128})}
+              "04 merge and fp32 check, a 64-token prompt": ("merge", {"prompt": 64})}
 
 
 def depth_check(work: Path) -> list[dict]:
