@@ -8,7 +8,6 @@ import pytest
 
 from bench import real_models
 from nbutils.eval import evalplan
-from nbutils.train import evalmemory
 from nbutils.train.recipe import Recipe
 
 T4 = SimpleNamespace(gpu_memory_gb=15.0, rows=lambda: {"gpus": "Tesla T4"})
@@ -59,8 +58,3 @@ def test_the_plan_checks_a_t4_without_a_gpu_when_the_dry_run_names_one(qwen, mon
     with pytest.raises(evalplan.EvalPlanError, match="15 GB GPU"):
         evalplan.plan_eval(qwen, cpu, [200], [512] * 100, 32, eval_batch_tokens=32 * 512, loss="plain", show=False)
 
-
-def test_generation_holds_the_cache_of_its_rows():
-    shape = SimpleNamespace(layers=28, hidden=1536, kv_heads=2, heads=12, vocab=151_936, intermediate=8960)
-    one, two = (evalmemory.kv_cache(shape, rows, 544) for rows in (1, 2))
-    assert two == 2 * one == 2 * 28 * 2 * 544 * 256 * 2

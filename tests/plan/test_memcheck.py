@@ -1,8 +1,6 @@
-"""The dry run's memory check: what it re-runs for each notebook's recorded plan, its verdict against a T4, and (an
-integration test) the probes measured on a twin at two depths."""
+"""The dry run's memory check: what it re-runs for each notebook's recorded plan and its verdict against a T4."""
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -62,19 +60,3 @@ def test_each_notebooks_recorded_plan_says_what_to_re_run(tmp_path):
     assert memcheck.tasks("02_train_qlora", _plan()) == ("train", {"batch": 4, "seq": 512, "loss": "chunked"})
     assert memcheck.tasks("04_export", {"prompt_tokens": 44}) == ("merge", {"prompt": 44})
 
-
-@pytest.mark.integration  # one fresh process, the embedded twin at 2 and 4 layers: 1-2 minutes on 2 cores
-def test_the_probes_measure_each_notebooks_work_on_the_twin(tmp_path, embedded_dir):
-    from transformers import AutoConfig
-
-    from nbutils import embedded
-    from nbutils.plan import probes, shrink
-
-    source = Path(embedded.resolve_model("embedded"))
-    twin, deeper = shrink.build(source, tmp_path / "twin"), shrink.build(source, tmp_path / "deeper", times=2)
-    assert AutoConfig.from_pretrained(deeper).num_hidden_layers == 2 * AutoConfig.from_pretrained(twin).num_hidden_layers
-    jobs = [("train", str(f), {"batch": 4, "seq": 64, "loss": "chunked"}) for f in (twin, deeper)]
-    jobs += [("infer", str(twin), {"rows": 4, "prompt": 16, "new_tokens": 4, "tokens": 256, "longest": 64,
-                                   "loss": "chunked"}), ("merge", str(twin), {"prompt": 16})]
-    peaks = probes.measure_all(jobs, tmp_path / "work")
-    assert len(peaks) == 4 and all(p > 0 for p in peaks)

@@ -290,7 +290,8 @@ def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
     summary = training.write_summary(tmp_path, result, None)
     assert set(summary) == {"global_step", "stopped_reason", "stop_detail", "resumed_from_step", "train_loss", "eval_loss",
                             "checkpoint_dir", "checkpoint_complete", "settings_hash", "diagnosis", "seconds", "memory_plan",
-                            "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums", "time_plan"}
+                            "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums", "time_plan",
+                            "time_plan_skipped"}
     assert summary["world_size"] == 1 and summary["replica_checksums"] is None and not summary["checkpoint_complete"]
     on_disk = json.loads((tmp_path / "training_summary.json").read_text())
     assert on_disk["global_step"] == 6 and on_disk["eval_loss"] == 1.25 and "trainer" not in on_disk
