@@ -78,11 +78,12 @@ llama_cpp_dir = "auto"  # a llama.cpp checkout to use; auto: the attached datase
 
 # %% [markdown]
 # ## Preflight
+# The GPUs, the precision rule and the packages; its rows head the memory plan's table below.
 
 # %%
 from nbutils.runtime.preflight import preflight
 
-env = preflight(load_in_4bit=False)
+env = preflight(load_in_4bit=False, show=False)
 
 # %% [markdown]
 # ## The gate
@@ -112,17 +113,24 @@ decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rat
 # Merging needs the base model in fp16, not the 4-bit weights used in training: merging into
 # quantized weights is lossy. That is 2 bytes per parameter (a 7B model: about 14 GB), more than
 # a T4's 15 GB once loading overhead counts, so a large model merges in CPU RAM (Kaggle gives 29 GB,
-# free Colab 12.7 GB). When it fits nowhere, export the adapter only.
+# free Colab 12.7 GB). The check after the merge runs base + adapter exactly, in fp32, one module's weights
+# upcast at a time: the plan counts the largest module in fp32 and a check prompt's logits (01's longest row).
+# One table, from the config alone, before anything loads; when it fits nowhere, export the adapter only.
 
 # %%
+from nbutils.data import splits
 from nbutils.export import merge
 from nbutils.train import recipe
 
-base_model = recipe.from_checkpoint(ckpt, base_model).base_model  # what 02 trained on; another one is refused
-memory_plan = merge.memory_plan(base_model)
-print(merge.plan_text(memory_plan))
+trained = recipe.from_checkpoint(ckpt, base_model)  # what 02 trained on; another base model is refused
+base_model = trained.base_model
+memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
+                                int(trained.lora.get("r", 16)))
+print(merge.plan_table(memory_plan, env.rows()))
 if export_merged and memory_plan["device"] is None:
-    raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
+    raise MemoryError(f"The fp16 merge needs about {memory_plan['needed_gb']:.1f} GiB, more than this machine has "
+                      f"({memory_plan['checked_against']}): set export_merged=False (the adapter alone; no GGUF) and "
+                      "run again, or merge on a machine with more memory.")
 
 # %% [markdown]
 # ## Disk plan

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 
 from nbutils.eval import evaluation, metrics, rewards
+from nbutils.train import evalmemory
 
 SFT = "sft"
 
@@ -34,25 +35,32 @@ def adapter(model, name: str):
         model.set_adapter(before)
 
 
-def answer_logps(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 16) -> list[float]:
-    """Sum of log-probabilities of each answer's tokens after its prompt (both rendered text, no special tokens added)."""
+def answer_logps(model, tokenizer, prompts: list[str], answers: list[str],
+                 batch_tokens: int = evalmemory.BATCH_TOKENS) -> list[float]:
+    """Sum of log-probabilities of each answer's tokens after its prompt (both rendered text, no special tokens added),
+    in batches of at most batch_tokens padded positions, through 02's chunked path (nbutils.train.loss): the whole
+    logits never exist."""
     import torch
 
-    out = []
-    for i in range(0, len(prompts), batch_size):
-        p_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[i:i + batch_size]]
-        a_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers[i:i + batch_size]]
-        width = max(len(p) + len(a) for p, a in zip(p_ids, a_ids))
-        ids = torch.full((len(p_ids), width), tokenizer.pad_token_id)
-        mask, target = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
-        for r, (p, a) in enumerate(zip(p_ids, a_ids)):
-            ids[r, :len(p) + len(a)] = torch.tensor(p + a)
-            mask[r, :len(p) + len(a)] = 1
-            target[r, len(p):len(p) + len(a)] = True
-        with torch.no_grad():
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None].to(logits.device)).squeeze(-1)
-        out += (logp * target[:, 1:].to(logp.device)).sum(-1).tolist()
+    from nbutils.data.batching import IGNORE_INDEX, by_tokens
+    from nbutils.train.loss import sequence_logprobs
+
+    p_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    a_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers]
+    out = [0.0] * len(prompts)
+    for rows in by_tokens([len(p) + len(a) for p, a in zip(p_ids, a_ids)], batch_tokens):
+        width = max(len(p_ids[r]) + len(a_ids[r]) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+        mask, labels = torch.zeros_like(ids), torch.full_like(ids, IGNORE_INDEX)
+        for k, r in enumerate(rows):
+            p, a = p_ids[r], a_ids[r]
+            ids[k, :len(p) + len(a)] = torch.tensor(p + a)
+            mask[k, :len(p) + len(a)] = 1
+            labels[k, len(p):len(p) + len(a)] = torch.tensor(a, dtype=labels.dtype)
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        logps, _ = sequence_logprobs(model, {k: v.to(model.device) for k, v in batch.items()})
+        for r, value in zip(rows, logps.tolist()):
+            out[r] = value
     return out
 
 
@@ -120,8 +128,9 @@ def sampled_rewards(model, tokenizer, prompts: list[str], answers: list[str], fu
     stops, side = chatformat.stop_ids(tokenizer, model), tokenizer.padding_side
     tokenizer.padding_side, per_prompt = "left", []
     try:
-        for i in range(0, len(prompts), 8):
-            chunk = [p for p in prompts[i:i + 8] for _ in range(samples)]
+        step = evalmemory.SAMPLED_PROMPTS
+        for i in range(0, len(prompts), step):
+            chunk = [p for p in prompts[i:i + step] for _ in range(samples)]
             batch = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             guard = DegenerationGuard(tokenizer, eos_token_id=stops)
             with torch.no_grad():
@@ -131,7 +140,7 @@ def sampled_rewards(model, tokenizer, prompts: list[str], answers: list[str], fu
             rows, _ = cut(seq[:, batch["input_ids"].shape[1]:].tolist(), guard.report())
             rows = [r[:next((k for k, t in enumerate(r) if t in stops), len(r))] for r in rows]
             texts = [tokenizer.decode(r, skip_special_tokens=True).strip() for r in rows]
-            refs = [a for a in answers[i:i + 8] for _ in range(samples)]
+            refs = [a for a in answers[i:i + step] for _ in range(samples)]
             scores = rewards.total(funcs, texts, refs)
             per_prompt += [sum(scores[k:k + samples]) / samples for k in range(0, len(scores), samples)]
     finally:

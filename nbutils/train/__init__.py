@@ -4,6 +4,7 @@
 - `modeling`: load the base model (02's 4-bit config, or a checkpoint's) and attach LoRA, right for a T4.
 - `recipe`: the run's recipe: the base model from 01, what 02 built recorded, loaded as recorded by 03 and 04.
 - `memory`: the memory plan before loading: does it fit, and the largest batch that does.
+- `evalmemory`: the memory of passes without gradients (generation, scoring by tokens): 03's and 05's judge plans.
 - `argcheck`: the training arguments checked before any model is loaded.
 - `training`: one run around 02's Trainer: its callbacks and session, resumable, time-boxed, NaN-guarded.
 - `callbacks`: Trainer callbacks for the 12-hour wall, NaNs, silent progress, garbage.

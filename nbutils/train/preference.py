@@ -22,7 +22,7 @@ from nbutils.data import pairs as prefdata
 from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
-from nbutils.train import atomic, checkpoints, diskspace, memory, recipe, reports, runlock
+from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, recipe, reports, runlock
 
 METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
@@ -91,7 +91,8 @@ class PreferencePlan:
             **{f"data.{i}": f"{p}: {how}" for i, (p, how) in enumerate(self.counts.get("inputs", {}).items(), 1)},
             **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
             "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
-                f"; {m['gpu_memory_gb']} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}" if m.get("gpu_memory_gb")
+                f"; {m['gpu_memory_gb']:g} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}; largest batch that fits "
+                f"{m['largest_batch_that_fits']}" if m.get("gpu_memory_gb")
                 else "; no GPU: the plan is what a GPU run would need"),
             "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
             "steps": f"{self.max_steps}; save every {self.save_steps}",
@@ -184,9 +185,10 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     config = modelsource.load_config(rec.base_model)
     train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
                                     eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)
-    mem = memory.plan_preference(config, method, max_length, per_device_batch_size,
-                                 int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
-                                 env.gpu_memory_gb)
+    r = int(lora_r or rec.lora.get("r", 16))
+    gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
+    mem = memory.plan_preference(config, method, max_length, per_device_batch_size, r, num_generations,
+                                 max_completion_length, gpu, judge_pass(config, method, r, max_length))
     lr, lr_why = learning_rate(learning_rate_value, config)
     steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
@@ -225,6 +227,19 @@ def fit_problems(method: str, train: list[dict], held: list[dict], preference_da
     return found
 
 
+def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4) -> dict:
+    """The judge pass after training (nbutils.eval.judge): the SFT adapter loaded beside the trained one, then 03's
+    generation (a batch of prompts; GRPO's held-out reward samples reward_samples completions for each of a batch
+    of prompts) and the scoring of answers, batched by tokens; prompts and answers at most max_length tokens each."""
+    shape = memory.Shape.from_config(model_config)
+    rows = max(evalmemory.GENERATE_ROWS, evalmemory.SAMPLED_PROMPTS * reward_samples if method == "grpo" else 0)
+    moment = max(evalmemory.generation(shape, rows, max_length, max_length),
+                 evalmemory.scoring(shape, evalmemory.BATCH_TOKENS))
+    return {"bytes": evalmemory.adapters(shape, lora_r) + moment,
+            "what": f"judged against the SFT adapter: {rows} x ({max_length} + {max_length}) tokens generated, "
+                    f"{evalmemory.BATCH_TOKENS:,} scored at once"}
+
+
 def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]:
     found = []
     if plan.method == "grpo" and batch % num_generations:
@@ -232,10 +247,14 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]
                      "compares the completions of one prompt within a batch")
     if plan.method != "grpo" and not plan.eval_rows:
         found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
-    if plan.memory.get("gpu_memory_gb") and not plan.memory["fits"]:
-        found.append(f"the plan needs {plan.memory['estimate_gb']:.1f} GB, more than this GPU has: lower "
-                     "per_device_batch_size" + (" or num_generations" if plan.method == "grpo" else "")
-                     + ", or max_length")
+    m = plan.memory
+    if m.get("gpu_memory_gb") and not m["fits"]:
+        fix = (f"the largest that fits is {m['largest_batch_that_fits']}" if m["largest_batch_that_fits"] else
+               "not even one fits: lower max_length" + (" or max_completion_length" if plan.method == "grpo" else ""))
+        found.append(f"per_device_batch_size={batch} does not fit the {m['gpu_memory_gb']:g} GB GPU (plan "
+                     f"{m['estimate_gb']:.1f} GB): {fix}" if m["judge_fits"] else
+                     f"the judge pass after training does not fit the {m['gpu_memory_gb']:g} GB GPU (plan "
+                     f"{m['estimate_gb']:.1f} GB): lower max_length")
     need = diskspace.needed_mb(plan.memory["checkpoint_mb"], 2)
     disk = diskspace.check(plan.out, need, 2)
     return found + ([disk] if disk else [])

@@ -78,9 +78,65 @@ def test_score_names_the_primary_metric_beside_exact_match(model, tok, eval_ds):
 
 def test_eval_loss_is_a_mean_per_target_token_whatever_the_batch(model, tok, eval_ds):
     small = eval_ds.select(range(4))
-    one_by_one = evaluation.eval_loss(model, small, tok.pad_token_id, batch_size=1)
-    assert evaluation.eval_loss(model, small, tok.pad_token_id, batch_size=4) == pytest.approx(one_by_one, rel=1e-4)
+    one_by_one = evaluation.eval_loss(model, small, tok.pad_token_id, batch_tokens=1)  # each row alone
+    assert evaluation.eval_loss(model, small, tok.pad_token_id, batch_tokens=10**6) == pytest.approx(one_by_one, rel=1e-4)
     assert one_by_one > 0
+
+
+def test_eval_loss_is_the_models_own_loss(model, tok, eval_ds):
+    """The chunked scoring gives transformers' loss (mean over every target token of the split)."""
+    import torch
+
+    from nbutils.data import batching
+
+    small = eval_ds.select(range(6))
+    batch = batching.make_collator({"strategy": "length_grouped"}, tok.pad_token_id)([small[i] for i in range(6)])
+    with torch.no_grad():
+        want = model(**batch).loss.item()
+    assert evaluation.eval_loss(model, small, tok.pad_token_id) == pytest.approx(want, rel=1e-5)
+
+
+def _largest_logits(run, vocab: int) -> int:
+    """The most elements of any tensor with the vocabulary as its last dimension that `run` creates (views aside)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = [0]
+    views = {"t", "transpose", "view", "_unsafe_view", "expand", "permute", "slice", "select", "unsqueeze",
+             "squeeze", "as_strided", "alias", "detach"}
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__.rstrip("_") not in views:
+                for t in (out if isinstance(out, (tuple, list)) else [out]):
+                    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == vocab:
+                        seen[0] = max(seen[0], t.numel())
+            return out
+
+    with Watch():
+        run()
+    return seen[0]
+
+
+def test_the_eval_loss_never_holds_batch_x_length_x_vocabulary_logits(model, tok, eval_ds, monkeypatch):
+    """03's eval loss: no tensor of logits over the batch's positions, only chunks of 16 positions (the chunk size
+    set small here so that a chunk is far below a batch); transformers' own loss, the path 03 took before, does."""
+    import torch
+
+    from nbutils.data import batching
+    from nbutils.train import loss
+
+    vocab = model.config.vocab_size
+    rows = eval_ds.select(range(8))
+    width = max(rows["length"])
+    monkeypatch.setattr(loss, "chunk_rows", lambda vocab: 16)
+    chunked = _largest_logits(lambda: evaluation.eval_loss(model, rows, tok.pad_token_id, batch_tokens=8 * width), vocab)
+    assert 0 < chunked <= 16 * vocab < 8 * width * vocab
+    batch = batching.make_collator({"strategy": "length_grouped"}, tok.pad_token_id)([rows[i] for i in range(8)])
+    with torch.no_grad():
+        whole = _largest_logits(lambda: model(**batch).loss, vocab)
+    assert whole >= 8 * width * vocab  # the control: the test sees whole logits where they are made
 
 
 def test_probe_says_degenerate_above_the_threshold_and_restores_training_mode(model, tok, eval_ds, capsys):

@@ -97,3 +97,12 @@ def test_kto_held_out_rows_get_label_accuracy_not_a_key_error(two_adapters):
 def test_the_summary_line_names_the_primary_metric():
     block = lambda v: {"task_metric": 0.0, "primary_metric": {"name": "rouge_l", "value": v}}  # noqa: E731
     assert judge.summary_line("dpo", {"base": block(0.25), "tuned": block(0.5)}) == "[dpo] rouge_l 0.250 (SFT) -> 0.500"
+
+
+def test_answer_logps_keep_their_order_whatever_batches_the_tokens_make(two_adapters):
+    model, tok = two_adapters
+    row = _rows(tok)[0]
+    answers = [row["chosen"], row["rejected"] * 3, row["chosen"] * 2]  # three lengths: batched longest first
+    together = judge.answer_logps(model, tok, [row["prompt"]] * 3, answers)
+    alone = [judge.answer_logps(model, tok, [row["prompt"]], [a], batch_tokens=1)[0] for a in answers]
+    assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) == 3
