@@ -41,8 +41,9 @@ def _clock():
 @trains
 def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
     _, _, full = _train(prepared_data, tmp_path / "full")
-    # The 24 s budget of the fake clock runs out a little after step 20.
-    _, _, stopped = _train(prepared_data, tmp_path / "cut", time_budget_min=0.4, run=_clock())
+    # The 36 s budget of the fake clock runs out between step 10 and 40 (the evaluation before the first step
+    # reads the clock too).
+    _, _, stopped = _train(prepared_data, tmp_path / "cut", time_budget_min=0.6, run=_clock())
     assert stopped.stopped_reason == "time_budget" and 10 < stopped.global_step < 40
     last = trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
     assert last.name == f"checkpoint-{stopped.global_step}"  # saved at the stop, not only at save_steps
@@ -174,8 +175,9 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     lines = [x for x in out.splitlines() if x.startswith("[train] step")]
     assert [x.split()[2] for x in lines] == ["5/20", "10/20", "15/20", "20/20"]  # one line per logging interval
     assert all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
-    # one line per evaluation (the final evaluate() at step 20 is not a second one), and no Trainer dict logs
-    assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["10/20", "20/20"]
+    # one line per evaluation (the one before the first step, then every eval_steps; the final evaluate() at step 20
+    # is not a second one), and no Trainer dict logs
+    assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["0/20", "10/20", "20/20"]
     assert "{'" not in out and "train_runtime" not in out, out
     ckpt = session.save_final(model, tok)
     summary = session.write_summary(ckpt)
