@@ -1,5 +1,6 @@
 """List items said again with a word or two changed (`nbutils.eval.items`, judged inside `detect`): a looping list's
-long items are a loop from the third; a list's short steps that start alike and a catalog's messages are not."""
+long items are a loop from the third; a list's short steps that start alike, a catalog's messages and a changelog's
+entries are not."""
 
 from nbutils.eval.detect import _tokens, detect
 from nbutils.eval.items import ITEM_COPIES, item_loop
@@ -34,8 +35,19 @@ def test_short_steps_that_start_alike_are_a_list():
 def test_catalog_messages_from_one_template_are_no_list_items():
     """Messages without a list's mark, each the one before with a word changed, are a catalog's (the stress set's
     gettext catalogs hold many): the rule asks for a list item's mark on every line."""
-    catalog = "".join(f"Not enough memory to load the {w} image file from the disk before the program can start it\n\n"
-                      for w in ("GIF", "ICO", "RAS", "PNM", "XPM"))
+    catalog = "".join(f"Not enough memory to load the {w} image file from the disk before the program can start it."
+                      "\n\n" for w in ("GIF", "ICO", "RAS", "PNM", "XPM"))
     assert not item_loop(catalog, _tokens, {}) and not detect(catalog).degenerate
     listed = "".join(f"- {line}\n" for line in catalog.split("\n\n")[:3])  # the same lines as a list's items
     assert item_loop(listed, _tokens, {})
+
+
+def test_entries_that_are_no_sentences_are_no_list_items_said_again():
+    """A changelog's entries from one template (no stop at their end, or links and code in them) are a document's,
+    however alike: the rule asks for items that are sentences, with few symbols among their tokens."""
+    entries = [f"- Bump the {w} package from version 2 to version 3 in the docs folder of the project repository"
+               for w in ("pytest", "sphinx", "ruff")]
+    assert not item_loop("\n".join(entries) + "\n", _tokens, {})
+    assert item_loop("\n".join(e + "." for e in entries) + "\n", _tokens, {})
+    linked = [e + " (`#123 <https://github.com/o/r/pull/123>`_)." for e in entries]
+    assert not item_loop("\n".join(linked) + "\n", _tokens, {})
