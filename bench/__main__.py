@@ -14,7 +14,7 @@ from bench import machine
 
 MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", "bench.dryrun_bench", "bench.gguf_bench",
            "bench.guard_bench", "bench.harness_bench", "bench.loss_bench", "bench.preference_bench",
-           "bench.throughput_bench", "bench.timeplan_bench", "bench.twin_bench"]
+           "bench.real_model_bench", "bench.throughput_bench", "bench.timeplan_bench", "bench.twin_bench"]
 
 
 def print_table(rows: list[dict]) -> None:

@@ -125,8 +125,39 @@ def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
     return [healthy[i] for i in sorted(rng.sample(range(len(healthy)), k))], picked
 
 
+def real_rows() -> list[dict]:
+    """The real model's own generations, labelled by hand (bench/real_generations.py): detect and the streamed guard
+    against the labels, on the report half (the tune half beside)."""
+    from transformers import AutoTokenizer
+
+    from bench import pretrained, real_generations
+    from bench.degeneration import labelled
+
+    try:
+        tok = AutoTokenizer.from_pretrained(pretrained.ensure())
+    except pretrained.Unavailable as e:
+        return [_row("real generations", "not run", note=str(e))]
+    rows = real_generations.load()
+    got = {h: labelled.figures([r for r in rows if r["half"] == h], tok, real_generations.MAX_NEW_TOKENS)
+           for h in ("report", "tune")}
+    rep, tune = got["report"], got["tune"]
+    what = (f"{real_generations.NAME}: {rep['n']} generations ({rep['loops']} loops, {rep['junk']} junk, "
+            f"{rep['healthy']} healthy) of the report half")
+    return [
+        _row("real: guard precision (stops labelled loop or junk)", rep["guard_precision"], "1.00",
+             f"{what}; false stops {rep['guard_false_stops'] or 'none'}; tune half {tune['guard_precision']}"),
+        _row("real: guard recall on loops, stopped before the token limit", rep["guard_loop_recall_early"], ">= 0.90",
+             f"missed {rep['guard_missed_loops'] or 'none'}; junk stopped {rep['guard_junk_recall']}; "
+             f"{rep['tokens_saved']} tokens saved; tune half {tune['guard_loop_recall_early']}"),
+        _row("real: detect precision / recall (whole texts)", f"{rep['detect_precision']} / {rep['detect_recall']}",
+             note=f"false positives {rep['detect_false_positives'] or 'none'}; tune half "
+                  f"{tune['detect_precision']} / {tune['detect_recall']}"),
+    ]
+
+
 def run() -> list[dict]:
-    """Rows: detect per class and overall on the reported sample (tuning beside), then the guard per tokenizer."""
+    """Rows: detect per class and overall on the reported sample (tuning beside), the guard per tokenizer, then the
+    real model's labelled generations."""
 
     t0 = time.perf_counter()
     healthy, bad = build(REPORTED_SEED, reported=True, per_class=PER_CLASS, per_group=PER_GROUP)
@@ -136,6 +167,7 @@ def run() -> list[dict]:
     s_healthy, s_bad = stream_sample(healthy, bad)
     for name in TOKENIZERS:
         rows += guard_rows(name, s_healthy, s_bad)
+    rows += real_rows()
     rows.append(_row("bench time, s", round(time.perf_counter() - t0)))
     return rows
 

@@ -36,8 +36,9 @@ def _rows(label: str, result: dict, seconds: float) -> list[dict]:
     rows = [_row(f"{label}: GGUF build s / 04's checks s (of which llama.cpp, merged model's side)",
                  f"{result['seconds']['convert']} / {result['seconds']['checks']} ({sides.get('llama_cpp')}, "
                  f"{sides.get('merged_model')})",
-                 note=f"{result['size_mb']} MB; step {seconds:.0f} s; transformers: max |logit diff| "
-                      f"{v['max_abs_diff']:.3g} (tolerance {v['tolerance']:.3g})")]
+                 note=f"{result['size_mb']} MB; step {seconds:.0f} s; transformers: logits' NMSE {v['nmse']:.3g} "
+                      f"(bound {v['nmse_bound']:g}), perplexity GGUF / merged "
+                      f"{v['perplexity'] / v['merged_perplexity']:.4f}")]
     if "logits" not in rt:
         return rows + [_row(f"{label}: llama.cpp", "not checked" if not rt.get("checked") else "FAILED", note=rt["reason"])]
     lg, g, t = rt["logits"], rt["greedy"], rt["tokens"]

@@ -26,7 +26,8 @@ def tasks(jobs: list[tuple]) -> list:
     at_once = len(jobs)
     if gb and torch.cuda.is_available():
         at_once = max(1, min(at_once, int(torch.cuda.get_device_properties(0).total_memory / 2**30 // (gb + 1))))
-    with _context(torch.cuda.is_available()).Pool(at_once) as pool:
+    # maxtasksperchild=1: a process each, never one that held an earlier task's model (its peak would count it)
+    with _context(torch.cuda.is_available()).Pool(at_once, maxtasksperchild=1) as pool:
         return pool.starmap(_call, jobs, chunksize=1)
 
 

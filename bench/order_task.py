@@ -17,7 +17,6 @@ import json
 import random
 from pathlib import Path
 
-
 INSTRUCTION = "Extract the order from the customer's message as JSON with the keys name, city, item and quantity."
 NAMES = ("Maria Lena Tomas Aisha Kenji Olga Pedro Nadia Samuel Ingrid Rahul Chloe Mateo Yara Felix Hana Omar Greta "
          "Luca Zoe Ivan Amara Jonas Leila Diego Freya Kofi Elena Arjun Marco Noor Emil Tara Hugo Mina").split()

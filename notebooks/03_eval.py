@@ -52,6 +52,8 @@ precision = "auto"  # auto: 02's (fp16 on a T4), or this machine's rule where it
 attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2); FA2 from cc 8.0 if installed
 max_new_tokens = "auto"  # auto: 1.5x the longest reference answer (in tokens), at least 16
 n_samples = 64  # prompts to generate on; the eval loss always uses the whole eval split
+generate_batch_size = 16  # prompts generated at once; the plan says whether they fit the GPU, and the most that do
+eval_batch_tokens = "auto"  # padded tokens the eval loss scores at once; auto: 16,384, or the most that fit
 guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
 breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations
 breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
@@ -61,27 +63,29 @@ chat_prompts = "auto"  # a list of prompts for the chat at the end; auto: the fi
 
 # %% [markdown]
 # ## Preflight
+# The GPUs, the precision rule and the packages; its rows head the plan's table below, made before the model loads.
 
 # %%
 from nbutils.runtime.preflight import preflight
 
-env = preflight()
+env = preflight(show=False)
 
 # %% [markdown]
 # ## The model 02 trained, as it trained it
-# The checkpoint must match its checksums (sizes, SHA-256, step); a damaged final checkpoint falls back to the
-# newest Trainer checkpoint that verifies, and says so. Its `run_config.json` names the base model, the 4-bit
+# First the output folder's lock (one run per folder, as in 02) and the earlier `eval_report.json` removed: it is
+# written again, last. The checkpoint must match its checksums (sizes, SHA-256, step) and be the one 02's summary
+# describes; a damaged final checkpoint falls back to the newest Trainer checkpoint that verifies, and says so. Its `run_config.json` names the base model, the 4-bit
 # config and the precision 02 used: the base model is loaded exactly that way below.
 
 # %%
 from pathlib import Path
 
 from nbutils.runtime import environment
-from nbutils.train import checkpoints, recipe
+from nbutils.train import checkpoints, recipe, reports
 
+out = reports.begin(environment.stage_dir("eval", output_dir), "eval")  # the lock, before anything loads
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
-out = environment.stage_dir("eval", output_dir)
 ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
 trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision)
 print(f"adapter {ckpt} (step {summary['global_step']}) on {trained.base_model}: "
@@ -106,6 +110,21 @@ new_token_limit, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs) 
 print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new tokens each ({why})")
 
 # %% [markdown]
+# ## The plan, checked before the model loads
+# One table: this machine (preflight's rows), then the memory plan from the model's config alone: the 4-bit
+# weights and the adapter, then the larger of generating (the cache of `generate_batch_size` prompts) and scoring
+# the eval loss (`eval_batch_tokens` padded tokens at a time). The loss is scored with lm_head applied to a chunk of
+# positions at a time, as 02 trains: the batch x length x vocabulary logits never exist (for Qwen2.5's 151,936-token
+# vocabulary, 32 rows of 512 tokens would need 23 GiB of them). What does not fit stops here, naming the parameter
+# to change and the largest value that fits.
+
+# %%
+from nbutils.eval import evalplan
+
+plan = evalplan.plan_eval(trained, env, [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts],
+                          list(eval_ds["length"]), new_token_limit, generate_batch_size, eval_batch_tokens)
+
+# %% [markdown]
 # ## Base model first
 # The same prompts and the same greedy decoding for both models, so the difference is the adapter.
 # Generations run under the degeneration guard: a row that loops or turns to token soup is
@@ -117,7 +136,8 @@ model = modeling.load_base(trained.base_model, trained.precision, trained.quanti
                            preferred_attention=env.attention)
 model.eval()
 base, base_out = evaluation.score(model, tokenizer, eval_ds, prompts, refs, new_token_limit,
-                                  guard="off" if guard == "off" else "flag")
+                                  guard="off" if guard == "off" else "flag", metrics=metrics,
+                                  batch_size=plan.generate_batch_size, batch_tokens=plan.eval_batch_tokens)
 print(report.model_line("base", base))
 
 # %% [markdown]
@@ -133,7 +153,8 @@ tuned_model = PeftModel.from_pretrained(model, ckpt)  # the base model above, wi
 tuned_model.eval()
 breaker = CircuitBreaker(breaker_min_samples, breaker_max_share) if guard == "abort" else None
 tuned, tuned_out = evaluation.score(tuned_model, tokenizer, eval_ds, prompts, refs, new_token_limit,
-                                    guard="off" if guard == "off" else "flag", breaker=breaker)
+                                    guard="off" if guard == "off" else "flag", breaker=breaker, metrics=metrics,
+                                    batch_size=plan.generate_batch_size, batch_tokens=plan.eval_batch_tokens)
 print(report.model_line("tuned", tuned))
 
 # %% [markdown]
@@ -158,16 +179,18 @@ display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metric
 # %% [markdown]
 # ## Report files
 # `samples.html` lists every sample (degenerate rows in red, correct ones in green), `reasons.png` counts
-# degenerate generations by reason, and `eval_report.json` holds both models' figures. The report is
-# written last: 04 (and `find_upstream`) take its presence to mean the folder is complete.
+# degenerate generations by reason, and `eval_report.json` holds both models' figures and names the checkpoint they
+# are about (step and content hash: 04 refuses a report of another one). The report is written last: 04 (and
+# `find_upstream`) take its presence to mean the folder is complete.
 
 # %%
 COLUMNS = ["model", "prompt", "reference", "output", "verdict"]
 rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
 (out / "samples.html").write_text(report.samples_table_html(rows, COLUMNS))
 report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
-result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores, "samples": rows}
-print(f"wrote {evaluation.write_report(out, result)} ({len(rows)} sample rows), samples.html and reasons.png")
+result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores,
+          "memory_plan": plan.memory, "samples": rows}
+print(f"wrote {evaluation.write_report(out, result, ckpt)} ({len(rows)} sample rows), samples.html and reasons.png")
 
 # %% [markdown]
 # ## The samples, and why some degenerated

@@ -79,47 +79,59 @@ verify_runtime = "auto"  # run each GGUF in llama.cpp itself against the merged 
 
 # %% [markdown]
 # ## Preflight
+# The GPUs, the precision rule and the packages; its rows head the memory plan's table below.
 
 # %%
 from nbutils.runtime.preflight import preflight
 
-env = preflight(load_in_4bit=False)
+env = preflight(load_in_4bit=False, show=False)
 
 # %% [markdown]
 # ## The gate
-# A model is exported only when 03's report says the tuned model beats the base on the chosen
-# metric and rarely degenerates. Otherwise the run stops here with the reason; `force=True`
-# exports anyway and says so.
+# First the output folder's lock: one run per folder (a second one is refused at once, naming this one), and the
+# earlier `export_summary.json` goes (this run writes it again, last). A model is exported only when 03's report
+# says the tuned model beats the base on the chosen metric and rarely degenerates, and only when that report is
+# about the checkpoint exported here (its step and content hash): a report of another checkpoint is refused, naming
+# the notebook to rerun. Otherwise the run stops here with the reason; `force=True` exports a model that fails the
+# gate anyway and says so.
 
 # %%
+from pathlib import Path
+
 from nbutils.export import gate
 from nbutils.runtime import environment
+from nbutils.train import checkpoints, reports
 
+out = reports.begin(environment.stage_dir("export", output_dir), "export")  # the lock, before anything is written
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
 eval_dir = environment.find_upstream("eval", eval_dir)
-out = environment.stage_dir("export", output_dir)
-decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rate, force=force)
+ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its checksums, as in 03
+decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rate, force=force, checkpoint=ckpt)
 
 # %% [markdown]
 # ## Memory plan
 # Merging needs the base model in fp16, not the 4-bit weights used in training: merging into
 # quantized weights is lossy. That is 2 bytes per parameter (a 7B model: about 14 GB), more than
 # a T4's 15 GB once loading overhead counts, so a large model merges in CPU RAM (Kaggle gives 29 GB,
-# free Colab 12.7 GB). When it fits nowhere, export the adapter only.
+# free Colab 12.7 GB). The check after the merge runs base + adapter exactly, in fp32, one module's weights
+# upcast at a time: the plan counts the largest module in fp32 and a check prompt's logits (01's longest row).
+# One table, from the config alone, before anything loads; when it fits nowhere, export the adapter only.
 
 # %%
-from pathlib import Path
-
+from nbutils.data import splits
 from nbutils.export import merge
-from nbutils.train import checkpoints, recipe
+from nbutils.train import recipe
 
-ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifies against its checksums, as in 03
-base_model = recipe.from_checkpoint(ckpt, base_model).base_model  # what 02 trained on; another one is refused
-memory_plan = merge.memory_plan(base_model)
-print(merge.plan_text(memory_plan))
+trained = recipe.from_checkpoint(ckpt, base_model)  # what 02 trained on; another base model is refused
+base_model = trained.base_model
+memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
+                                int(trained.lora.get("r", 16)))
+print(merge.plan_table(memory_plan, env.rows()))
 if export_merged and memory_plan["device"] is None:
-    raise MemoryError("The fp16 base does not fit this machine: set export_merged=False (adapter only) and run again.")
+    raise MemoryError(f"The fp16 merge needs about {memory_plan['needed_gb']:.1f} GiB, more than this machine has "
+                      f"({memory_plan['checked_against']}): set export_merged=False (the adapter alone; no GGUF) and "
+                      "run again, or merge on a machine with more memory.")
 
 # %% [markdown]
 # ## Disk plan
@@ -171,9 +183,11 @@ print(f"{len(prompts)} check prompts from {data_dir}")
 # 30-layer model gets the room its depth needs and a merge that lost the adapter still fails.
 
 # %%
+from nbutils.train import atomic
+
 merged = None
-if disk.path("merged"):  # written under a .partial name, renamed once saved and verified
-    with diskplan.writing(disk.path("merged")) as folder:
+if disk.path("merged"):  # written under a temporary name, swapped in whole once saved and verified
+    with atomic.folder(disk.path("merged"), "the merged model", disk.items["merged"].size) as folder:
         merged = merge.export_merged(base_model, ckpt, folder, prompts, memory_plan["device"], max_shard_size=max_shard_size)
         (folder / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {disk.path('merged')}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
@@ -236,17 +250,18 @@ else:
 
 # %% [markdown]
 # ## Summary
-# `export_summary.json` records the gate, the memory plan, the verification, what was written and
-# pushed, the GGUF's checks and commands, and the disk plan: what was kept where, what was dropped and
-# why (secrets scrubbed).
+# `export_summary.json` records the checkpoint exported (step and content hash), the gate, the memory plan, the
+# verification, what was written and pushed, the GGUF's checks and commands, and the disk plan: what was kept where,
+# what was dropped and why (secrets scrubbed). It is written last, once every file it lists (each with its size and
+# SHA-256) is in place and verified; an earlier export's folders that this run did not write are removed first.
 
 # %%
 from nbutils.export import summary as export_summary
 
-result = {"gate": {**decision.__dict__, "passed": decision.passed}, "memory_plan": memory_plan, "merged": merged,
-          "adapter": adapter_export, "pushed": pushed, "gguf": gguf_export, "disk_plan": diskplan.summary(disk),
-          "facts": facts}
-export_summary.write_summary(out, result)
+result = {"checkpoint": reports.identity(ckpt), "gate": {**decision.__dict__, "passed": decision.passed},
+          "memory_plan": memory_plan, "merged": merged, "adapter": adapter_export, "pushed": pushed, "gguf": gguf_export,
+          "disk_plan": export_summary.disk_plan(disk, gguf_export), "facts": facts}
+export_summary.write_summary(out, result, export_summary.written(disk, merged, adapter_export, gguf_export))
 print(f"[export] gate {'forced' if decision.forced else 'passed'}; merged: "
       f"{'max |logit diff| ' + format(merged['max_abs_diff'], '.4g') if merged else 'no'}; adapter: "
       f"{str(adapter_export['size_mb']) + ' MB' if adapter_export else 'no'}; pushed: {pushed or 'nothing'}; "

@@ -85,6 +85,18 @@ reward_samples = 4  # GRPO: completions sampled per held-out prompt for the mean
 n_bootstrap = 1000
 
 # %% [markdown]
+# ## One run per output folder
+# The output folder's lock comes first, before anything is read, loaded or written (as in 02): a second run into the
+# same folder is refused at once, naming the run that holds it; a lock left by a run that died is taken over. The
+# earlier `preference_summary.json` goes now: this run writes it again, last.
+
+# %%
+from nbutils.runtime import environment
+from nbutils.train import reports
+
+reports.begin(environment.stage_dir("preference", output_dir), "preference")
+
+# %% [markdown]
 # ## The plan, checked before anything loads
 # One table: the GPUs and the precision rule, 02's adapter and the recipe it recorded (the 4-bit base, the
 # precision), the data read and quarantined (`quarantine.jsonl`: file, line, reason; the counts add up), the memory
@@ -263,7 +275,8 @@ model, tokenizer, run, ckpt = train_on_this_process()
 # ## Against the SFT adapter
 # 02's adapter is loaded again beside the trained one (adapter "sft"), and both answer the same held-out inputs:
 # preference accuracy (the trained policy's implicit reward ranks the chosen answer above the rejected one; 0.5
-# for the SFT adapter itself) and reward margins on held-out pairs; for GRPO the mean reward of sampled
+# for the SFT adapter itself) and reward margins on held-out pairs (on KTO's unpaired rows, which have no pair to
+# rank: the share whose reward has the sign of their label); for GRPO the mean reward of sampled
 # completions on held-out prompts, with a paired bootstrap interval; for every method 03's task metric with
 # intervals, win/tie/loss and degeneration rates.
 
@@ -289,14 +302,16 @@ if method == "grpo":
                                                      reward_samples, max_completion_length, seed)
     report["held_out_reward"] = judge.reward_figures(per_prompt[judge.SFT], per_prompt["default"], n_bootstrap, seed)
 else:
-    report["preference"] = judge.pair_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta)
+    report.update(judge.held_out_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta))  # pairs, KTO rows
 print(judge.summary_line(method, report))
 
 # %% [markdown]
 # ## Report files, summary last
 # `eval_report.json` has 03's shape (`base` is 02's adapter, `tuned` this one), so 04 exports this adapter when
-# given this folder as `adapter_dir` and `eval_dir`. `training_summary.json` says how training ended;
-# `preference_summary.json`, written last, is what marks the folder complete.
+# given this folder as `adapter_dir` and `eval_dir`. `training_summary.json` says how training ended; both name the
+# checkpoint they describe (step and content hash), and 04 refuses them for another one. Saving the final checkpoint
+# removed the earlier reports first. `preference_summary.json`, written last, is what marks the folder complete: it
+# lists every file beside it with its size and SHA-256.
 
 # %%
 summary = preference.finish(plan, run, ckpt, {**report, "samples": sample_rows})

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 # worker, and xdist hands out files in collection order; the family matrix (about 12 of make test's minutes) handed
 # out late ran alone at the end, and so did the 04 tests (3-4 minutes) after it. Measured with
 # `pytest -n 2 --dist loadfile --durations=45` (integration files only: the others take seconds).
-LONGEST_FIRST = ("test_families.py", "test_export_notebook.py", "test_distributed.py", "test_notebooks.py",
+LONGEST_FIRST = ("test_families.py", "test_real_model.py", "test_export_notebook.py", "test_distributed.py", "test_notebooks.py",
                  "test_faults.py", "test_multinode.py", "test_gpu_proof.py", "test_preference.py", "test_twin.py",
                  "test_runner.py")
 

@@ -74,19 +74,22 @@ class Stop:
     reasons: list[str]
     at_char: int | None  # characters of the text generated when the guard would have stopped it
     agreed: bool | None = None  # does `detect` call the decoded prefix at the stop degenerate? (None: no stop)
+    at_token: int | None = None  # the token it would have stopped on (0-based)
 
 
-def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int = 8) -> dict[int, Stop]:
+def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int = 8,
+           token_ids: dict[int, list[int]] | None = None) -> dict[int, Stop]:
     """Feed every text token by token through DegenerationGuard, calling it after every token as `generate` does;
     id(sample) -> Stop. The texts go on after a stop (the feed is fixed), but the guard never checks a stopped row
-    again, as in `generate`."""
+    again, as in `generate`. token_ids: id(sample) -> the tokens a model generated (else the text is tokenized)."""
     import torch
 
     from nbutils.eval.detect import detect
     from nbutils.eval.guard import DegenerationGuard
 
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id or 0
-    encoded = [(s, tokenizer(s.text, add_special_tokens=False)["input_ids"]) for s in samples]
+    encoded = [(s, token_ids[id(s)] if token_ids else tokenizer(s.text, add_special_tokens=False)["input_ids"])
+               for s in samples]
     encoded.sort(key=lambda e: len(e[1]))
     out: dict[int, Stop] = {}
     for b in range(0, len(encoded), batch):
@@ -102,6 +105,6 @@ def stream(samples: list[Sample], tokenizer, batch: int = 32, check_every: int =
             if state["reasons"]:  # the prefix as the eval decodes it (evaluation.generate), judged post hoc
                 prefix = tokenizer.decode(ids[:state["stop_token"] + 1], skip_special_tokens=False)
                 at, agreed = len(prefix), detect(prefix).degenerate
-            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at, agreed)
+            out[id(s)] = Stop(bool(state["reasons"]), state["reasons"], at, agreed, state["stop_token"])
     stream.tokens = sum(len(ids) for _, ids in encoded)  # what was streamed, for a cost per token
     return out

@@ -6,4 +6,7 @@
 - `splits`: validated, chat-formatted, tokenized train/eval splits and their manifest (`python -m nbutils.data`).
 - `batching`: how padding each way wastes tokens, and packing done safely.
 - `pairs`: preference pairs (strings, message lists, HH transcripts) and KTO rows, rendered as SFT was, quarantined by line.
+- `ledger`: where every record read ends up (kept, quarantined, a duplicate of a line named); the counts add up.
+- `sqldump`: SQL dumps run statement by statement in SQLite, each row with the line of its INSERT.
+- `htmlpage`: HTML pages to question/answer records (definition lists, tables, headings), damage kept to its record.
 """

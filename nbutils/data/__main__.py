@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-records", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=16, help="per-device batch size the batching plan is made for")
     p.add_argument("--columns", default="", help="user=COL,assistant=COL[,system=COL]; default: auto-detect")
+    p.add_argument("--split", default=None, help="the split of a saved HF dataset folder with several; default: train")
     p.add_argument("--strict", action="store_true", help="stop at the first bad record")
     p.add_argument("--truncate", action="store_true", help="cut long records to --max-seq-len instead of keeping them out")
     p.add_argument("--train-on-prompt", action="store_true", help="labels on every token, not only the answers")
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         m = splits.prepare(args.inputs, args.out, args.tokenizer, max_seq_len=args.max_seq_len,
                     eval_fraction=args.eval_fraction, seed=args.seed, max_records=args.max_records, fmt=args.format,
                     strict=args.strict, truncate=args.truncate, train_on_prompt=args.train_on_prompt,
-                    batch_size=args.batch_size, columns=splits.parse_columns(args.columns))
+                    batch_size=args.batch_size, columns=splits.parse_columns(args.columns), split=args.split)
     except (splits.DataError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -91,6 +91,19 @@ def plan(lengths: list[int], batch_size: int, max_seq_len: int, seed: int = 0) -
             "examples_per_block": round(len(lengths) / blocks, 2) if blocks else 1.0}
 
 
+def by_tokens(lengths: list[int], budget: int) -> list[list[int]]:
+    """Row indices in batches of at most `budget` padded positions (rows x the batch's longest), longest first, so a
+    scoring pass's memory follows a token budget, not a row count; a row longer than the budget goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 def pack(rows: list[dict], block_size: int) -> list[dict]:
     """Packed rows: concatenated ids/labels, positions restarting per example, and the example lengths."""
     blocks = pack_lengths([len(r["input_ids"]) for r in rows], block_size)

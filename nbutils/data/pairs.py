@@ -8,9 +8,13 @@ Shapes read (JSONL/JSON/CSV/Parquet ... through `readers`, so every record keeps
   to the last "\\n\\nAssistant:" is the prompt, and it must be the same in both;
 - unpaired KTO rows: {"prompt", "completion", "label"} (label true for a desirable completion).
 
-Every record read ends up in one place: kept, quarantined (source, line, reason in quarantine.jsonl) or counted as a
-duplicate: records == kept + quarantined + duplicates. Each row is rendered as 01 rendered SFT data: the prompt with
-the generation prompt, each answer through its end-of-turn token (`chatformat.target_spans`).
+Every record read ends up in one place (`nbutils.data.ledger`): kept, quarantined (source, line, reason in
+quarantine.jsonl) or a duplicate (listed there too, with the line it repeats): records == kept + quarantined +
+duplicates. Prompts, answers and message lists follow one rule in every form: turns validated as SFT's are
+(`records.turns`: from/value keys, human/gpt roles), and a prompt that is empty, has no user turn or ends with an
+answer is quarantined, whether it was a string, a message list or the turns before the answers. Each row is rendered
+as 01 rendered SFT data: the prompt with the generation prompt, each answer through its end-of-turn token
+(`chatformat.target_spans`). KTO rows may hold message lists too: the completion's last turn is the answer.
 """
 
 from __future__ import annotations
@@ -18,10 +22,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from nbutils.data import chatformat, readers, records, splits
+from nbutils.data.ledger import Ledger
 
 HH_TURN = re.compile(r"\n\n(Human|Assistant):")
 SHAPES = ("pairs", "messages", "hh", "kto")
@@ -29,26 +32,6 @@ SHAPES = ("pairs", "messages", "hh", "kto")
 
 class PreferenceDataError(ValueError):
     """Nothing usable was read, or a file holds no shape this reader knows; the message says what to fix."""
-
-
-@dataclass
-class Ledger:
-    """Where every record read ends up; `counts` add up: records == kept + quarantined + duplicates."""
-
-    quarantine: list[dict] = field(default_factory=list)
-    counts: dict = field(default_factory=lambda: {"records": 0, "kept": 0, "quarantined": 0, "duplicates": 0})
-    shapes: dict = field(default_factory=dict)
-
-    def bad(self, source: str, line: int, reason: str) -> None:
-        self.quarantine.append({"source": source, "line": line, "reason": reason})
-        self.counts["quarantined"] += 1
-
-    def reasons(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for q in self.quarantine:
-            rid = q["reason"].split(":")[0]
-            out[rid] = out.get(rid, 0) + 1
-        return dict(sorted(out.items()))
 
 
 def shape_of(rec: dict) -> str:
@@ -67,47 +50,6 @@ def shape_of(rec: dict) -> str:
     return "pairs"
 
 
-def _hh_split(transcript, side: str) -> tuple[list[dict], str]:
-    """An HH transcript as (prompt messages, last assistant answer)."""
-    if not isinstance(transcript, str):
-        raise ValueError(f"wrong-type: {side} is {type(transcript).__name__}")
-    parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
-    turns = [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
-             for r, t in zip(parts[1::2], parts[2::2])]
-    if not turns or turns[-1]["role"] != "assistant":
-        raise ValueError(f"no-assistant-turn: {side} does not end with an Assistant turn")
-    if any(not t["content"] for t in turns[:-1]):
-        raise ValueError(f"empty-field: a turn of {side}'s prompt is empty")
-    return turns[:-1], turns[-1]["content"]
-
-
-def _conversation(value, side: str) -> list[dict]:
-    if isinstance(value, str):
-        return [{"role": "assistant", "content": value}]
-    return records._turns(value, "role", "content") if value else []  # noqa: SLF001 -- one turn validator
-
-
-def _messages_split(rec: dict) -> tuple[list[dict], str, str]:
-    """UltraFeedback / trl conversational pairs: the shared turns are the prompt, the last turns the answers."""
-    chosen, rejected = _conversation(rec["chosen"], "chosen"), _conversation(rec["rejected"], "rejected")
-    if not chosen or not rejected:
-        raise ValueError(f"empty-field: {'chosen' if not chosen else 'rejected'}")
-    prompt = rec.get("prompt")
-    given = [{"role": "user", "content": prompt.strip()}] if isinstance(prompt, str) else \
-        [{"role": m.get("role"), "content": m.get("content")} for m in prompt] if isinstance(prompt, list) else None
-    c_prompt, r_prompt = chosen[:-1], rejected[:-1]
-    if c_prompt != r_prompt:
-        raise ValueError("prompt-mismatch: chosen and rejected do not share the turns before their answers")
-    if not c_prompt:
-        c_prompt = given or []
-    elif given and [m["content"] for m in given if m["role"] == "user"][-1:] != \
-            [m["content"] for m in c_prompt if m["role"] == "user"][-1:]:
-        raise ValueError("prompt-mismatch: the prompt field is not the conversation's last user turn")
-    if not c_prompt:
-        raise ValueError("missing-field: prompt")
-    return c_prompt, chosen[-1]["content"], rejected[-1]["content"]
-
-
 def _side(value, name: str) -> str:
     if value is None:
         raise ValueError(f"missing-field: {name}")
@@ -116,6 +58,63 @@ def _side(value, name: str) -> str:
     if not value.strip():
         raise ValueError(f"empty-field: {name}")
     return value.strip()
+
+
+def checked_prompt(msgs: list[dict], name: str = "prompt") -> list[dict]:
+    """A prompt's turns, refused when empty, without a user turn, or ending with an answer (whatever form it had)."""
+    if not msgs:
+        raise ValueError(f"empty-field: {name}")
+    if msgs[-1]["role"] == "assistant":
+        raise ValueError(f"prompt-ends-with-assistant: the last turn of {name} is an answer; the answer goes in "
+                         "chosen/rejected (or completion)")
+    if not any(m["role"] == "user" for m in msgs):
+        raise ValueError(f"missing-field: {name} has no user turn")
+    return msgs
+
+
+def prompt_turns(value, name: str = "prompt") -> list[dict]:
+    """A prompt given as a string or a message list, as turns: the same rules for both."""
+    if isinstance(value, list):
+        return checked_prompt(records.turns(value, name), name)
+    return checked_prompt([{"role": "user", "content": _side(value, name)}], name)
+
+
+def _answer(value, name: str) -> tuple[list[dict], str]:
+    """(turns before the answer, the answer) of one side: a string, or a message list that ends with the answer."""
+    if not isinstance(value, list):
+        return [], _side(value, name)
+    msgs = records.turns(value, name)
+    if not msgs:
+        raise ValueError(f"empty-field: {name}")
+    if msgs[-1]["role"] != "assistant":
+        raise ValueError(f"no-assistant-turn: {name} does not end with an assistant turn")
+    return msgs[:-1], msgs[-1]["content"]
+
+
+def _prompt(before: list[dict], given) -> list[dict]:
+    """The prompt: the turns before the answer, or the prompt field when the answers are answers only; a prompt field
+    beside whole conversations must be their last user turn."""
+    if not before:
+        return prompt_turns(given)
+    msgs = checked_prompt(before)
+    if given is not None:
+        last = [m["content"] for m in prompt_turns(given) if m["role"] == "user"][-1:]
+        if last != [m["content"] for m in msgs if m["role"] == "user"][-1:]:
+            raise ValueError("prompt-mismatch: the prompt field is not the conversation's last user turn")
+    return msgs
+
+
+def _hh_split(transcript, side: str) -> tuple[list[dict], str]:
+    """An HH transcript as (prompt messages, last assistant answer)."""
+    _side(transcript, side)  # missing, not a string, or empty: said as such
+    parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
+    turns = [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
+             for r, t in zip(parts[1::2], parts[2::2])]
+    if not turns or turns[-1]["role"] != "assistant":
+        raise ValueError(f"no-assistant-turn: {side} does not end with an Assistant turn")
+    if empty := next((i for i, t in enumerate(turns[:-1], 1) if not t["content"]), None):
+        raise ValueError(f"empty-field: {side} turn {empty}")
+    return turns[:-1], _side(turns[-1]["content"], f"{side}'s last Assistant turn")
 
 
 def _label(value) -> bool:
@@ -130,26 +129,23 @@ def _label(value) -> bool:
 
 def normalize(rec: dict) -> dict:
     """One record as {"prompt": messages, "chosen", "rejected"} or {"prompt": messages, "completion", "label"};
-    raises ValueError("<reason-id>: <detail>") for the quarantine."""
+    raises ValueError("<reason-id>: <detail>") for the quarantine, naming the side and the field."""
     rec = {str(k).strip().lower(): v for k, v in rec.items()}
     shape = shape_of(rec)
     if shape == "kto":
-        prompt = rec.get("prompt")
-        msgs = _conversation(prompt, "prompt") if isinstance(prompt, list) else \
-            [{"role": "user", "content": _side(prompt, "prompt")}]
-        return {"shape": shape, "prompt": msgs, "completion": _side(rec["completion"], "completion"),
+        before, completion = _answer(rec["completion"], "completion")
+        return {"shape": shape, "prompt": _prompt(before, rec.get("prompt")), "completion": completion,
                 "label": _label(rec["label"])}
     if shape == "hh":
         (p1, chosen), (p2, rejected) = _hh_split(rec["chosen"], "chosen"), _hh_split(rec["rejected"], "rejected")
         if p1 != p2:
             raise ValueError("prompt-mismatch: the chosen and rejected transcripts differ before their last answer")
-        prompt = p1
-    elif shape == "messages":
-        prompt, chosen, rejected = _messages_split(rec)
+        prompt = checked_prompt(p1)
     else:
-        prompt = [{"role": "user", "content": _side(rec.get("prompt"), "prompt")}]
-        chosen, rejected = rec["chosen"], rec["rejected"]
-    chosen, rejected = _side(chosen, "chosen"), _side(rejected, "rejected")
+        (c_before, chosen), (r_before, rejected) = _answer(rec["chosen"], "chosen"), _answer(rec["rejected"], "rejected")
+        if c_before != r_before:
+            raise ValueError("prompt-mismatch: chosen and rejected do not share the turns before their answers")
+        prompt = _prompt(c_before, rec.get("prompt"))
     if " ".join(chosen.split()) == " ".join(rejected.split()):
         raise ValueError("identical-sides: chosen and rejected are the same text")
     return {"shape": shape, "prompt": prompt, "chosen": chosen, "rejected": rejected}
@@ -183,15 +179,18 @@ def _rendered(row: dict, tokenizer, max_tokens: int) -> dict:
     return out
 
 
-def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max_records: int | None = None,
-         ledger: Ledger | None = None) -> tuple[list[dict], Ledger]:
-    """Every record of every input: rendered rows kept, the rest in the ledger; raises PreferenceDataError when
-    nothing is usable, naming the most common reasons. max_records: the records this call reads (a shared
-    ledger's count goes on from the calls before)."""
-    ledger, rows, seen = ledger or Ledger(), [], set()
+def collect(paths: list[str], *, fmt: str = "auto", max_records: int | None = None, ledger: Ledger | None = None,
+            split: str | None = None) -> tuple[list[dict], Ledger]:
+    """Every record of every input normalized (not rendered yet), with its source and line; duplicates and bad records
+    in the ledger; a duplicate repeats a record of this call's files. max_records: the records this call reads (a
+    shared ledger's count goes on from the calls before)."""
+    ledger, rows = ledger or Ledger(), []
+    ledger.seen = {}  # 05 reads its training and held-out files into one ledger, each deduplicated on its own
     first = ledger.counts["records"]
     for path in paths:
-        for source, line, rec in readers.read(path, readers.sniff(path) if fmt == "auto" else fmt):
+        kind, why = readers.sniff_why(path, split) if fmt == "auto" else (fmt, "given")
+        ledger.inputs[path] = {"format": kind, "why": why}
+        for source, line, rec in readers.read(path, kind, split=split):
             if max_records and ledger.counts["records"] - first >= max_records:
                 break
             ledger.counts["records"] += 1
@@ -199,20 +198,32 @@ def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max
                 if isinstance(rec, readers.Bad):
                     raise ValueError(rec.reason)
                 row = normalize(rec)
-                key = json.dumps(row, sort_keys=True)
-                if key in seen:
-                    ledger.counts["duplicates"] += 1
-                    continue
-                seen.add(key)
-                ledger.shapes[row["shape"]] = ledger.shapes.get(row["shape"], 0) + 1
-                rows.append({**_rendered(row, tokenizer, max_tokens), "source": source, "line": line})
             except ValueError as e:
                 ledger.bad(source, line, str(e))
+                continue
+            if ledger.first(json.dumps(row, sort_keys=True), source, line):
+                ledger.shapes[row["shape"]] = ledger.shapes.get(row["shape"], 0) + 1
+                rows.append({**row, "source": source, "line": line})
+    return rows, ledger
+
+
+def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max_records: int | None = None,
+         ledger: Ledger | None = None, split: str | None = None) -> tuple[list[dict], Ledger]:
+    """Every record of every input: rendered rows kept, the rest in the ledger; raises PreferenceDataError when
+    nothing is usable, naming the most common reasons."""
+    found, ledger = collect(paths, fmt=fmt, max_records=max_records, ledger=ledger, split=split)
+    rows = []
+    for row in found:
+        try:
+            rows.append({**_rendered(row, tokenizer, max_tokens), "source": row["source"], "line": row["line"]})
+        except ValueError as e:
+            ledger.bad(row["source"], row["line"], str(e))
+            ledger.shapes[row["shape"]] -= 1
     ledger.counts["kept"] = len(rows)
     if not rows:
         top = ", ".join(f"{k} x{v}" for k, v in sorted(ledger.reasons().items(), key=lambda kv: -kv[1])[:3])
-        first = ledger.quarantine[0] if ledger.quarantine else None
-        where = f"; the first: {first['source']} line {first['line']}: {first['reason']}" if first else ""
+        bad = [q for q in ledger.quarantine if "repeats" not in q]
+        where = f"; the first: {bad[0]['source']} line {bad[0]['line']}: {bad[0]['reason']}" if bad else ""
         raise PreferenceDataError(
             f"no usable preference record in {', '.join(map(str, paths))}: {ledger.counts['records']} read, "
             f"{ledger.counts['quarantined']} quarantined ({top or 'none'}){where}. Each record needs prompt/chosen/"
@@ -238,13 +249,6 @@ def split(rows: list[dict], eval_fraction: float, seed: int) -> tuple[list[dict]
     random.Random(seed).shuffle(prompts)
     held = set(prompts[:max(1, round(len(prompts) * eval_fraction))]) if eval_fraction > 0 else set()
     return [r for r in rows if r["prompt"] not in held], [r for r in rows if r["prompt"] in held]
-
-
-def write_quarantine(ledger: Ledger, out_dir: str | Path) -> Path:
-    """quarantine.jsonl: one {"source", "line", "reason"} per record kept out."""
-    path = Path(out_dir) / "quarantine.jsonl"
-    path.write_text("".join(json.dumps(q) + "\n" for q in ledger.quarantine))
-    return path
 
 
 def embedded_records(data_rows, seed: int = 0) -> list[dict]:

@@ -2,26 +2,32 @@
 `nbutils.data.records.to_messages` then turns each record into validated chat messages.
 
 A record is a dict as found in the file. `line` is where to look for it: the 1-based line
-(JSONL; CSV/TSV: the line the record starts on; HTML: the line of its tag) or the 1-based record
-number (JSON arrays, Parquet, SQL rows, HF datasets). A `Bad` carries the reason a record could
+(JSONL; CSV/TSV: the line the record starts on; HTML: the line of its tag; SQL: the line of its INSERT) or the
+1-based record number (JSON arrays, Parquet, HF datasets). A `Bad` carries the reason a record could
 not even be read, so the pipeline quarantines it instead of dropping it silently.
 A blank line (or an empty CSV row) is not a record.
 
-`sniff` picks the format from the extension, then checks the content (a `.json` file holding
-one object per line is JSONL; a file without a known extension is judged by its first bytes).
+Damage stays where it is: a broken JSONL line, a broken element of a JSON array, a CSV row whose quoting broke or a
+SQL statement SQLite refuses is one bad record, and reading goes on with the next one (the lines a broken quote
+swallowed are read again on their own).
+
+`sniff` picks the format from the extension, then checks the content by what parses: lines that parse on their own
+are JSONL (whatever the extension, bad lines anywhere), a file that parses whole is one JSON document; a file without
+a known extension is judged by its first bytes.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import json
 import re
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbutils.data import htmlpage, sqldump
 from nbutils.data.records import recognised
 
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
@@ -35,47 +41,65 @@ class Bad:
 
 
 Row = tuple[str, int, "dict | Bad"]
+SNIFF_BYTES = 1 << 20  # what sniffing reads of a file: enough lines to judge, never the whole of a large one
+_DECODER = json.JSONDecoder()
 
 
 # --- sniffing and reading ----------------------------------------------------------------------
 
-def _json_kind(path: Path, default: str) -> str:
-    """'json' for one document (an array, or an object over several lines), 'jsonl' for one object per line."""
-    with open(path, "rb") as f:
-        first = f.readline().decode("utf-8-sig", "replace").strip()
-        second = f.readline()
-        while second and not second.strip():
-            second = f.readline()
-    if first.startswith("["):
-        return "json"
-    if not second:
-        return default  # a single line: an object is one JSONL record, or one JSON document; trust the name
+def _is_object(line: str) -> bool:
     try:
-        json.loads(first)
+        return isinstance(json.loads(line), dict)
     except json.JSONDecodeError:
-        return "json"  # a pretty-printed object: its first line alone does not parse
-    return "jsonl"
+        return False
 
 
-def sniff_why(path: str) -> tuple[str, str]:
-    """(format, why): the format of one input and the evidence, for the one-line log."""
+def _json_kind(head: bytes, whole: bool, named: str) -> tuple[str, str]:
+    """('json' | 'jsonl', evidence) by what parses: a file that parses whole is one document; lines that parse on
+    their own (at least half of them) are JSONL, its bad lines quarantined wherever they are; a broken array is a
+    document read element by element; anything else is read as its name says, every bad line quarantined. `head`: the
+    file's first SNIFF_BYTES (`whole`: all of it)."""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    lines = text.split("\n")[:None if whole else -1]  # a sample's last line may be cut
+    lines = [x.strip() for x in lines if x.strip()]
+    if whole and len(lines) > 1:
+        try:
+            json.loads(text)
+            return "json", "one JSON document"
+        except json.JSONDecodeError:
+            pass
+    good = sum(map(_is_object, lines)) if len(lines) > 1 else 0
+    if good and 2 * good >= len(lines):
+        return "jsonl", f"{good} of {len(lines)} lines{'' if whole else ' read'} parse on their own"
+    if text.lstrip().startswith("["):
+        return "json", "a JSON array"
+    if len(lines) <= 1:
+        return named, "one line"
+    return named, (f"neither one JSON document nor JSON lines ({good} of {len(lines)} lines parse): read as {named}, "
+                   "each bad record quarantined")
+
+
+def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
+    """(format, why): the format of one input and the evidence (the split, for a dataset folder), for the log."""
     p = Path(path)
     if p.is_dir():
         if any((p / f).exists() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
-            return "hf_disk", "a saved Hugging Face dataset folder"
+            return "hf_disk", "a saved Hugging Face dataset folder" + hf_split(path, split)[1]
         raise ValueError(f"{path}: a folder, but not a saved HF dataset (no dataset_info.json); pass a file instead.")
     if not p.exists():
         if re.fullmatch(r"[\w.-]+/[\w.-]+", path) and not path.startswith("."):
             return "hf_hub", "no such file; looks like a hub dataset id (owner/name)"
         raise FileNotFoundError(f"{path}: no such file. Check the path (relative paths start at the working dir); "
                                 "for a hub dataset id pass format='hf_hub'.")
-    head = p.read_bytes()[:65536]
+    with open(p, "rb") as f:
+        head, whole = f.read(SNIFF_BYTES), not f.read(1)
     ext = p.suffix.lower().lstrip(".")
     fmt = _EXTENSIONS.get(ext)
-    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    text = head[:65536].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
     if fmt in ("json", "jsonl"):
-        kind = _json_kind(p, fmt)
-        return kind, f"extension .{ext}" + ("" if kind == fmt else f", but the content is {kind}")
+        kind, evidence = _json_kind(head, whole, fmt)
+        return kind, f"extension .{ext}" + (f", but the content is {kind} ({evidence})" if kind != fmt
+                                             else f" ({evidence})" if evidence.startswith("neither") else "")
     if fmt:
         return fmt, f"extension .{ext}"
     if head.startswith(b"PAR1"):
@@ -85,7 +109,8 @@ def sniff_why(path: str) -> tuple[str, str]:
     if re.match(r"(INSERT|CREATE|BEGIN|PRAGMA|--)", text, re.IGNORECASE):
         return "sql", "content: SQL statements"
     if text.startswith(("[", "{")):
-        return _json_kind(p, "jsonl"), "content: JSON"
+        kind, evidence = _json_kind(head, whole, "jsonl")
+        return kind, f"content: JSON ({evidence})"
     first = text.splitlines()[0] if text else ""
     return ("tsv", "content: tab-separated header") if "\t" in first else ("csv", "content: comma-separated text")
 
@@ -95,14 +120,14 @@ def sniff(path: str) -> str:
     return sniff_why(path)[0]
 
 
-def read(path: str, fmt: str = "auto", columns: dict | None = None) -> Iterator[Row]:
-    """Yield (source, line, record-or-Bad) for every record in one input."""
+def read(path: str, fmt: str = "auto", columns: dict | None = None, split: str | None = None) -> Iterator[Row]:
+    """Yield (source, line, record-or-Bad) for every record in one input (split: of a saved HF dataset folder)."""
     fmt = sniff(path) if fmt == "auto" else fmt
     reader = {"jsonl": _jsonl, "json": _json, "csv": _csv, "tsv": _tsv, "parquet": _parquet, "html": _html,
               "sql": _sql, "hf_disk": _hf_disk, "hf_hub": _hf_hub}.get(fmt)
     if reader is None:
         raise ValueError(f"format={fmt!r} is not one of auto, {', '.join(FORMATS)}")
-    yield from (reader(path, columns) if fmt == "sql" else reader(path))
+    yield from (reader(path, columns) if fmt == "sql" else reader(path, split) if fmt.startswith("hf_") else reader(path))
 
 
 def _undecodable(value, where: str = "") -> str | None:
@@ -127,7 +152,7 @@ def _jsonl(path: str) -> Iterator[Row]:
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                line = raw.decode("utf-8").lstrip("\ufeff")  # a BOM: the file's, or one of several files joined
             except UnicodeDecodeError as e:
                 yield path, n, Bad(f"invalid-utf8: byte {e.start}")
                 continue
@@ -145,29 +170,72 @@ def _json(path: str) -> Iterator[Row]:
     text = Path(path).read_bytes().decode("utf-8-sig", "surrogateescape")
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
-        yield path, e.lineno, Bad(f"malformed-json: {e.msg}")  # one document: nothing else can be read
+    except json.JSONDecodeError:
+        yield from _salvage(path, text)
         return
-    if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: take the first list
+    if isinstance(data, dict) and not recognised(data):  # {"data": [...]} or {"train": [...]}: the first list
         data = next((v for v in data.values() if isinstance(v, list)), [data])
+    elif isinstance(data, dict):
+        data = [data]  # one record ({"messages": [...]}): its turns are not records
     for n, rec in enumerate(data, 1):
         yield _checked(path, n, rec)
 
 
+def _salvage(path: str, text: str) -> Iterator[Row]:
+    """A JSON document that does not parse, read value by value (an array's elements): a broken one is one bad record
+    (its line in the reason), and reading goes on at the next line that starts a value as the others did."""
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    line_of = lambda pos: bisect.bisect_right(starts, pos)  # noqa: E731
+    # Records start where no deeper object does: the least indented lines that open an object (pretty-printed or one
+    # record a line); an inner object never starts a line further left than the records holding it.
+    base = min((len(m.group(1)) for m in re.finditer(r"(?m)^([ \t]*)\{", text)), default=None)
+    ahead = re.compile(rf"\n[ \t]{{{base}}}(?={{)") if base is not None else None
+    pos, n = 0, 0
+    while True:
+        pos += len(text[pos:pos + 4096]) - len(text[pos:pos + 4096].lstrip(" \t\r\n,[]"))
+        if pos >= len(text):
+            return
+        if text[pos] in " \t\r\n,[]":
+            continue
+        n += 1
+        try:
+            rec, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            where = f"line {line_of(e.pos)}" + (f" (the record starts on line {line_of(pos)})"
+                                                 if line_of(pos) != line_of(e.pos) else "")
+            yield path, n, Bad(f"malformed-json: {e.msg.removesuffix(' at')} at {where}")
+            nxt = ahead.search(text, pos + 1) if ahead else None
+            if not nxt:
+                return
+            pos = nxt.end()
+            continue
+        yield _checked(path, n, rec)
+
+
 def _delimited(path: str, delimiter: str) -> Iterator[Row]:
+    """Rows by the csv module in strict mode: a row whose quoting broke (a cut line leaves a quote open, and the field
+    would swallow the lines after it) is one bad record at its first line, and reading goes on from the next line."""
     # surrogateescape keeps the rest of the file readable; the rows holding bad bytes are quarantined
     text = Path(path).read_bytes().decode("utf-8-sig", "surrogateescape")
-    rows = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header = [h.strip() for h in next(rows, [])]
-    end = rows.line_num
-    for row in rows:
-        start, end = end + 1, rows.line_num
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) > len(header):
-            yield path, start, Bad(f"malformed-row: {len(row)} fields, the header has {len(header)}")
-            continue
-        yield _checked(path, start, dict(zip(header, row)))  # a short row lacks fields: missing-field later
+    lines = io.StringIO(text, newline="").readlines()  # the physical lines as the csv module counts them
+    header = [h.strip() for h in next(csv.reader(lines[:1], delimiter=delimiter), [])]
+    at = 1  # lines read so far
+    while at < len(lines):
+        rows = csv.reader((lines[i] for i in range(at, len(lines))), delimiter=delimiter, strict=True)
+        end = 0
+        try:
+            for row in rows:
+                start, end = at + end + 1, rows.line_num  # end: lines this reader has read
+                if not any(c.strip() for c in row):
+                    continue
+                if len(row) > len(header):
+                    yield path, start, Bad(f"malformed-row: {len(row)} fields, the header has {len(header)}")
+                    continue
+                yield _checked(path, start, dict(zip(header, row)))  # a short row lacks fields: missing-field later
+            return
+        except csv.Error as e:
+            yield path, at + end + 1, Bad(f"malformed-row: {e}")
+            at += end + 1  # on from the line after the broken row's first
 
 
 def _csv(path: str) -> Iterator[Row]:
@@ -179,127 +247,58 @@ def _tsv(path: str) -> Iterator[Row]:
 
 
 def _parquet(path: str) -> Iterator[Row]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
-        for rec in batch.to_pylist():
-            n += 1
-            yield path, n, rec
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+            for rec in batch.to_pylist():
+                n += 1
+                yield _checked(path, n, rec)
+    except (pa.ArrowException, OSError) as e:  # a cut or damaged file: what is left of it cannot be trusted
+        raise ValueError(f"{path}: not a readable Parquet file after record {n} ({type(e).__name__}: {e}). Write it "
+                         "again, or export it as JSONL or CSV, whose damaged lines are quarantined one by one.") from e
 
 
 def _html(path: str) -> Iterator[Row]:
-    """Q/A records from a page, by the first rule that finds any:
-
-    1. definition lists: each <dt> is a question, the <dd> elements after it (up to the next <dt>)
-       its answer;
-    2. tables: each body row is a record keyed by the header cells (<th>, or the first row), so
-       the usual column detection applies; a table without a header gives (first cell, second cell);
-    3. headings: each <h1>-<h6> is a question, the text of the elements after it up to the next
-       heading its answer.
-    Text is taken with BeautifulSoup's get_text (scripts and styles removed), never by regex.
-    """
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(Path(path).read_bytes(), "html.parser")
-    for tag in soup(["script", "style", "template", "noscript"]):
-        tag.decompose()
-    text = lambda t: t.get_text(" ", strip=True)  # noqa: E731
-    found = False
-    for dt in soup.find_all("dt"):
-        answer = []
-        for sib in dt.find_next_siblings(["dt", "dd"]):
-            if sib.name == "dt":
-                break
-            answer.append(text(sib))
-        found = True
-        yield path, dt.sourceline or 0, {"prompt": text(dt), "response": " ".join(answer)}
-    if found:
-        return
-    for table in soup.find_all("table"):
-        rows = table.find_all("tr")
-        header = [text(c) for c in rows[0].find_all(["th", "td"])] if rows else []
-        if not recognised(header):
-            header = None
-        for tr in rows[1:] if header else rows:
-            cells = [text(c) for c in tr.find_all(["td", "th"])]
-            if header:
-                found = True
-                yield path, tr.sourceline or 0, dict(zip(header, cells))
-            elif len(cells) >= 2:
-                found = True
-                yield path, tr.sourceline or 0, {"prompt": cells[0], "response": cells[1]}
-    if found:
-        return
-    headings = ["h1", "h2", "h3", "h4", "h5", "h6"]
-    for h in soup.find_all(headings):
-        body = []
-        for sib in h.find_next_siblings():
-            if sib.name in headings:
-                break
-            body.append(text(sib))
-        yield path, h.sourceline or 0, {"prompt": text(h), "response": " ".join(b for b in body if b)}
-
-
-def _load_sql(script: str) -> sqlite3.Connection:
-    """Run the dump in an in-memory SQLite database; a dump of bare INSERTs gets its tables created.
-
-    SQLite does all the parsing. When the dump has no CREATE TABLE, SQLite's own error names the
-    missing table or column; we create it (untyped) and run the dump again on a fresh database.
-    """
-    schema: dict[str, list[str]] = {}
-    for _ in range(200):
-        db = sqlite3.connect(":memory:")
-        ddl = "".join(f'CREATE TABLE "{t}" ("' + '", "'.join(cols) + '");\n' for t, cols in schema.items())
-        try:
-            db.executescript(ddl + script)
-            return db
-        except sqlite3.OperationalError as e:
-            msg = str(e)
-            if m := re.fullmatch(r"no such table: (?:main\.)?(.+)", msg):
-                schema[m.group(1).strip('"`[]')] = ["_nbutils_placeholder"]
-            elif (m := re.fullmatch(r"table (.+) has no column named (.+)", msg)) and m.group(1) in schema:
-                cols = schema[m.group(1)]
-                cols[:] = [c for c in cols if c != "_nbutils_placeholder"] + [m.group(2)]
-            else:
-                raise ValueError(f"SQLite could not load the dump ({msg}); it must be SQLite-compatible "
-                                 "INSERT (and CREATE TABLE) statements.") from e
-        except sqlite3.Error as e:
-            raise ValueError(f"SQLite could not load the dump ({e}).") from e
-    raise ValueError("SQLite could not load the dump: too many tables/columns to create.")
+    """Q/A records from a page (`nbutils.data.htmlpage`: definition lists, tables, or headings)."""
+    for line, rec in htmlpage.read(path, recognised):
+        yield (path, line, Bad(rec)) if isinstance(rec, str) else _checked(path, line, rec)
 
 
 def _sql(path: str, columns: dict | None = None) -> Iterator[Row]:
-    """Load the dump into an in-memory SQLite database and read the table whose columns we recognise."""
-    raw = Path(path).read_bytes()
-    try:
-        script, invalid = raw.decode("utf-8-sig"), False
-    except UnicodeDecodeError:
-        script, invalid = raw.decode("utf-8-sig", "replace"), True  # SQLite cannot take lone surrogates
-    try:
-        db = _load_sql(script)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
-    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY rowid")]
-    for table in tables:
-        cols = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
-        if not recognised(cols, columns):
-            continue
-        for n, row in enumerate(db.execute(f'SELECT * FROM "{table}" ORDER BY rowid'), 1):
-            rec = dict(zip(cols, row))
-            bad = invalid and any(isinstance(v, str) and "\ufffd" in v for v in row)
-            yield path, n, Bad("invalid-utf8: in a value") if bad else rec
-        return
-    raise ValueError(f"{path}: no table with recognisable columns among {tables}; expected e.g. prompt/response "
-                     "(or pass a column mapping).")
+    """The dump run statement by statement in SQLite (`nbutils.data.sqldump`), the table whose columns we recognise."""
+    for line, rec in sqldump.read(path, lambda cols: recognised(cols, columns)):
+        yield path, line, Bad(rec) if isinstance(rec, str) else rec
 
 
-def _hf_disk(path: str) -> Iterator[Row]:
+def hf_split(path: str, split: str | None = None) -> tuple[str | None, str]:
+    """(split to read, how it was chosen) for a saved dataset folder; (None, "") for a folder of one dataset.
+
+    With several splits: `split` if given, else train, else the first whose name starts with train, else the first;
+    raises ValueError for a split the folder does not have."""
+    listing = Path(path) / "dataset_dict.json"
+    names = json.loads(listing.read_text()).get("splits", []) if listing.exists() else []
+    if not names:
+        if split:
+            raise ValueError(f"{path}: split={split!r}, but the folder holds one dataset, not several splits; "
+                             "leave split empty.")
+        return None, ""
+    if split and split not in names:
+        raise ValueError(f"{path}: no split {split!r}; it has {', '.join(names)}.")
+    chosen = split or ("train" if "train" in names else next((n for n in names if n.startswith("train")), names[0]))
+    how = "given" if split else "the default" if chosen == "train" else f"chosen among {', '.join(names)}"
+    return chosen, (f", split {chosen!r} ({how}; split=NAME or the folder {Path(path) / '<NAME>'} reads another)"
+                    if len(names) > 1 else f", split {chosen!r}")
+
+
+def _hf_disk(path: str, split: str | None = None) -> Iterator[Row]:
     from datasets import DatasetDict, load_from_disk
 
     ds = load_from_disk(path)
     if isinstance(ds, DatasetDict):
-        ds = ds["train"] if "train" in ds else next(iter(ds.values()))
+        ds = ds[hf_split(path, split)[0] or next(iter(ds))]
     for n, rec in enumerate(ds, 1):
         yield path, n, rec
 
@@ -320,8 +319,8 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
     return None
 
 
-def _hf_hub(path: str) -> Iterator[Row]:
-    """A hub dataset id (Kaggle/Colab with internet on): its train split."""
+def _hf_hub(path: str, split: str | None = None) -> Iterator[Row]:
+    """A hub dataset id (Kaggle/Colab with internet on): its train split, or `split`."""
     from datasets import load_dataset
 
     advice = ("Without internet (Kaggle: Settings > Internet off; or locally), download it once and pass the saved "
@@ -329,7 +328,7 @@ def _hf_hub(path: str) -> Iterator[Row]:
     if why := _hub_unreachable():
         raise ValueError(f"{path}: looks like a Hugging Face dataset id, but {why}. {advice}")
     try:
-        ds = load_dataset(path, split="train")
+        ds = load_dataset(path, split=split or "train")
     except Exception as e:  # noqa: BLE001 -- the hub raises many types; the message says what to do
         raise ValueError(f"{path}: could not load it as a Hugging Face dataset id "
                          f"({type(e).__name__}: {str(e)[:200]}). {advice}") from e

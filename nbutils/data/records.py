@@ -4,6 +4,7 @@ validated messages, or a ValueError("<reason-id>: <detail>") the quarantine keep
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 # Column pairs (user, assistant) recognised in any tabular record, in order of preference; names
@@ -12,15 +13,16 @@ COLUMN_PAIRS = [("instruction", "output"), ("prompt", "completion"), ("prompt", 
                 ("question", "answer"), ("input", "output"), ("query", "response"), ("instruction", "response"),
                 ("prompt", "answer"), ("question", "response"), ("context", "response")]
 CHAT_COLUMNS = ("messages", "conversations", "text")
+PREFERENCE_PAIRS = [("chosen", "rejected")]  # 05's pairs (its KTO rows are prompt/completion, a pair above)
 ROLES = {"system": "system", "user": "user", "assistant": "assistant", "human": "user", "gpt": "assistant",
          "model": "assistant", "bot": "assistant", "chatgpt": "assistant"}
 
 def recognised(columns, mapping: dict | None = None) -> bool:
-    """Whether a set of column names holds a conversation we know how to read."""
+    """Whether a set of column names holds a conversation (or a preference pair) we know how to read."""
     cols = {str(c).strip().lower() for c in columns}
     if mapping:
         return all(str(v).strip().lower() in cols for v in mapping.values())
-    return any(a in cols and b in cols for a, b in COLUMN_PAIRS) or any(c in cols for c in CHAT_COLUMNS)
+    return any(a in cols and b in cols for a, b in COLUMN_PAIRS + PREFERENCE_PAIRS) or any(c in cols for c in CHAT_COLUMNS)
 
 
 # --- records -> chat messages (raise ValueError("<reason-id>: <detail>") for the quarantine) ---
@@ -37,21 +39,47 @@ def _text(rec: dict, key: str) -> str:
     return value.strip()
 
 
-def _turns(turns, role_key: str, content_key: str) -> list[dict]:
-    if not isinstance(turns, list):
-        raise ValueError(f"wrong-type: conversation is {type(turns).__name__}")
+def turns(value, name: str) -> list[dict]:
+    """A message list as {"role", "content"} turns, wherever it appears (SFT records, preference prompts and answers).
+
+    Each turn may say role/content or ShareGPT's from/value; role aliases are mapped (human -> user, gpt -> assistant
+    ...). Raises ValueError("<reason-id>: <detail>") naming the field and the turn: wrong-type, unknown-role,
+    missing-field, empty-field."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)  # CSV/SQL cells hold JSON text
+        except json.JSONDecodeError:
+            raise ValueError(f"malformed-json: {name}") from None
+    if not isinstance(value, list):
+        raise ValueError(f"wrong-type: {name} is {type(value).__name__}")
     out = []
-    for t in turns:
+    for i, t in enumerate(value, 1):
+        where = f"{name} turn {i}"
         if not isinstance(t, dict):
-            raise ValueError(f"wrong-type: turn is {type(t).__name__}")
-        role = t.get(role_key)
+            raise ValueError(f"wrong-type: {where} is {type(t).__name__}")
+        t = {str(k).strip().lower(): v for k, v in t.items()}
+        role = t.get("role", t.get("from"))
         if not isinstance(role, str) or role.strip().lower() not in ROLES:
-            raise ValueError(f"unknown-role: {role}")
-        out.append({"role": ROLES[role.strip().lower()], "content": _text(t, content_key)})
+            raise ValueError(f"unknown-role: {role} in {where}" if role is not None else f"missing-field: {where} role")
+        content = t.get("content", t.get("value"))
+        if content is None:
+            raise ValueError(f"missing-field: {where} content")
+        if not isinstance(content, str):
+            raise ValueError(f"wrong-type: {where} content is {type(content).__name__}")
+        if not content.strip():
+            raise ValueError(f"empty-field: {where}")
+        out.append({"role": ROLES[role.strip().lower()], "content": content.strip()})
+    return out
+
+
+def _conversation(value, name: str) -> list[dict]:
+    """An SFT conversation: its turns up to the last answer (turns after it teach nothing; dropping them keeps EOS at
+    the very end)."""
+    out = turns(value, name)
     while out and out[-1]["role"] != "assistant":
-        out.pop()  # turns after the last answer teach nothing; dropping them keeps EOS at the very end
+        out.pop()
     if not out:
-        raise ValueError("no-assistant-turn")
+        raise ValueError(f"no-assistant-turn: {name} has no assistant turn")
     return out
 
 
@@ -83,16 +111,9 @@ def to_messages(rec: dict, columns: dict | None = None) -> list[dict]:
     if columns:
         col = {k: str(v).strip().lower() for k, v in columns.items()}
         return _pair(rec, col["user"], col["assistant"], col.get("system"))
-    if "messages" in rec:
-        msgs = rec["messages"]
-        if isinstance(msgs, str):
-            try:
-                msgs = json.loads(msgs)  # CSV/SQL cells hold JSON text
-            except json.JSONDecodeError:
-                raise ValueError("malformed-json: messages") from None
-        return _turns(msgs, "role", "content")
-    if "conversations" in rec:
-        return _turns(rec["conversations"], "from", "value")
+    for key in ("messages", "conversations"):  # role/content or from/value turns in either
+        if key in rec:
+            return _conversation(rec[key], key)
     both = [(a, b) for a, b in COLUMN_PAIRS if a in rec and b in rec]
     some = [(a, b) for a, b in COLUMN_PAIRS if a in rec or b in rec]
     if both or (some and "text" not in rec):
@@ -100,3 +121,9 @@ def to_messages(rec: dict, columns: dict | None = None) -> list[dict]:
     if "text" in rec:
         return [{"role": "assistant", "content": _text(rec, "text")}]
     raise ValueError(f"unrecognised-record: keys {', '.join(sorted(map(str, rec)))[:80]}")
+
+
+def normalized_key(msgs: list[dict]) -> bytes:
+    """What makes two conversations the same record: roles and text, case and runs of whitespace aside."""
+    key = json.dumps([(m["role"], " ".join(m["content"].lower().split())) for m in msgs])
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()

@@ -1,8 +1,8 @@
 """Raw records in, validated chat-formatted and tokenized train/eval splits out; nothing lost silently.
 
 Every record read ends up in exactly one place: kept (train or eval), quarantined (with source,
-line and reason in quarantine.jsonl), dropped as a duplicate (counted), or too long (written to
-quarantine.jsonl as too-long, counted under too_long). The manifest's counts add up:
+line and reason in quarantine.jsonl), dropped as a duplicate (listed there too, with the line it repeats), or too
+long (written to quarantine.jsonl as too-long, counted under too_long). The manifest's counts add up:
     records == kept + quarantined + duplicates + too_long      train + eval == kept
 (with truncate=True, records cut to max_seq_len count as kept and also under `truncated`).
 
@@ -11,6 +11,7 @@ Output folder (what 02 and 03 read):
   manifest.json      counts, splits, template, tokens (pad, EOS, end of turn, stop ids), role fixes,
                      max_seq_len and why, token-length stats, content hash, batching plan
   quarantine.jsonl   {"source", "line", "reason"} per record kept out; reason = "<stable-id>: <detail>"
+                     (`nbutils.data.ledger`)
   lengths.png        token-length histogram with the cut-off marked
 
 Command line:  python -m nbutils.data prepare INPUT [INPUT ...] --out DIR [--format auto] ...  (nbutils/data/__main__.py)
@@ -31,6 +32,7 @@ from nbutils import defaults
 from nbutils.chain import MARKERS
 from nbutils.data import chatformat, readers, records
 from nbutils.data.batching import IGNORE_INDEX
+from nbutils.data.ledger import Ledger
 
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
 
@@ -153,11 +155,6 @@ def _truncate_batch(batch: dict, max_seq_len: int) -> dict:
             "length": [min(n, max_seq_len) for n in batch["length"]]}
 
 
-def _normalized(msgs: list[dict]) -> bytes:
-    key = json.dumps([(m["role"], " ".join(m["content"].lower().split())) for m in msgs])
-    return hashlib.blake2b(key.encode(), digest_size=16).digest()
-
-
 def length_stats(lengths: list[int]) -> dict:
     """min / median / p95 / max of token lengths."""
     s = sorted(lengths)
@@ -184,18 +181,20 @@ def _no_progress_bars():
 def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int | str = "auto", eval_fraction: float = 0.1,
             seed: int = 0, max_records: int | None = None, train_on_prompt: bool = False, fmt: str = "auto",
             strict: bool = False, truncate: bool = False, batch_size: int = 16, columns: dict | None = None,
-            verbose: bool = True, base_model: str | None = None, seq_len_cap: tuple[int, str] | None = None) -> dict:
+            verbose: bool = True, base_model: str | None = None, seq_len_cap: tuple[int, str] | None = None,
+            split: str | None = None) -> dict:
     """Read, validate, normalize, dedupe, tokenize and split; write the output folder; return the manifest.
 
     tokenizer: a prepared tokenizer or the model's name; base_model: the name recorded for 02, 03 and 04 (default:
-    the tokenizer's name); seq_len_cap: (longest sequence that trains, why) for max_seq_len="auto"."""
+    the tokenizer's name); seq_len_cap: (longest sequence that trains, why) for max_seq_len="auto"; split: the split
+    read from a saved HF dataset folder that holds several (default: train, said in the log and the manifest)."""
     if isinstance(tokenizer, (str, Path)):
         base_model = str(tokenizer) if base_model is None else base_model
         tokenizer = chatformat.load_tokenizer(str(tokenizer))
     base_model = getattr(tokenizer, "name_or_path", "") if base_model is None else base_model
     with _no_progress_bars():
         manifest = _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt,
-                            fmt, strict, truncate, batch_size, columns, verbose, seq_len_cap)
+                            fmt, strict, truncate, batch_size, columns, verbose, seq_len_cap, split)
     # 02, 03 and 04 take the model from here: it is named once, in 01. The fingerprint lets 02 accept another
     # name for the same tokenizer (a Hub id here, its Kaggle input folder there) and refuse any other.
     manifest.update(base_model=base_model, tokenizer_fingerprint=chatformat.fingerprint(tokenizer))
@@ -203,54 +202,31 @@ def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int 
     return manifest
 
 
-class _Ledger:
-    """Where every record read ends up: the quarantine list and the counts the manifest adds up."""
-
-    def __init__(self, strict: bool):
-        self.strict, self.quarantine = strict, []
-        self.counts = {"records": 0, "kept": 0, "quarantined": 0, "duplicates": 0, "too_long": 0}
-
-    def bad(self, source, line, reason, key="quarantined"):
-        if self.strict:
-            raise DataError(f"{source} line {line}: {reason} (strict=True stops at the first bad record)")
-        self.quarantine.append({"source": source, "line": line, "reason": reason})
-        self.counts[key] += 1
-
-    def reasons(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for q in self.quarantine:
-            rid = q["reason"].split(":")[0]
-            out[rid] = out.get(rid, 0) + 1
-        return out
-
-
-def _read_rows(inputs, fmt, columns, max_records, ledger: _Ledger, verbose) -> tuple[list[dict], dict]:
-    """Every input read and turned into chat messages, duplicates dropped: (rows, format of each input)."""
-    rows, seen, formats = [], set(), {}
+def read_records(inputs: list[str], ledger, fmt: str = "auto", columns: dict | None = None, max_records: int | None = None,
+         split: str | None = None, verbose: bool = False) -> list[dict]:
+    """Every record of every input as chat messages ({"messages", "source", "line"}), duplicates dropped; each record
+    read is counted in the ledger (`nbutils.data.ledger`) and the ones kept out are listed there with their reason."""
+    rows = []
     for path in inputs:
-        formats[path], why = readers.sniff_why(path) if fmt == "auto" else (fmt, "given")
+        kind, why = readers.sniff_why(path, split) if fmt == "auto" else (fmt, "given")
+        ledger.inputs[path] = {"format": kind, "why": why}
         before = ledger.counts["records"]
-        for source, line, rec in readers.read(path, formats[path], columns):
+        for source, line, rec in readers.read(path, kind, columns, split):
             if max_records and ledger.counts["records"] >= max_records:
                 break
             ledger.counts["records"] += 1
-            if isinstance(rec, readers.Bad):
-                ledger.bad(source, line, rec.reason)
-                continue
             try:
+                if isinstance(rec, readers.Bad):
+                    raise ValueError(rec.reason)
                 msgs = records.to_messages(rec, columns)
             except ValueError as e:
                 ledger.bad(source, line, str(e))
                 continue
-            key = _normalized(msgs)
-            if key in seen:
-                ledger.counts["duplicates"] += 1
-                continue
-            seen.add(key)
-            rows.append({"messages": msgs, "source": source, "line": line})
+            if ledger.first(records.normalized_key(msgs), source, line):
+                rows.append({"messages": msgs, "source": source, "line": line})
         if verbose:
-            print(f"[data] {path}: read as {formats[path]} ({why}), {ledger.counts['records'] - before} records")
-    return rows, formats
+            print(f"[data] {path}: read as {kind} ({why}), {ledger.counts['records'] - before} records")
+    return rows
 
 
 def _encode_rows(rows, tokenizer, template, train_on_prompt):
@@ -276,7 +252,7 @@ def _encode_rows(rows, tokenizer, template, train_on_prompt):
     return ds, fixes
 
 
-def _select(ds, rows, max_seq_len, truncate, ledger: _Ledger) -> tuple[list[int], int]:
+def _select(ds, rows, max_seq_len, truncate, ledger: Ledger) -> tuple[list[int], int]:
     """Indexes of the rows kept under max_seq_len (or cut to it with truncate=True), and how many were cut."""
     keep, truncated = [], 0
     for i, (n, err) in enumerate(zip(ds["length"][:], ds["error"][:])):
@@ -307,7 +283,7 @@ def _write_splits(kept, out_dir: Path, eval_fraction, seed) -> tuple[dict, str]:
 
 
 def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
-             truncate, batch_size, columns, verbose, seq_len_cap) -> dict:
+             truncate, batch_size, columns, verbose, seq_len_cap, split) -> dict:
     from nbutils.data import batching
     from nbutils.plots import plot_length_histogram
 
@@ -318,8 +294,8 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         print(chatformat.describe_line(tokenizer))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ledger = _Ledger(strict)
-    rows, formats = _read_rows(inputs, fmt, columns, max_records, ledger, verbose)
+    ledger = Ledger(strict, DataError, ("too_long",))
+    rows = read_records(inputs, ledger, fmt, columns, max_records, split, verbose)
     keep, truncated, fixes, seq_why, ds = [], 0, {}, "given", None
     if rows:
         ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
@@ -333,7 +309,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     if truncate:
         counts["truncated"] = truncated
     counts["kept"] = len(keep)
-    (out_dir / "quarantine.jsonl").write_text("".join(json.dumps(q) + "\n" for q in ledger.quarantine))
+    ledger.write(out_dir)
     if not keep:
         raise DataError(f"nothing usable: {counts['records']} records read, all kept out; "
                         f"see {out_dir / 'quarantine.jsonl'} for each reason.")
@@ -343,7 +319,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     splits, content_hash = _write_splits(kept, out_dir, eval_fraction, seed)
     kept_lengths, train_lengths = kept["length"][:], splits["train"]["length"][:]
     manifest = {
-        "inputs": [{"path": p, "format": f} for p, f in formats.items()],
+        "inputs": [{"path": p, **how} for p, how in ledger.inputs.items()],
         "counts": counts,
         "splits": {k: len(v) for k, v in splits.items()},
         "quarantine_reasons": ledger.reasons(),

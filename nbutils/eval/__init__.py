@@ -6,6 +6,7 @@
 - `guard`: `detect` inside `model.generate`, stopping only the rows that degenerate.
 - `degeneration`: the circuit breaker for whole runs, summaries, and `python -m nbutils.eval.degeneration check`.
 - `evaluation`: guarded batched generation on a bounded sample, the task metric, the eval loss.
+- `evalplan`: 03's plan before the model loads: generation and scoring against the GPU, refused naming what to change.
 - `metrics`: exact match, ROUGE-L, chrF or a user scorer, with bootstrap intervals and win/tie/loss.
 - `report`: one line per model, the per-sample table and the chart of degeneration reasons.
 - `chat`: talk to the tuned model (streamed interactively, plain lines in a batch run).

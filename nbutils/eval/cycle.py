@@ -33,6 +33,7 @@ CONTEXT_CHARS, CONTEXT_MIN, CONTEXT_WORDS_ALIKE, CONTEXT_CHARS_ALIKE = 96, 24, 0
 CONTEXT_WORDS_NONE = 5  # this many content words on each side, none shared: unlike, however alike their letters
 CONTEXT_WORDS_FRAMED = 0.5  # sibling paragraphs of one template ("... for mice. / ... for touchpads.") share more
 WORD_RE = re.compile(r"\w+")
+NEXT_PARAGRAPH_RE = re.compile(r"[^\n]*\n[ \t]*\n[^\n]*\S[^\n]*")  # a paragraph's rest, a blank line, a new opening
 HANGUL_RE = re.compile("[\uac00-\ud7a3]")  # precomposed Hangul syllables
 HANGUL_SPLIT_RE = re.compile("([\uac00-\ud7a3]+)")
 
@@ -82,8 +83,16 @@ def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     # A stop where the text is cut ("array([-1.") is no sentence end yet: a number may go on.
     if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(again + "\0") and not _margin_lines(again)):
         return False  # code, which repeats its lines and blocks
-    m.update(cycle_chars=q, cycle_said_again=r)
+    m.update(cycle_chars=q, cycle_said_again=r, cycle_next_paragraph=int(_next_paragraph(tail[len(tail) - q:len(tail) - r + lead])))
     return True
+
+
+def _next_paragraph(between: str) -> bool:
+    """Is the text between a cycle's two copies the rest of one paragraph, one blank line, and whole sentences that open
+    the next paragraph (`between` ends at a sentence's end)? Then the paragraph after the first copy's says its text
+    again with a new opening, as a generation stuck on a paragraph does; a document that says a paragraph again does
+    so under a heading of its own, or from its first word."""
+    return bool(NEXT_PARAGRAPH_RE.fullmatch(between)) and bool(SENTENCE_END_RE.search(between[-3:]))
 
 
 def _short_cycle(cycle: str) -> bool:

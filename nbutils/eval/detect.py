@@ -18,6 +18,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from nbutils.eval.cycle import early_cycle
+from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
 from nbutils.eval.soup import soup
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
@@ -58,6 +59,7 @@ RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 7
 OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
+COUNT_SEPARATORS = frozenset((",", ";", "\n"))  # what a count writes between its numbers (or only a space)
 COUNT_REPEATS, COUNT_CHARS = 10, 1000  # a counted template is a loop from this many items or characters (_enough)
 
 @dataclass
@@ -165,24 +167,21 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
             run += 1
         if run < p:
             continue  # not even two copies
-        unit, span_nums, exact, counting = rev[:p], [], True, False
-        numbers = unit.count(NUM)
-        if numbers:  # compare the actual numbers: the same template with new numbers is a counting loop
+        unit, span_nums, exact, counting, listed = rev[:p], [], True, False, False
+        if NUM in unit:  # compare the actual numbers: the same template with new numbers is a counting loop
             if nums is None:
                 nums = [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)][:-1 if cut == NUM else None]
             span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
-            exact = all(a == b for a, b in zip(span_nums, span_nums[numbers:]))
-            for k in range(numbers):
-                vals = [int(v) for v in span_nums[k::numbers] if v.isdigit()]
-                steps = {b - a for a, b in zip(vals, vals[1:])}
-                counting |= len(vals) >= 3 and len(steps) == 1 and 0 not in steps
+            exact, counting, listed = _counted(rev, run + p, p, span_nums)
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
-        if _enough(unit, words, (run + p) / p, span, exact, counting) or (
+        # a line said again whose line break is all that is left to say counts as said: "X\nX\nX" is three copies
+        reps = (run + p + (rev[p - 1] == "\n")) / p
+        if _enough(unit, words, reps, span, exact, counting, listed) or (
                 exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
             if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and fenced:
                 continue  # inside a code block: a program's sample output says a line a few times
-            if not exact and _code_table(tail, unit, (run + p) / p):
+            if not (exact or listed) and _code_table(tail, unit, (run + p) / p):
                 continue
             m.update(loop_period=p, loop_repeats=round((run + p) / p, 2), loop_chars=span, loop_counts=int(counting))
             if (copies := _line_copies(rev, run + p, p)) is not None:
@@ -191,6 +190,28 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
+
+
+def _steps_evenly(values: list[str]) -> bool:
+    """Three numbers or more, each the one before plus one step that is not 0: counted (1, 2, 3; 40, 30, 20)."""
+    vals = [int(v) for v in values if v.isdigit()]
+    steps = {b - a for a, b in zip(vals, vals[1:])}
+    return len(vals) >= 3 and len(steps) == 1 and 0 not in steps
+
+
+def _counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool, bool, bool]:
+    """The numbers of a periodic region (rev[:size], reversed; `values` in text order), by their place in the period:
+    exact (the same in every copy), counting (some place counts evenly) and listed (each place the same in every copy
+    or a list item's number that counts: items said again under the list's next numbers, copies but for layout)."""
+    columns: dict[int, list[str]] = {}
+    for j, v in zip([j for j in range(size - 1, -1, -1) if rev[j] == NUM], values):
+        columns.setdefault(j % p, []).append(v)
+    same = {k: len(set(v)) == 1 for k, v in columns.items()}
+    counted = {k: _steps_evenly(v) for k, v in columns.items()}
+    exact = all(same.values())
+    # a list item's number opens a line and is followed by "." or ")": "1. Oranges" (rev[k - 1] comes after rev[k])
+    return exact, any(counted.values()), not exact and all(
+        same[k] or counted[k] and rev[(k - 1) % p] in (".", ")") and rev[(k + 1) % p] == "\n" for k in columns)
 
 
 def _cased_loop(tail: str, tokens: list[str], m: dict, partial: bool, fenced: bool) -> str | None:
@@ -268,11 +289,16 @@ def _line_copies(rev: list[str], size: int, p: int) -> float | None:
     return (size - lead) / p
 
 
-def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool) -> bool:
+def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool,
+            listed: bool = False) -> bool:
     """Is a periodic tail long enough to be a loop? Repeats and characters needed, by the kind of unit."""
     p, numbers = len(unit), unit.count(NUM)
+    if listed:  # a list's items said again under its next numbers: three whole copies, as lines said again
+        return reps >= 3 and span >= 24
     code_ish = _code_ish(unit)
     if not words and numbers:  # a number said again and again, or counted: [29] [30] [31]
+        if counting and all(t == NUM or t in COUNT_SEPARATORS for t in unit):
+            return False  # a count, bare numbers stepping evenly ("1, 2, 3, 4"): what counting to 100 writes
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
         if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
@@ -349,7 +375,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
     loop = _cased_loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                        fenced=fenced)
-    if not loop and early_cycle(tail, m, whole):
+    if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m)):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

@@ -6,7 +6,6 @@ rest), so `n_samples` prompts are generated and the eval loss covers every eval 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from nbutils.chain import MARKERS
 from nbutils.data import batching, chatformat
 from nbutils.eval.degeneration import CircuitBreaker, summarize
 from nbutils.eval.detect import detect
+from nbutils.train import atomic, evalmemory, reports, runlock
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -27,7 +27,7 @@ def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tupl
     return prompts, refs
 
 
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = 16,
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = evalmemory.GENERATE_ROWS,
              guard: str = "flag", breaker: CircuitBreaker | None = None,
              eos_token_id: int | list[int] | None = None) -> list[dict]:
     """Greedy generation with left padding. guard: 'off', 'flag' (stop degenerate rows, keep going) or
@@ -84,29 +84,38 @@ def exact_match(outputs: list[str], references: list[str]) -> float:
     return sum(norm(o) == norm(r) for o, r in zip(outputs, references)) / max(1, len(references))
 
 
-def eval_loss(model, eval_ds, pad_id: int, batch_size: int = 32) -> float:
-    """Mean loss per target token over the whole eval split (prompt tokens masked)."""
-    import torch
+def eval_loss(model, eval_ds, pad_id: int, batch_tokens: int = evalmemory.BATCH_TOKENS) -> float:
+    """Mean loss per target token over the whole eval split (prompt tokens masked), in batches of at most batch_tokens
+    padded positions, lm_head applied a chunk of positions at a time (nbutils.train.loss.sequence_logprobs): the
+    batch x length x vocabulary logits never exist (03's plan counts one chunk)."""
+    from nbutils.train.loss import sequence_logprobs
 
     collate = batching.make_collator({"strategy": "length_grouped"}, pad_id)
+    lengths = list(eval_ds["length"]) if "length" in eval_ds.column_names else [len(r["input_ids"]) for r in eval_ds]
     total, count = 0.0, 0
-    for i in range(0, len(eval_ds), batch_size):
-        batch = collate([eval_ds[j] for j in range(i, min(i + batch_size, len(eval_ds)))])
-        batch = {k: v.to(model.device) for k, v in batch.items()}
-        n = int((batch["labels"][:, 1:] != -100).sum())
-        with torch.no_grad():
-            loss = model(**batch).loss
-        total += float(loss) * n
-        count += n
+    for rows in batching.by_tokens(lengths, batch_tokens):
+        batch = {k: v.to(model.device) for k, v in collate([eval_ds[j] for j in rows]).items()}
+        logps, n = sequence_logprobs(model, batch)
+        total -= float(logps.sum())
+        count += int(n.sum())
     return total / max(1, count)
 
 
 def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: str,
-          breaker: CircuitBreaker | None = None) -> tuple[dict, list[dict]]:
-    """One model's report entry (task metric, loss, perplexity, degeneration figures) and its generations."""
-    outs = generate(model, tokenizer, prompts, max_new_tokens, guard=guard, breaker=breaker)
-    loss = eval_loss(model, eval_ds, tokenizer.pad_token_id)
-    entry = {"task_metric": exact_match([o["text"] for o in outs], refs), "eval_loss": loss,
+          breaker: CircuitBreaker | None = None, metrics: str = "auto", batch_size: int = evalmemory.GENERATE_ROWS,
+          batch_tokens: int = evalmemory.BATCH_TOKENS) -> tuple[dict, list[dict]]:
+    """One model's report entry (task metric, the primary metric by name, loss, perplexity, degeneration figures) and
+    its generations; `metrics` is 03's parameter (auto: exact match for short answers, ROUGE-L for long ones);
+    batch_size prompts generated at once, batch_tokens padded positions scored at once (03's plan)."""
+    from nbutils.eval import metrics as task_metrics
+
+    outs = generate(model, tokenizer, prompts, max_new_tokens, batch_size, guard=guard, breaker=breaker)
+    loss = eval_loss(model, eval_ds, tokenizer.pad_token_id, batch_tokens)
+    texts = [o["text"] for o in outs]
+    primary = task_metrics.resolve(metrics, refs)[1]
+    values = task_metrics.scorer(primary)(texts, refs)
+    entry = {"task_metric": exact_match(texts, refs), "eval_loss": loss,
+             "primary_metric": {"name": primary, "value": sum(values) / max(1, len(values))},
              "perplexity": math.exp(min(loss, 50.0)), **summarize(outs, max_new_tokens)}
     return entry, outs
 
@@ -148,7 +157,12 @@ def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
     return rows
 
 
-def write_report(output_dir: str | Path, report: dict) -> Path:
+def write_report(output_dir: str | Path, report: dict, checkpoint: str | Path) -> Path:
+    """eval_report.json, last and atomically, naming the checkpoint it describes (04 refuses it for another one);
+    the end of 03's run: its output_dir lock is released."""
     path = Path(output_dir) / MARKERS["eval"]
-    path.write_text(json.dumps(report, indent=2, default=str))
+    try:
+        atomic.write_json(path, {**report, "checkpoint": reports.identity(checkpoint), "written_by": "03_eval"})
+    finally:
+        runlock.release(output_dir)
     return path

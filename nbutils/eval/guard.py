@@ -2,12 +2,12 @@
 
 Cheap by construction, so it can stay on for every generation: every `check_every` tokens it reads
 only the new token ids of each unfinished row (incremental state, no re-decoding of what it has
-seen); an exact repeat in the ids (a short period, or 16 ids said again up to 512 tokens back), CHECK_CHARS
-characters not yet judged (asked between checks only at a step that brought a long token: real tokenizers pack
-64 dots into one), or every `detect_every` tokens anyway, makes it decode just the new tokens onto the row's
-text tail and run `nbutils.eval.detect.detect` on that bounded tail, up to its last whole character. It
-detects and never intervenes: no penalties, no logits changes, so healthy rows get exactly the
-tokens they would get without it. `make bench` measures its cost inside generate.
+seen); an exact repeat in the ids (a short period, also where a run of blank tokens or of digits is read as one
+entry, or 16 ids said again up to 512 tokens back), CHECK_CHARS characters not yet judged (asked between checks
+only at a step that brought a long token: real tokenizers pack 64 dots into one), or every `detect_every` tokens
+anyway, makes it decode just the new tokens onto the row's text tail and run `nbutils.eval.detect.detect` on that
+bounded tail, up to its last whole character. It detects and never intervenes: no penalties, no logits changes, so
+healthy rows get exactly the tokens they would get without it. `make bench` measures its cost inside generate.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from nbutils.eval.detect import BLANK_RE, PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_C
 GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
 GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
 _MARKER_END_RE = re.compile(f"(?:{SPECIAL_RE.pattern})$", re.I)
+BLANK_CHARS = frozenset("ĠĊĉč▁ \t\n\r")  # how byte-level and SentencePiece vocabularies spell whitespace
+BLANK_BYTES = frozenset(("<0x0A>", "<0x20>", "<0x09>", "<0x0D>"))
 GRAM, FAR = 8, 512  # long repeats: 2 * GRAM ids said again, at most FAR tokens back (see _long_repeat)
 # Judged by characters where tokens are few: real tokenizers pack up to 64 dots (or `=`, spaces) into one token, so
 # a row whose new tokens hold this many characters is judged at once, whatever the token count.
@@ -36,16 +38,33 @@ CHECK_CHARS = 192
 DETECT_EVERY = 48
 
 
-def _tables(tokenizer, long: int) -> tuple[dict[int, int], frozenset[int]]:
-    """Characters per token id, as the vocabulary spells it (a byte-level space counts one), and the ids of tokens
-    of `long` characters or more: built once per tokenizer and shared by every guard on it (eval makes one per
-    batch; a look-up in the vocabulary per token costs more than the guard's step)."""
+def _tables(tokenizer, long: int) -> tuple[dict[int, int], frozenset[int], dict[int, int]]:
+    """Characters per token id, as the vocabulary spells it (a byte-level space counts one), the ids of tokens
+    of `long` characters or more, and the ids that _id_loop reads as one (see _kinds): built once per tokenizer and
+    shared by every guard on it (eval makes one per batch; a look-up in the vocabulary per token costs more than the
+    guard's step)."""
     tables = derived(tokenizer)
     if "token_chars" not in tables:
-        tables["token_chars"] = {i: len(t) for t, i in tokenizer.get_vocab().items()}
+        vocab = tokenizer.get_vocab()
+        tables["token_chars"] = {i: len(t) for t, i in vocab.items()}
+        tables["token_kinds"] = _kinds(vocab)
     if ("long_tokens", long) not in tables:
         tables["long_tokens", long] = frozenset(i for i, n in tables["token_chars"].items() if n >= long)
-    return tables["token_chars"], tables["long_tokens", long]
+    return tables["token_chars"], tables["long_tokens", long], tables["token_kinds"]
+
+
+def _kinds(vocab: dict[str, int]) -> dict[int, int]:
+    """Token ids that only lay text out or count, as the vocabulary spells them (byte-level and SentencePiece): blank
+    ones (a line break and the next line's indentation) as -1, digits as -2. Lines said again at another indentation
+    (`<table>` nested ever deeper) or under the next number of a list are a loop to `detect`, and the ids' loop is
+    what makes the guard run it at once."""
+    kinds = {}
+    for t, i in vocab.items():
+        if t and (all(c in BLANK_CHARS for c in t) or t in BLANK_BYTES):
+            kinds[i] = -1
+        elif (digits := t.lstrip("Ġ▁ ")).isdigit() and digits.isascii():
+            kinds[i] = -2
+    return kinds
 
 
 @dataclass
@@ -56,6 +75,7 @@ class RowState:
     tokens: int = 0  # tokens generated, up to and including EOS or the stop
     eos: bool = False
     ids: list[int] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)  # the ids, a run of blank or of digit tokens as one entry (_kinds)
     text: str = ""  # the decoded tail, at most 2 * TAIL_CHARS characters
     buf: bytearray = field(default_factory=bytearray)  # the ids as 4-byte integers, for _long_repeat's search
     decoded: int = 0  # tokens already decoded into text
@@ -69,7 +89,10 @@ def settled(verdict: Verdict, ended: bool = False) -> bool:
     A cycle of sentences said again before its second copy is whole (`detect`'s early-cycle rule, for a text that
     `max_new_tokens` cut) waits for that second copy mid-stream, when the loop rules see it: at a prefix it is also
     what healthy documents are as they say a paragraph again after a new heading or a message again with a new ending,
-    and a loop goes on. It costs a looping row one cycle more; a row that has `ended` is judged as `detect` judges it.
+    and a loop goes on. It costs a looping row one cycle more; a row that has `ended` is judged as `detect` judges it,
+    and so is a cycle whose second copy follows the first's paragraph with nothing between but whole sentences that
+    open the next paragraph (`cycle_next_paragraph`: a generation stuck on a paragraph, not a document saying one again
+    under a heading or from its first word).
     A loop of lines whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
     (gettext catalogs translate two messages alike, after a line that ends the same way), and the
     third copy has begun. A row that has written only special markers and whitespace so far stops once they reach
@@ -84,7 +107,7 @@ def settled(verdict: Verdict, ended: bool = False) -> bool:
     if verdict.reasons == ["loop"] and "loop_line_copies" in m:  # a catalog says a line twice after one alike
         return m["loop_line_copies"] > GUARD_LINE_COPIES
     if verdict.reasons == ["loop"] and "cycle_chars" in m:
-        return ended
+        return ended or bool(m.get("cycle_next_paragraph"))
     return verdict.degenerate
 
 
@@ -143,9 +166,9 @@ class DegenerationGuard(StoppingCriteria):
     """A per-row stopping criterion for `model.generate`: stops the rows whose text degenerates, only those.
 
     Every `check_every` tokens (sooner when long tokens bring a row CHECK_CHARS characters) it looks at the
-    new token ids of each unfinished row; when the ids repeat (short periods exactly, long ones by their
-    last 16 ids), when CHECK_CHARS characters are unjudged, and anyway every `detect_every` tokens, it
-    decodes only the row's new tokens (plus two of context), appends them to the row's text tail and
+    new token ids of each unfinished row; when the ids repeat (short periods exactly, or with runs of blank or of
+    digit tokens as one entry; long ones by their last 16 ids), when CHECK_CHARS characters are unjudged, and anyway
+    every `detect_every` tokens, it decodes only the row's new tokens (plus two of context), appends them to the row's text tail and
     runs `detect` on it: every stop is `detect`'s verdict on the text decoded up to it (markers_pending and
     settled say when a verdict waits). A row that emits EOS is judged once more, up to its end, when
     it brought text not yet judged (its report then gives the reasons, with `stopped` False: it ended by itself),
@@ -165,7 +188,7 @@ class DegenerationGuard(StoppingCriteria):
         self.rows: list[RowState] = []
         self._start, self._done = 0, None
         self._checked = 0  # the sequence length at the last check
-        self._token_chars, self._long = _tables(tokenizer, max(1, CHECK_CHARS // check_every))
+        self._token_chars, self._long, self._kinds = _tables(tokenizer, max(1, CHECK_CHARS // check_every))
 
     def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
         batch, length = input_ids.shape
@@ -200,12 +223,16 @@ class DegenerationGuard(StoppingCriteria):
             return
         seen = min(len(self.rows[i].ids) for i in active)
         suspects, fresh = [], input_ids[:, self._start + seen:].tolist()
-        chars = self._token_chars
+        chars, kinds = self._token_chars, self._kinds
         for i in active:
             row = self.rows[i]
             new = fresh[i][len(row.ids) - seen:]
             hit = None if self.eos.isdisjoint(new) else next(k for k, t in enumerate(new) if t in self.eos)
             row.ids += new if hit is None else new[:hit + 1]
+            for t in new:  # a run of blank tokens or of digits is one entry: indentation and numbers of any width
+                k = kinds.get(t, t)
+                if k >= 0 or not row.kinds or row.kinds[-1] != k:
+                    row.kinds.append(k)
             row.buf += array("i", new).tobytes()  # after EOS the row is never searched again
             row.tokens = len(row.ids)
             row.unjudged += sum(chars.get(t, 0) for t in new)
@@ -213,7 +240,8 @@ class DegenerationGuard(StoppingCriteria):
                 row.eos = True  # finished: never checked again, after one last look at what it had not judged
                 if (row.unjudged or row.waiting) and not row.reasons:
                     suspects.append(row)
-            elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _long_repeat(row.buf):
+            elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _id_loop(row.kinds) \
+                    or _long_repeat(row.buf):
                 suspects.append(row)
         if not suspects:
             return

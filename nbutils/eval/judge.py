@@ -1,10 +1,12 @@
-"""05's report against the SFT adapter: preference accuracy and reward margins, held-out reward, task metric.
+"""05's report against the SFT adapter: preference accuracy and reward margins (label accuracy on KTO's unpaired rows),
+held-out reward, task metric.
 
 The SFT adapter (02's) is loaded into the trained model a second time under the name "sft", so both policies share
 the 4-bit base and every figure compares them on the same inputs:
 - implicit reward of an answer: beta x (log p_policy(answer | prompt) - log p_sft(answer | prompt)); preference
   accuracy is the share of held-out pairs whose chosen answer gets the higher reward (a tie counts half: before
-  training every reward is 0, so the SFT adapter scores 0.5), the margin the mean of chosen less rejected;
+  training every reward is 0, so the SFT adapter scores 0.5), the margin the mean of chosen less rejected; on
+  unpaired KTO rows, which have no pair to rank, the share whose reward has the sign of their label instead;
 - the SFT adapter's own ranking (log p_sft of chosen above rejected), for the record;
 - for GRPO, the mean held-out reward of sampled completions, SFT against the trained policy, with a paired
   bootstrap interval of the change;
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 
 from nbutils.eval import evaluation, metrics, rewards
+from nbutils.train import evalmemory
 
 SFT = "sft"
 
@@ -32,47 +35,83 @@ def adapter(model, name: str):
         model.set_adapter(before)
 
 
-def answer_logps(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 16) -> list[float]:
-    """Sum of log-probabilities of each answer's tokens after its prompt (both rendered text, no special tokens added)."""
+def answer_logps(model, tokenizer, prompts: list[str], answers: list[str],
+                 batch_tokens: int = evalmemory.BATCH_TOKENS) -> list[float]:
+    """Sum of log-probabilities of each answer's tokens after its prompt (both rendered text, no special tokens added),
+    in batches of at most batch_tokens padded positions, through 02's chunked path (nbutils.train.loss): the whole
+    logits never exist."""
     import torch
 
-    out = []
-    for i in range(0, len(prompts), batch_size):
-        p_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[i:i + batch_size]]
-        a_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers[i:i + batch_size]]
-        width = max(len(p) + len(a) for p, a in zip(p_ids, a_ids))
-        ids = torch.full((len(p_ids), width), tokenizer.pad_token_id)
-        mask, target = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
-        for r, (p, a) in enumerate(zip(p_ids, a_ids)):
-            ids[r, :len(p) + len(a)] = torch.tensor(p + a)
-            mask[r, :len(p) + len(a)] = 1
-            target[r, len(p):len(p) + len(a)] = True
-        with torch.no_grad():
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None].to(logits.device)).squeeze(-1)
-        out += (logp * target[:, 1:].to(logp.device)).sum(-1).tolist()
+    from nbutils.data.batching import IGNORE_INDEX, by_tokens
+    from nbutils.train.loss import sequence_logprobs
+
+    p_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    a_ids = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers]
+    out = [0.0] * len(prompts)
+    for rows in by_tokens([len(p) + len(a) for p, a in zip(p_ids, a_ids)], batch_tokens):
+        width = max(len(p_ids[r]) + len(a_ids[r]) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+        mask, labels = torch.zeros_like(ids), torch.full_like(ids, IGNORE_INDEX)
+        for k, r in enumerate(rows):
+            p, a = p_ids[r], a_ids[r]
+            ids[k, :len(p) + len(a)] = torch.tensor(p + a)
+            mask[k, :len(p) + len(a)] = 1
+            labels[k, len(p):len(p) + len(a)] = torch.tensor(a, dtype=labels.dtype)
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        logps, _ = sequence_logprobs(model, {k: v.to(model.device) for k, v in batch.items()})
+        for r, value in zip(rows, logps.tolist()):
+            out[r] = value
     return out
+
+
+def _rewards(model, tokenizer, prompts: list[str], answers: list[str], beta: float, policy: str):
+    """(implicit rewards, the SFT adapter's log-probabilities) of each answer after its prompt."""
+    logps = {}
+    for name in (policy, SFT):
+        with adapter(model, name):
+            logps[name] = answer_logps(model, tokenizer, prompts, answers)
+    return [beta * (p - s) for p, s in zip(logps[policy], logps[SFT])], logps[SFT]
 
 
 def pair_figures(model, tokenizer, rows: list[dict], beta: float, policy: str = "default") -> dict:
     """Preference accuracy, margins and the SFT adapter's own ranking on held-out pairs."""
     prompts = [r["prompt"] for r in rows]
-    logps = {}
-    for name in (policy, SFT):
-        with adapter(model, name):
-            logps[name] = {side: answer_logps(model, tokenizer, prompts, [r[side] for r in rows])
-                           for side in ("chosen", "rejected")}
-    reward = {side: [beta * (p - s) for p, s in zip(logps[policy][side], logps[SFT][side])]
-              for side in ("chosen", "rejected")}
+    reward, sft = {}, {}
+    for side in ("chosen", "rejected"):
+        reward[side], sft[side] = _rewards(model, tokenizer, prompts, [r[side] for r in rows], beta, policy)
     margins = [c - r for c, r in zip(reward["chosen"], reward["rejected"])]
     per_pair = [1.0 if m > 1e-6 else 0.5 if abs(m) <= 1e-6 else 0.0 for m in margins]
-    sft_rank = [float(c > r) for c, r in zip(logps[SFT]["chosen"], logps[SFT]["rejected"])]
+    sft_rank = [float(c > r) for c, r in zip(sft["chosen"], sft["rejected"])]
     n = max(1, len(rows))
     return {"n_pairs": len(rows), "beta": beta, "preference_accuracy": sum(per_pair) / n,
             "preference_accuracy_ci": metrics.bootstrap_ci(per_pair), "sft_preference_accuracy": 0.5,
             "reward_margin": sum(margins) / n, "reward_margin_ci": metrics.bootstrap_ci(margins),
             "reward_chosen": sum(reward["chosen"]) / n, "reward_rejected": sum(reward["rejected"]) / n,
             "sft_logp_ranking_accuracy": sum(sft_rank) / n}
+
+
+def unpaired_figures(model, tokenizer, rows: list[dict], beta: float, policy: str = "default") -> dict:
+    """KTO's held-out figures on unpaired rows, which have no pair to rank: label accuracy (the share of completions
+    whose implicit reward has the sign of their label; a tie counts half, so the SFT adapter scores 0.5), the mean
+    reward of desirable and of undesirable completions, and the gap between them."""
+    reward, _ = _rewards(model, tokenizer, [r["prompt"] for r in rows], [r["completion"] for r in rows], beta, policy)
+    per_row = [0.5 if abs(x) <= 1e-6 else float((x > 0) == bool(r["label"])) for x, r in zip(reward, rows)]
+    good = [x for x, r in zip(reward, rows) if r["label"]]
+    bad = [x for x, r in zip(reward, rows) if not r["label"]]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    gap = mean(good) - mean(bad) if good and bad else None
+    return {"n_rows": len(rows), "n_desirable": len(good), "n_undesirable": len(bad), "beta": beta,
+            "label_accuracy": mean(per_row), "label_accuracy_ci": metrics.bootstrap_ci(per_row),
+            "sft_label_accuracy": 0.5, "reward_desirable": mean(good), "reward_undesirable": mean(bad),
+            "reward_gap": gap, "note": "unpaired rows: no pair to rank, so no preference accuracy or margin"}
+
+
+def held_out_figures(model, tokenizer, rows: list[dict], beta: float, policy: str = "default") -> dict:
+    """The figures that apply to the held-out rows: {"preference": ...} on pairs, {"unpaired": ...} on KTO rows."""
+    pairs = [r for r in rows if "chosen" in r]
+    kto = [r for r in rows if "completion" in r]
+    return {**({"preference": pair_figures(model, tokenizer, pairs, beta, policy)} if pairs else {}),
+            **({"unpaired": unpaired_figures(model, tokenizer, kto, beta, policy)} if kto else {})}
 
 
 def sampled_rewards(model, tokenizer, prompts: list[str], answers: list[str], funcs, samples: int,
@@ -89,8 +128,9 @@ def sampled_rewards(model, tokenizer, prompts: list[str], answers: list[str], fu
     stops, side = chatformat.stop_ids(tokenizer, model), tokenizer.padding_side
     tokenizer.padding_side, per_prompt = "left", []
     try:
-        for i in range(0, len(prompts), 8):
-            chunk = [p for p in prompts[i:i + 8] for _ in range(samples)]
+        step = evalmemory.SAMPLED_PROMPTS
+        for i in range(0, len(prompts), step):
+            chunk = [p for p in prompts[i:i + step] for _ in range(samples)]
             batch = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             guard = DegenerationGuard(tokenizer, eos_token_id=stops)
             with torch.no_grad():
@@ -100,7 +140,7 @@ def sampled_rewards(model, tokenizer, prompts: list[str], answers: list[str], fu
             rows, _ = cut(seq[:, batch["input_ids"].shape[1]:].tolist(), guard.report())
             rows = [r[:next((k for k, t in enumerate(r) if t in stops), len(r))] for r in rows]
             texts = [tokenizer.decode(r, skip_special_tokens=True).strip() for r in rows]
-            refs = [a for a in answers[i:i + 8] for _ in range(samples)]
+            refs = [a for a in answers[i:i + step] for _ in range(samples)]
             scores = rewards.total(funcs, texts, refs)
             per_prompt += [sum(scores[k:k + samples]) / samples for k in range(0, len(scores), samples)]
     finally:
@@ -135,14 +175,19 @@ def task_figures(model, tokenizer, eval_ds, limit: int, max_new_tokens: int, n_b
 
 
 def summary_line(method: str, report: dict) -> str:
-    """One line: the task metric both ways, and the method's own figure against the SFT adapter."""
-    base, tuned = report["base"]["task_metric"], report["tuned"]["task_metric"]
-    line = f"[{method}] task metric {base:.3f} (SFT) -> {tuned:.3f}"
+    """One line: the primary task metric both ways, by name, and the method's own figure against the SFT adapter."""
+    name = report["base"].get("primary_metric", {}).get("name")
+    value = lambda m: report[m]["primary_metric"]["value"] if name else report[m]["task_metric"]  # noqa: E731
+    line = f"[{method}] {name or 'task metric'} {value('base'):.3f} (SFT) -> {value('tuned'):.3f}"
     if "preference" in report:
         p = report["preference"]
         line += (f"; preference accuracy 0.5 (SFT) -> {p['preference_accuracy']:.3f} "
                  f"[{p['preference_accuracy_ci'][0]:.2f}, {p['preference_accuracy_ci'][1]:.2f}], "
                  f"margin {p['reward_margin']:.3f} on {p['n_pairs']} held-out pairs")
+    if "unpaired" in report:
+        u = report["unpaired"]
+        line += (f"; label accuracy 0.5 (SFT) -> {u['label_accuracy']:.3f} [{u['label_accuracy_ci'][0]:.2f}, "
+                 f"{u['label_accuracy_ci'][1]:.2f}] on {u['n_rows']} held-out unpaired rows (reward sign against label)")
     if "held_out_reward" in report:
         r = report["held_out_reward"]
         line += (f"; held-out reward {r['sft']['mean']:.3f} -> {r['tuned']['mean']:.3f}, change "

@@ -13,9 +13,14 @@ STYLE = (
 
 
 def model_line(name: str, block: dict) -> str:
-    """One model's figures (evaluation.score's block) as the one line 03 prints under its generations."""
+    """One model's figures (evaluation.score's block) as the one line 03 prints under its generations: the primary
+    metric by name first (exact match beside it when the primary is another)."""
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(block["reasons"].items())) or "none"
-    return (f"{name}: task metric {block['task_metric']:.3f}, eval loss {block['eval_loss']:.4f}, "
+    primary = block.get("primary_metric") or {"name": "exact_match", "value": block["task_metric"]}
+    head = f"{primary['name']} {primary['value']:.3f} (primary)"
+    if primary["name"] != "exact_match":
+        head += f", exact_match {block['task_metric']:.3f}"
+    return (f"{name}: {head}, eval loss {block['eval_loss']:.4f}, "
             f"degenerate {block['degenerate_rate']:.1%} ({reasons}), EOS {block['eos_rate']:.1%} of {block['n']} "
             f"generations; {block['tokens_generated']} tokens generated, {block['tokens_saved']} saved by the guard")
 

@@ -40,10 +40,12 @@ _NOT_AFTER = {**{w: _PREP | _AUX | _DET | _CONJ | _PRON for w in _DET},
               **{w: _CONJ for w in _CONJ}, "to": _PREP | _AUX | _CONJ}
 # "in or on", "to and from", "in or through": prepositions joined, as laws and manuals write them
 _COORDINATED = _PREP | frozenset("to through before near between".split())
+_BOUNDS = frozenset(("least", "most"))  # "for at least two hours", "in at most a day": a bound, no broken pair
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
-# A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney".
-MIDCAP_RE = re.compile(r"\b[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")  # after a lowercase word: "Sam Ruby" is a name
+# A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney". After "the"
+# it is a name too: "the Sun", "the Earth", "the Software"; "Sam Ruby" is one.
+MIDCAP_RE = re.compile(r"\b(?!the )[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")
 _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
                     "sw th tr ts tw vl wh wr zh".split())
 
@@ -95,11 +97,12 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
                 function += 1
                 if after != "-":  # "an in-memory tree": the next word is part of a compound
                     bad += (nxt in _NOT_AFTER.get(t, ()) and not (after in _COORDINATED and nxt in _CONJ and t in _COORDINATED)
-                            ) or (t == nxt and t != "that") or (nxt == ";" and t in _DET)
+                            and not (nxt == "at" and _bound(tokens, i + 2, cut))) or (t == nxt and t != "that") or (
+                        nxt == ";" and t in _DET)
             # isn't, won't; letters after digits that are no whole number (h8300sx, 041f: a number alone is NUM);
             # letters between digits of a hash (e77fd93)
             short += _fragment(t) and nxt != "'" and not prev[:1].isdigit() and not (
-                t.strip("abcdef") == "" and (nxt[:1].isdigit() or "\ue000" in (prev, nxt)))
+                t.strip("abcdef") == "" and (nxt[:1].isdigit() or "\ue000" in (prev, nxt))) and not _alphabet(t, prev, nxt)
             german += t in GERMAN
             words.append(t)
             n += 1
@@ -159,7 +162,7 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
         text = _from_word_start(recent, chars).rstrip(ASCII_LETTERS)  # the last word may be cut short: it says nothing yet
         bad += len(TITLE_FW_RE.findall(text))  # "is and The once": a function word capitalized mid-sentence
         bad += len(STRANDED_RE.findall(text)) + len(ARTICLE_RE.findall(text)) + (STUB_RE.search(text) is not None)
-        caps = len(set(MIDCAP_RE.findall(text)))  # a defined term (the Software) said again is one
+        caps = len(set(MIDCAP_RE.findall(text)))  # a word said again capitalized is one
     snake = sum("_" in w.strip("_") for w in words)
     m.update(function_share=round(function / n, 3), punct_share=round(other / span, 3), short_share=round(short / n, 3),
              bad_pairs=bad, bare_words=bare, mid_caps=caps, snake=snake)
@@ -263,6 +266,18 @@ def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, ba
 def _fragment(w: str) -> bool:
     """A piece of a word: one letter (other than a, I), or up to three letters that are no common word."""
     return len(w) <= 3 and (w not in FUNCTION_WORDS or (len(w) == 1 and w not in "ai") or not VOWELS.intersection(w))
+
+
+def _bound(tokens: list[str], j: int, cut: bool) -> bool:
+    """Is tokens[j] "least" or "most" (after "for at", "in at": a bound), or its start, where the text ends inside it?"""
+    w = tokens[j] if j < len(tokens) else ""
+    return bool(w) and any(b.startswith(w) if cut and j == len(tokens) - 1 else b == w for b in _BOUNDS)
+
+
+def _alphabet(t: str, prev: str, nxt: str) -> bool:
+    """One letter beside the letter before or after it in the alphabet, alone too ("a b c d", "z y x"): letters
+    listed in order, an alphabet or a sequence, not pieces of words."""
+    return len(t) == 1 and any(len(o) == 1 and abs(ord(o) - ord(t)) == 1 for o in (prev, nxt))
 
 
 def _odd_word(w: str) -> bool:

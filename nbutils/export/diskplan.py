@@ -5,17 +5,19 @@ weight), the adapter from the checkpoint's own files. The output folder keeps wh
 space and the platform's limit (Kaggle keeps 20 GiB of /kaggle/working), in the order of value: the adapter,
 then the GGUF, then the merged model. Big intermediates (the merged model a GGUF is converted from, the f16
 GGUF a k-quant is made from) go to the temp folder. What does not fit the output stays in the temp folder until
-the session ends, or is not written at all, and the plan says which and why. Every artifact is written under a
-`.partial` name and renamed when complete, so a failure never leaves a half-written file under the final name.
+the session ends, or is not written at all, and the plan says which and why. Sizes under 0.01 GiB read in MB.
+Every artifact is written the suite's one way (`nbutils.train.atomic`): under a temporary name, fsynced, renamed
+when complete (a folder swapped in whole), so a failure never leaves a half-written file under the final name.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from nbutils.train import atomic, diskspace
 
 GIB = 2**30
 KAGGLE_OUTPUT_LIMIT = 20 * GIB  # what Kaggle keeps of /kaggle/working after a run
@@ -115,15 +117,15 @@ def decide(plan: DiskPlan, limit_text: str) -> DiskPlan:
 def _why(plan: DiskPlan, item: Item, limit_text: str) -> str:
     """Why an artifact is not in the output, with the figures."""
     used, _ = _need({n: i for n, i in plan.items.items() if n != item.name and i.where == "output"}, 0)
-    why = (f"{item.size / GIB:.2f} GiB does not fit in the {max(0, plan.out_room - used) / GIB:.2f} GiB left in the "
+    why = (f"{_size(item.size)} does not fit in the {_size(max(0, plan.out_room - used))} left in the "
            f"output ({limit_text})")
     if item.where == "temp":
         return why + "; in the temp folder until the session ends"
     if item.name == "gguf" and plan.items.get("merged"):
         peak = item.size + plan.items["merged"].size + plan.temp_extra
-        return (f"converting needs the merged model and the GGUF on disk at once ({peak / GIB:.2f} GiB), more than "
-                f"the room in the output and the temp folder ({plan.temp_room / GIB:.2f} GiB free)")
-    return why + f", nor in the temp folder ({plan.temp_room / GIB:.2f} GiB free)"
+        return (f"converting needs the merged model and the GGUF on disk at once ({_size(peak)}), more than "
+                f"the room in the output and the temp folder ({_size(plan.temp_room)} free)")
+    return why + f", nor in the temp folder ({_size(plan.temp_room)} free)"
 
 
 def make_plan(out: str | Path, temp: str | Path, sizes: dict[str, int], limit: int | None = None,
@@ -134,8 +136,8 @@ def make_plan(out: str | Path, temp: str | Path, sizes: dict[str, int], limit: i
         p.mkdir(parents=True, exist_ok=True)
     out_free, temp_free = shutil.disk_usage(out).free, shutil.disk_usage(temp).free
     room = out_free if limit is None else min(out_free, limit - used)
-    limit_text = f"{out_free / GIB:.2f} GiB free there" + (f"; {limit_name} {(limit - used) / GIB:.2f} GiB left under it"
-                                                            if limit is not None else "")
+    limit_text = f"{_size(out_free)} free there" + (f"; {limit_name} {_size(limit - used)} left under it"
+                                                    if limit is not None else "")
     plan = DiskPlan(out, temp, {n: Item(n, s) for n, s in sizes.items()}, max(0, room - min(MARGIN, room // 20)),
                     max(0, temp_free - min(MARGIN, temp_free // 20)), os.stat(out).st_dev == os.stat(temp).st_dev,
                     temp_extra, temp_only)
@@ -181,13 +183,13 @@ def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, me
 
 
 def _size(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
+    return diskspace.size_text(n / diskspace.MB)
 
 
 def text(plan: DiskPlan) -> str:
     """The plan as a few lines: each artifact, its size and where it goes (and why not the output)."""
-    lines = [f"[disk plan] output {plan.out}: {plan.out_room / GIB:.2f} GiB usable; temp {plan.temp}: "
-             f"{plan.temp_room / GIB:.2f} GiB free" + (" (same disk)" if plan.shared else "")]
+    lines = [f"[disk plan] output {plan.out}: {_size(plan.out_room)} usable; temp {plan.temp}: "
+             f"{_size(plan.temp_room)} free" + (" (same disk)" if plan.shared else "")]
     for item in plan.items.values():
         where = {"output": "output", "temp": f"temp only ({item.reason})", "none": f"not written ({item.reason})"}
         lines.append(f"  {item.name:<13} {_size(item.size):>10} -> {where[item.where]}")
@@ -203,34 +205,16 @@ def summary(plan: DiskPlan) -> dict:
                           for n, i in plan.items.items()}}
 
 
-@contextmanager
-def writing(target: str | Path):
-    """Yield `<target>.partial` to write into; rename it to target when the block succeeds, remove it otherwise."""
-    target = Path(target)
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
-    try:
-        yield partial
-        if target.is_dir():
-            shutil.rmtree(target)
-        os.replace(partial, target)
-    finally:
-        if partial.is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
-        else:
-            partial.unlink(missing_ok=True)
-
-
 def move_into(src: str | Path, dest_dir: str | Path) -> Path:
-    """Move a finished file into dest_dir without a half-written copy ever under its name (copy + rename across
-    disks, a rename on one)."""
+    """Move a finished file into dest_dir without a half-written copy ever under its name (an atomic copy, then the
+    source removed, across disks; a rename on one)."""
     src, dest_dir = Path(src), Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / src.name
     if os.stat(src.parent).st_dev == os.stat(dest_dir).st_dev:
         os.replace(src, dest)
+        atomic.fsync_dir(dest_dir)
         return dest
-    with writing(dest) as partial:
-        shutil.copyfile(src, partial)
+    atomic.copy_file(src, dest, f"the GGUF ({dest.name})")
     src.unlink()
     return dest

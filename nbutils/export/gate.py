@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils.chain import MARKERS
+from nbutils.train import reports
 
 
 class GateRefused(RuntimeError):
@@ -69,13 +70,18 @@ def evaluate(report: dict, metric: str = "auto", min_improvement: float = 0.0,
 
 
 def check(report: dict | str | Path, metric: str = "auto", min_improvement: float = 0.0,
-          max_degenerate_rate: float = 0.2, force: bool = False) -> GateDecision:
-    """Print the decision; raise GateRefused when it fails, unless force=True (which says so)."""
+          max_degenerate_rate: float = 0.2, force: bool = False, checkpoint: str | Path | None = None) -> GateDecision:
+    """Print the decision; raise GateRefused when it fails, unless force=True (which says so). With `checkpoint`
+    (what 04 exports), a report of another checkpoint is refused first, naming the notebook to rerun (force or not:
+    its figures are about another model)."""
+    path = Path("eval_report.json")
     if not isinstance(report, dict):
         path = Path(report)
         if path.is_dir():
             path = path / MARKERS["eval"]
         report = json.loads(path.read_text())
+    if checkpoint is not None:
+        reports.check_describes(report, path, checkpoint, report.get("written_by") or "03_eval")
     decision = evaluate(report, metric, min_improvement, max_degenerate_rate)
     decision.forced = force and not decision.passed
     print(decision.message(), flush=True)

@@ -2,7 +2,9 @@
 and put them where the disk plan says. Each part is in its own module; this one runs them in order.
 
 The GGUF is written in the temp folder (as a `.partial`, renamed when complete), verified there, then moved into
-the output when the plan keeps it; a refused conversion or a failed check leaves nothing under a final name.
+the output when the plan keeps it: its folder (the GGUF, the Modelfile, the card) is built whole and swapped in
+(`atomic.folder`). A refused conversion or a failed check leaves nothing under a final name; a full disk during
+the conversion is the suite's disk-full error, not a skip.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from types import SimpleNamespace
 from nbutils import embedded
 from nbutils.data import chatformat
 from nbutils.export import card, diskplan, gguf, ggufcheck, ggufruntime, modelfile, quantize
+from nbutils.train import atomic, diskspace, faultpoints
 
 EMBEDDED_REASON = ("the embedded default's tokenizer is a small BPE of its own, which llama.cpp's converter does not "
                    "recognise ('BPE pre-tokenizer was not recognized'): no GGUF for it. A real model gets one.")
@@ -142,11 +145,15 @@ def _lora(job: gguf.Job | None, why: str | None, adapter_dir: Path) -> dict | No
 def _place(disk: diskplan.DiskPlan, made: Path, tokenizer, stops: list[int], num_ctx: int, facts: dict,
            quant_type: str, runtime: dict) -> dict:
     """Move the checked GGUF where the plan says, with its Modelfile (stops and BOS as llama.cpp confirmed them)
-    and model card (verified in llama.cpp, or why not) beside it."""
+    and model card (verified in llama.cpp, or why not) beside it: one folder, built whole and swapped in (an
+    earlier export's stays whole until then)."""
     folder = disk.path("gguf")
-    dest = diskplan.move_into(made, folder) if made.parent != folder else made
-    info = modelfile.write(folder, dest.name, tokenizer, stops, num_ctx, runtime)
-    (folder / "README.md").write_text(card.model_card(facts, "gguf", run={**info, "type": quant_type, "runtime": runtime}))
+    with atomic.folder(folder, f"the GGUF ({folder.name}/)", disk.items["gguf"].size) as tmp:
+        diskplan.move_into(made, tmp)
+        info = modelfile.write(tmp, made.name, tokenizer, stops, num_ctx, runtime, shown=folder)
+        (tmp / "README.md").write_text(card.model_card(facts, "gguf", run={**info, "type": quant_type, "runtime": runtime}))
+        faultpoints.point("gguf")
+    dest = folder / made.name
     return {"file": str(dest), "size_mb": round(dest.stat().st_size / 2**20, 2), "kept": disk.kept("gguf"), **info}
 
 
@@ -234,6 +241,10 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     base_why = base_why or refused_base
     if made is None:
         _discard(lora_job)
+        if diskspace.says_no_space(note):
+            raise diskspace.DiskFullError(diskspace.message(
+                work, disk.items["gguf"].size / diskspace.MB, what=f"the {quant_type} GGUF",
+                advice="free space and run 04 again", detail=f"; nothing was left under a final name ({note})"))
         return _skip(note, converter=converter.origin)
     t1 = time.monotonic()
     check, runtime = _verify(session, made, (merged_dir, tokenizer, stops, prompts, texts, quant_type, device, add_bos),
@@ -257,7 +268,8 @@ def report(result: dict) -> str:
               "near-tie(s) within the tolerance") if v["greedy_checked"] else "greedy not required"
     where = "output" if result["kept"] else "temp folder only (see the disk plan)"
     return (f"[gguf] {result['file']} ({result['size_mb']} MB, {where}), reloaded with {v['reloaded_with']}: "
-            f"max |logit diff| {v['max_abs_diff']:.4g} (tolerance {v['tolerance']:.4g}), {greedy}, perplexity "
+            f"logits' NMSE {v['nmse']:.3g} (bound {v['nmse_bound']:g}; max |logit diff| {v['max_abs_diff']:.4g}), "
+            f"{greedy}, perplexity "
             f"{v['perplexity']:.4g} vs {v['merged_perplexity']:.4g}; stops {', '.join(result['stops'])}\n"
             f"  {ggufruntime.text(result['runtime'])}\n"
             f"  llama.cpp: {result['llama_cpp']}\n  Ollama:    {result['ollama']}")

@@ -78,23 +78,68 @@ def _available() -> dict:
     return {"ram_gb": psutil.virtual_memory().available / 2**30, "gpu_gb": gpu}
 
 
-def memory_plan(base_model: str, bytes_per_param: int = 2) -> dict:
-    """Does the fp16 base fit here, and in a free Kaggle/Colab session? Parameter count from the config alone."""
+def merge_parts(shape, prompt_tokens: int, lora_r: int = 16) -> dict[str, float]:
+    """Bytes of merging and checking (this module): the fp16 weights (with HEADROOM for loading), the fp32 adapter,
+    then the larger of the exact fp32 pass (`computing_in_fp32`: the largest module's weights upcast while it runs,
+    one layer's fp32 activations, a prompt's logits in fp32 beside the fp16 pass's) and the merge (the largest
+    linear layer's update in fp32). The check prompts run one at a time, each at most prompt_tokens long."""
+    from nbutils.train import evalmemory
+
+    largest_linear = max(i * o for i, o in shape.linears())
+    largest_module = max(largest_linear, shape.vocab * shape.hidden)
+    check = (largest_module * 4 + evalmemory.layer_forward(shape, prompt_tokens, 4)
+             + prompt_tokens * shape.vocab * (4 + 2 + 4))
+    return {"weights": evalmemory.weights(shape, quantized=False, compute_bytes=2) * HEADROOM,
+            "adapter": evalmemory.adapters(shape, lora_r), "fp32_check": check, "merge": largest_linear * 4}
+
+
+def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16) -> dict:
+    """Does merging the fp16 base (and checking it against exact fp32 base + adapter) fit here, and in a free
+    Kaggle/Colab session? From the config alone. A dry-run twin plans as the model it stands for; where
+    NBUTILS_PLAN_GPU_GB names a GPU (the dry run: a T4) that, or a free Kaggle session's RAM, must hold it."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
+
+    from nbutils.train import memory
 
     cfg = modelsource.load_config(base_model)
     with init_empty_weights():
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
-    need = params * bytes_per_param / 2**30 * HEADROOM
-    here = _available()
-    device = "cuda" if here["gpu_gb"] and here["gpu_gb"] >= need else "cpu" if here["ram_gb"] >= need else None
-    plan = {"params": params, "weights_gb": round(params * bytes_per_param / 2**30, 3), "needed_gb": round(need, 3),
+    shape, own = memory.Shape.from_config(cfg), memory.Shape.from_config(cfg, own=True)
+    parts = merge_parts(shape, prompt_tokens, lora_r)
+    need, here_need = _need(parts), _need(merge_parts(own, prompt_tokens, lora_r))  # the model's; what runs here
+    here, context = _available(), memory.OVERHEAD / 2**30
+    device = ("cuda" if here["gpu_gb"] and here["gpu_gb"] >= here_need + context else
+              "cpu" if here["ram_gb"] >= here_need else None)
+    named, why = (None, "this machine") if here["gpu_gb"] else memory.planning_gpu(None)
+    if named and need + context > named * memory.MARGIN and need > FREE_SESSIONS["kaggle"]["ram_gb"]:
+        device = None  # the dry run: neither the named GPU nor a free Kaggle session holds the model's merge
+    return {"params": params, "weights_gb": round(parts["weights"] / HEADROOM / 2**30, 3), "needed_gb": round(need, 3),
+            "estimate_gb": round(need + context, 2), "fits": device is not None,
+            "parts_gb": {k: round(v / 2**30, 3) for k, v in parts.items()}, "prompt_tokens": prompt_tokens,
             "ram_free_gb": round(here["ram_gb"], 1), "gpu_free_gb": None if here["gpu_gb"] is None else round(here["gpu_gb"], 1),
-            "device": device,
-            "free_sessions": {name: {"fits_gpu": s["gpu_gb"] >= need, "fits_ram": s["ram_gb"] >= need}
-                              for name, s in FREE_SESSIONS.items()}}
-    return plan
+            "device": device, "checked_against": why if named else "this machine",
+            "free_sessions": {name: {"fits_gpu": s["gpu_gb"] * memory.MARGIN >= need + context,
+                                     "fits_ram": s["ram_gb"] >= need} for name, s in FREE_SESSIONS.items()}}
+
+
+def merge_need_bytes(shape, prompt_tokens: int, lora_r: int = 16) -> float:
+    """Bytes at the merge's peak for this shape (no CUDA context): what the dry run measures on the twin."""
+    return _need(merge_parts(shape, prompt_tokens, lora_r)) * 2**30
+
+
+def _need(parts: dict) -> float:
+    """GiB at the peak: weights and adapter, then the larger of the fp32 check and the merge."""
+    return (parts["weights"] + parts["adapter"] + max(parts["fp32_check"], parts["merge"])) / 2**30
+
+
+def plan_table(plan: dict, machine: dict | None = None) -> str:
+    """04's first table: preflight's rows (`machine`), then each part of the memory plan, the need, what is free
+    and where it merges."""
+    rows = {**(machine or {}), **{f"memory.{k}": f"{v:.3f} GB" for k, v in plan.get("parts_gb", {}).items()},
+            "memory.checked_against": plan.get("checked_against", "this machine"), "memory.merge": plan_text(plan)}
+    width = max(len(k) for k in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
 
 
 def plan_text(plan: dict) -> str:

@@ -190,10 +190,12 @@ def llama_cpp_command(gguf_path: str | Path, num_ctx: int = 4096) -> str:
 
 
 def write(folder: str | Path, gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096,
-          runtime: dict | None = None) -> dict:
-    """<folder>/Modelfile next to the GGUF; what it holds, with the ollama and llama.cpp commands."""
+          runtime: dict | None = None, shown: str | Path | None = None) -> dict:
+    """<folder>/Modelfile next to the GGUF; what it holds, with the ollama and llama.cpp commands (naming `shown`,
+    the folder's final name, when it is written under a temporary one)."""
     text, info = modelfile(gguf_name, tokenizer, stop_ids, num_ctx, runtime)
-    path = Path(folder) / "Modelfile"
-    path.write_text(text)
-    return {**info, "path": str(path), "ollama": f"cd {folder} && ollama create my-model -f Modelfile && ollama run my-model",
-            "llama_cpp": llama_cpp_command(Path(folder) / gguf_name, num_ctx)}
+    Path(folder, "Modelfile").write_text(text)
+    shown = Path(shown or folder)
+    return {**info, "path": str(shown / "Modelfile"),
+            "ollama": f"cd {shown} && ollama create my-model -f Modelfile && ollama run my-model",
+            "llama_cpp": llama_cpp_command(shown / gguf_name, num_ctx)}

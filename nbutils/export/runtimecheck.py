@@ -10,7 +10,7 @@ transformers, on the eval prompts and texts 04 already checks the GGUF's weights
     the GGUF's metadata (llama.cpp also stops on a few token names it knows; other runtimes read the metadata).
 (d) logits on the held-out texts (the same token ids on both sides): NMSE (llama.cpp's examples/model-conversion
     definition: mean squared error over the merged model's variance), mean KL(merged || runtime) and top-1
-    agreement, within BOUNDS for the type.
+    agreement, within the type's bounds (nbutils.export.ggufbounds: runtime_nmse, kl_mean, top1).
 (e) the LoRA GGUF on a GGUF of the base model gives the merged model's logits within the bounds of the base's type.
 """
 
@@ -19,18 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from nbutils.export import llamaruntime
+from nbutils.export import ggufbounds, llamaruntime
 
 RUNTIME_TOKENS = 48  # greedy tokens per eval prompt: room for a short answer and its end-of-turn token
 SYSTEM = "You are a helpful assistant."
-# type -> (NMSE, mean KL in nats, top-1 agreement) bounds. NMSE after llama.cpp's examples/model-conversion
-# (check-nmse.py: < 1e-4 "excellent", typical of a good f16 conversion; < 1e-2 "good", its pass mark; < 0.1
-# "acceptable"); KL after llama-perplexity's tables for Llama-3-8B (q8_0 near 1e-3 nats with 98-99% of top tokens
-# kept, q4_k_m near 0.03 with about 92%; small models lose more to 4 bits). f16 keeps the merged fp16 weights, bf16
-# rounds them, q8_0 keeps one 8-bit scale per 32 weights, k-quants 4-6 bits.
-BOUNDS = {"f32": (1e-4, 1e-3, 0.98), "f16": (1e-4, 1e-3, 0.98), "bf16": (1e-2, 1e-2, 0.95),
-          "q8_0": (1e-2, 1e-2, 0.95)}
-KQUANT_BOUNDS = (0.1, 0.1, 0.85)
 CONFIDENT = 0.5  # the top-1 bound counts positions where the merged model gives its top token at least this
 
 
@@ -226,7 +218,9 @@ def agreement(run_a: dict, run_b: dict) -> float:
 
 
 def bounds(quant_type: str) -> tuple[float, float, float]:
-    return BOUNDS.get(quant_type.lower(), KQUANT_BOUNDS)
+    """The type's (NMSE, mean KL, top-1) bounds in llama.cpp, from the one table (ggufbounds)."""
+    b = ggufbounds.for_type(quant_type)
+    return b.runtime_nmse, b.kl_mean, b.top1
 
 
 def logit_problems(stats: dict, quant_type: str, what: str) -> list[str]:

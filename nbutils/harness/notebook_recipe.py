@@ -126,6 +126,7 @@ def train(data_dir, output_dir, model=None, tokenizer=None, arguments: dict | No
         plan = dataclasses.replace(plan, per_device_batch_size=int(parameters["per_device_batch_size"]))  # 02's would
     plan = plan or plan_for(data_dir, output_dir, **parameters)
     ns = namespace(plan, arguments, **parameters)
+    training.lock(plan.out)  # as 02 does: one run per output folder, before the model loads
     if model is None:
         model, tokenizer = ns["load_model"]()
     options = {"time_budget_min": ns["time_budget_min"], "keep_checkpoints": ns["keep_checkpoints"],

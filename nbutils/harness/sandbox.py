@@ -243,7 +243,10 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None, python: 
     env.setdefault("JUPYTER_CONFIG_DIR", jupyter_config_dir())
     env.setdefault("PYTHONUSERBASE", site.getuserbase())
     env.update({
-        "KAGGLE_KERNEL_RUN_TYPE": "Batch", "NBUTILS_INPUT_ROOT": str(box.input),
+        # Kaggle's image is built on Colab's and sets COLAB_RELEASE_TAG too (Kaggle/kagglehub#230): a notebook that
+        # branches on COLAB_ takes here the branch it takes on Kaggle.
+        "KAGGLE_KERNEL_RUN_TYPE": "Batch", "COLAB_RELEASE_TAG": env.get("COLAB_RELEASE_TAG") or "kaggle-image",
+        "NBUTILS_INPUT_ROOT": str(box.input),
         "NBUTILS_WORKING_ROOT": str(box.working), "NBUTILS_TEMP_ROOT": str(box.temp),
         "NBUTILS_EVENTS": str(box.events), "IPYTHONDIR": str(box.root / "ipython"),
         "PYTHONPATH": os.pathsep.join([str(box.root / "site"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),

@@ -5,7 +5,8 @@ rows), tied or untied embeddings, the special-token ids, the rope and attention 
 parameters, sliding windows, the pattern of layer types, soft-capping), the maximum positions; the tokenizer, its
 chat template and the generation config are copied as they are. What only makes it big is cut: two layers (or one
 of each layer type), one key/value head with the model's query heads per group, a small head dimension, an MLP
-twice the width. Widths are multiples of 64, which bitsandbytes' CPU 4-bit kernels need.
+twice the width. Widths are multiples of 64, which bitsandbytes' CPU 4-bit kernels need. The twin's config records
+the model's own dimensions (nbutils.train.memory.FULL_SHAPE): the notebooks' memory plans on the twin are the model's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
+
+from nbutils.train import memory
 
 LAYERS = 2
 MIN_HEAD_DIM = 16
@@ -84,6 +87,7 @@ def shrink_config(config):
     small.num_hidden_layers = len(types) if types else min(LAYERS, config.num_hidden_layers)
     if types:
         small.layer_types = types
+    setattr(small, memory.FULL_SHAPE, memory.full_shape(config))
     rotary = int(head_dim * (getattr(config, "partial_rotary_factor", None) or getattr(config, "rotary_pct", None) or 1))
     if getattr(config, "rope_parameters", None):
         small.rope_parameters = _rope(config.rope_parameters, rotary // 2)
@@ -98,15 +102,28 @@ def describe(config, small) -> str:
             f"{small.num_attention_heads}/{small.num_key_value_heads}, vocab {config.vocab_size:,} kept")
 
 
-def build(source: str | Path, dest: str | Path, seed: int = 0, full_size: bool = False) -> Path:
+def deeper(small, times: int):
+    """The twin's config with its layers repeated `times` over (each layer type kept): the dry run measures the twin
+    at two depths and extrapolates to the model's."""
+    import copy
+
+    out = copy.deepcopy(small)
+    out.num_hidden_layers = small.num_hidden_layers * times
+    if getattr(small, "layer_types", None):
+        out.layer_types = list(small.layer_types) * times
+    return out
+
+
+def build(source: str | Path, dest: str | Path, seed: int = 0, full_size: bool = False, times: int = 1) -> Path:
     """Write the twin of the model in `source` (a folder with config.json and the tokenizer files) into `dest`;
-    full_size: the config as it is (random weights at the real size, for a GPU: `make gpu-proof`)."""
+    full_size: the config as it is (random weights at the real size, for a GPU: `make gpu-proof`); times: the twin's
+    layers that many times over (`deeper`)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     source, dest = Path(source), Path(dest)
     config = AutoConfig.from_pretrained(source)
-    small = config if full_size else shrink_config(config)
+    small = config if full_size else deeper(shrink_config(config), times)
     torch.manual_seed(seed)
     with torch.device("cuda" if full_size and torch.cuda.is_available() else "cpu"):  # a 1B model initialises in seconds
         model = AutoModelForCausalLM.from_config(small, dtype=torch.float32)

@@ -4,6 +4,7 @@
 - `modeling`: load the base model (02's 4-bit config, or a checkpoint's) and attach LoRA, right for a T4.
 - `recipe`: the run's recipe: the base model from 01, what 02 built recorded, loaded as recorded by 03 and 04.
 - `memory`: the memory plan before loading: does it fit, and the largest batch that does.
+- `evalmemory`: the memory of passes without gradients (generation, scoring by tokens): 03's and 05's judge plans.
 - `argcheck`: the training arguments checked before any model is loaded.
 - `training`: one run around 02's Trainer: its callbacks and session, resumable, time-boxed, NaN-guarded.
 - `callbacks`: Trainer callbacks for the 12-hour wall, NaNs, silent progress, garbage.
@@ -13,6 +14,8 @@
 - `checksums`: every checkpoint file with its size and SHA-256 (checksums.json), the step and the run's settings.
 - `runsettings`: the settings that change the trained weights, compared on resume.
 - `runlock`: one run per output_dir (filelock), naming the holder.
+- `atomic`: the one way an artifact is written: temporary name, fsync, rename; folders swapped in whole.
+- `reports`: reports naming the checkpoint they describe, retracted before it changes; summaries listing their files.
 - `diskspace`: a full disk as one clear error with the numbers.
 - `faultpoints`: named kill points, armed only by the fault-injection tests.
 - `timeplan`: the run's first steps timed, then its wall time, sessions and quota predicted before it goes on.

@@ -164,6 +164,32 @@ class Probe(TrainerCallback):
             control.should_save = True
 
 
+class StartEvalRng(TrainerCallback):
+    """eval_on_start leaves the random state as it found it. Its DataLoader draws a seed from torch's global
+    generator, which would shift every later draw (the training data's order): a run that evaluates its start would
+    part from one resumed from its checkpoint, which does not. The state is kept at on_train_begin, just before that
+    evaluation, and put back when the first epoch begins."""
+
+    def __init__(self):
+        self.kept = None
+
+    def on_train_begin(self, args, state, control, **kw):
+        import torch
+
+        if args.eval_on_start:
+            self.kept = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def on_epoch_begin(self, args, state, control, **kw):
+        import torch
+
+        if self.kept is not None:
+            cpu, cuda = self.kept
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            self.kept = None
+
+
 class PeakMemory(TrainerCallback):
     """On a GPU, the measured peak (torch.cuda.max_memory_allocated) after the first steps of this
     run, printed next to the memory plan's estimate; at the end, the peak of the whole run."""

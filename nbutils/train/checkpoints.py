@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nbutils.chain import MARKERS
 from nbutils.data import chatformat
-from nbutils.train import checksums, diskspace, faultpoints, runsettings
+from nbutils.train import atomic, checksums, diskspace, faultpoints, reports, runsettings
 from nbutils.train.modeling import load_base, unwrap
 
 MARKER = checksums.MARKER
@@ -39,29 +39,10 @@ class ResumeMismatchError(ValueError):
     """The checkpoint to resume was trained with other settings: resuming would mix two runs."""
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a folder's entries (new files, renames) durable, not only the files' bytes."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: Path) -> None:
-    for p in path.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-        elif p.is_dir():
-            _fsync_dir(p)
-    _fsync_dir(path)
-
-
 def mark_complete(path: Path, step: int | None = None, settings: dict | None = None) -> None:
     """The commit point: everything on disk, then checksums.json, then the marker (each fsynced)."""
     path = Path(path)
-    _fsync_tree(path)
+    atomic.fsync_tree(path)
     faultpoints.point("checksums")
     checksums.write(path, step, settings)
     faultpoints.point("marker")
@@ -69,30 +50,18 @@ def mark_complete(path: Path, step: int | None = None, settings: dict | None = N
         f.write("ok\n")
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(path)
+    atomic.fsync_dir(path)
 
 
 def is_complete(path: Path) -> bool:
     return (path / MARKER).exists()
 
 
-def _tmp_name(dest: Path) -> Path:
-    """A temp folder no other writer (or an earlier killed run) can share."""
-    return dest.with_name(f"{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-
-def _swap_in(tmp: Path, dest: Path) -> None:
-    if dest.exists():
-        discard(dest)
-    tmp.rename(dest)
-    _fsync_dir(dest.parent)
-
-
 def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: dict | None = None,
                settings: dict | None = None) -> Path:
     """Adapter + tokenizer + run config + trainer state + checksums written to a temp folder, then renamed into place."""
     dest = Path(dest)
-    tmp = _tmp_name(dest)
+    tmp = atomic.tmp_name(dest)
     try:
         unwrap(model).save_pretrained(tmp)
         faultpoints.point("final_save")
@@ -109,18 +78,18 @@ def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: di
                 dest.parent, need, None, f". The final checkpoint was not saved; the Trainer checkpoints are intact: "
                 f"rerun after freeing space (it resumes and saves again). (The writer said: {e})")) from None
         raise
-    _swap_in(tmp, dest)
+    atomic.swap_in(tmp, dest)
     return dest
 
 
 def copy_complete(src: Path, dest: Path) -> Path:
     """Use an earlier verified checkpoint as the final one (after a NaN stop, say)."""
     dest = Path(dest)
-    tmp = _tmp_name(dest)
+    tmp = atomic.tmp_name(dest)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER, checksums.NAME))
     old = checksums.read(src) or {}
     mark_complete(tmp, old.get("global_step"), old.get("settings"))
-    _swap_in(tmp, dest)
+    atomic.swap_in(tmp, dest)
     return dest
 
 
@@ -129,7 +98,7 @@ def discard(path: Path) -> None:
     path = Path(path)
     trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
     path.rename(trash)
-    _fsync_dir(path.parent)
+    atomic.fsync_dir(path.parent)
     faultpoints.point("rotate")
     shutil.rmtree(trash, ignore_errors=True)
 
@@ -266,23 +235,35 @@ def find_resumable(output_dir: Path, platform=None) -> Path | None:
     return None
 
 
+def writer(train_dir: Path) -> str:
+    """The notebook that writes this folder's checkpoint: 05 records its method in run_config.json, 02 does not."""
+    try:
+        run_config = json.loads((Path(train_dir) / "checkpoint" / "run_config.json").read_text())
+    except (OSError, ValueError):
+        return "02_train_qlora"
+    return "05_preference" if "method" in run_config else "02_train_qlora"
+
+
 def read_summary(train_dir: Path) -> dict:
-    """training_summary.json of 02, or a CheckpointError naming the file and what to re-run."""
+    """training_summary.json of 02 (or 05), or a CheckpointError naming the file and what to re-run."""
     path = Path(train_dir) / MARKERS["train_qlora"]
+    nb = writer(train_dir)
     try:
         summary = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"{path} not found: run 02_train_qlora first (or point adapter_dir at its output).") from None
+        raise CheckpointError(f"{path} not found: run {nb} (again: a run that stopped before its summary resumes and "
+                              "writes it), or point adapter_dir at the folder it wrote.") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is damaged ({e}): re-run 02_train_qlora (it resumes from its last verified "
+        raise CheckpointError(f"{path} is damaged ({e}): re-run {nb} (it resumes from its last verified "
                               "checkpoint and rewrites the summary).") from None
     if not isinstance(summary, dict) or "checkpoint_dir" not in summary:
-        raise CheckpointError(f"{path} has no checkpoint_dir: it is not a summary written by 02_train_qlora; re-run 02.")
+        raise CheckpointError(f"{path} has no checkpoint_dir: it is not a summary written by {nb}; re-run it.")
     return summary
 
 
 def for_eval(train_dir: Path) -> tuple[Path, dict]:
-    """The checkpoint 03 should load: the final one if it verifies, else the newest Trainer checkpoint that does."""
+    """The checkpoint 03 should load: the final one if it verifies (and the summary describes it), else the newest
+    Trainer checkpoint that does."""
     train_dir = Path(train_dir)
     summary = read_summary(train_dir)
     candidates = [train_dir / summary["checkpoint_dir"], *reversed(checkpoint_dirs(train_dir / "trainer"))]
@@ -292,6 +273,9 @@ def for_eval(train_dir: Path) -> tuple[Path, dict]:
             if path != candidates[0]:
                 print(f"[checkpoint] using {path} (step {checkpoint_step(path)}) instead of the final checkpoint "
                       f"(summary: step {summary.get('global_step')}); re-run 02_train_qlora to rebuild it", flush=True)
+            elif summary.get("checkpoint"):  # summaries before the suite named their checkpoint have no identity
+                reports.check_describes(summary, train_dir / MARKERS["train_qlora"], path,
+                                        summary.get("written_by") or writer(train_dir))
             return path, summary
         print(f"[checkpoint] skipped {path}: {'; '.join(found)}", flush=True)
     raise CheckpointError(f"no checkpoint in {train_dir} verifies (see the lines above): re-run 02_train_qlora; it "

@@ -30,7 +30,7 @@ def is_no_space(exc: BaseException | None) -> bool:
             return True
         if isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS:
             return True
-        if any(t in str(exc).lower() for t in _NO_SPACE_TEXT):
+        if says_no_space(str(exc)):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -58,10 +58,24 @@ def free_mb(folder: Path) -> float:
     return shutil.disk_usage(folder).free / MB
 
 
-def message(folder: Path, need_mb: float, keep: int | None, detail: str = "") -> str:
-    now = f" (now {keep})" if keep is not None else ""
-    return (f"disk full at {folder}: needs ~{need_mb:.0f} MB, {free_mb(folder):.0f} MB free; free space or lower "
-            f"keep_checkpoints{now}{detail}")
+def size_text(mb: float) -> str:
+    """A size as people read it: GiB with two decimals, MB below 0.01 GiB (where GiB would read 0.00)."""
+    return f"{mb / 1024:.2f} GiB" if mb >= 0.01 * 1024 else f"{mb:.1f} MB"
+
+
+def says_no_space(text: str) -> bool:
+    """True when a message (a subprocess's last line, say) means the disk is full."""
+    return any(t in str(text).lower() for t in _NO_SPACE_TEXT)
+
+
+def message(folder: Path, need_mb: float, keep: int | None = None, detail: str = "", what: str = "",
+            advice: str | None = None) -> str:
+    """The one disk-full message: where, what was being written, how much it needs, how much is free, what to do."""
+    if advice is None:
+        advice = "free space or lower keep_checkpoints" + (f" (now {keep})" if keep is not None else "")
+    writing = f" writing {what}" if what else ""
+    return (f"disk full at {folder}{writing}: needs ~{size_text(need_mb)}, {size_text(free_mb(folder))} free; "
+            f"{advice}{detail}")
 
 
 def check(folder: Path, need_mb: float, keep: int | None) -> str | None:

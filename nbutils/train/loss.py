@@ -55,18 +55,32 @@ WHY = {"liger": "liger-kernel's fused kernels (CUDA with liger-kernel installed)
        "chunked": "lm_head a chunk of positions at a time, at positions with a target only: the plain loss's value "
                   "and gradients without its full logits (pure torch, runs anywhere)",
        "plain": "the full logits, as transformers computes them"}
+# What the chunks cost where the whole logits fit: Qwen2.5-1.5B, batch 4 x up to 1,024 tokens, fp16, an H200
+# (`python -m bench.gpu_proof --stages tokens/s`): chunked 230 and liger 232 target tokens/s, the plain loss 321.
+SLOWER = "chunked 0.72x and liger 0.72x the plain loss's tokens/s on an H200, Qwen2.5-1.5B at batch 4 x 1,024"
 
 
-def describe(kind: str, setting, plain_logits_gb: float) -> str:
+def describe(kind: str, setting, plain_logits_gb: float, plain_fits: bool | None = None) -> str:
     """One line for 02's plan: the loss that trains, whether auto chose it, why, and what the full logits cost here."""
-    chosen = "auto" if setting in ("auto", True) else "asked for"
-    return f"{kind} ({chosen}): {WHY[kind]}; the full logits would peak at {plain_logits_gb:.2f} GB at this batch and length"
+    whole = f"the whole logits peak at {plain_logits_gb:.2f} GB at this batch and length"
+    if setting == "auto" and kind == "plain" and plain_fits:
+        return (f"plain (auto): {whole} and the run fits the GPU with them, within the plan's margin: the fastest loss "
+                f"where they fit (the chunks cost time: {SLOWER})")
+    if setting == "auto" and plain_fits is False:
+        return f"{kind} (auto): {whole}: with them the run would not fit the GPU; {WHY[kind]}"
+    label = {"auto": "auto", True: "chunked_loss=True: chunked, liger where it runs"}.get(setting, "asked for")
+    no_gpu = setting == "auto" and plain_fits is None and kind != "plain"
+    return f"{kind} ({label}): {WHY[kind]}; {whole}" + (
+        " (no GPU here: on one that holds them, auto takes the plain loss)" if no_gpu else "")
 
 
-def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None) -> str:
-    """Which loss to train with: 'liger' (fused kernels, CUDA), 'chunked' (pure torch) or 'plain' (full logits).
-    Before loading (02's plan) from the config alone; in a training process from the loaded `model` (its config
-    and its lm_head), with cuda=None asking torch, which a process that trains may do."""
+def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=None, head=None, model=None,
+           plain_fits: bool | None = None) -> str:
+    """Which loss to train with: 'plain' (full logits), 'liger' (fused kernels, CUDA) or 'chunked' (pure torch).
+    'auto' takes the plain loss where the memory plan says the run fits the GPU with the whole logits (`plain_fits`,
+    from 02's plan: the fastest there), else liger where it runs, else chunked. Before loading (02's plan) from the
+    config alone; in a training process from the loaded `model` (its config and its lm_head), with cuda=None asking
+    torch, which a process that trains may do."""
     if model is not None:
         from nbutils.train.modeling import unwrap
 
@@ -74,7 +88,7 @@ def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=
     if setting not in ("auto", True, False, "liger", "chunked", "plain"):
         raise ValueError(f"chunked_loss={setting!r}: use 'auto', True (chunked, liger where it runs), False (plain "
                          "full-logits loss), or one of 'liger', 'chunked', 'plain'")
-    if setting in (False, "plain"):
+    if setting in (False, "plain") or (setting == "auto" and plain_fits):
         return "plain"
     if setting == "liger" and not liger_available(cuda):
         raise ValueError("chunked_loss='liger' needs CUDA and `pip install liger-kernel`; use 'auto' to fall back "
@@ -89,6 +103,16 @@ def choose(setting: str | bool = "auto", cuda: bool | None = None, model_config=
     return "plain" if reason else "chunked"
 
 
+def _chunk(h, t, weight):
+    """One chunk of positions: exp(logits - their max) (the chunk's one big buffer, in place), its row sums, the max
+    and the targets' logits; fp32, as ForCausalLMLoss computes (matmul in the compute dtype, softmax in fp32)."""
+    logits = (h @ weight.T).float()
+    target = logits.gather(1, t[:, None]).squeeze(1)
+    top = logits.max(dim=-1, keepdim=True).values
+    probs = logits.sub_(top).exp_()
+    return probs, probs.sum(dim=-1, keepdim=True), top, target
+
+
 class _ChunkedCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, scale, rows):
@@ -98,11 +122,7 @@ class _ChunkedCE(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for s in range(0, hidden.shape[0], rows):
             h, t = hidden[s:s + rows], targets[s:s + rows]
-            logits = (h @ weight.T).float()  # as ForCausalLMLoss: matmul in the compute dtype, loss in fp32
-            target = logits.gather(1, t[:, None]).squeeze(1)
-            top = logits.max(dim=-1, keepdim=True).values
-            probs = logits.sub_(top).exp_()  # in place throughout: one chunk of logits is the only big buffer
-            total_exp = probs.sum(dim=-1, keepdim=True)
+            probs, total_exp, top, target = _chunk(h, t, weight)
             total += (top + total_exp.log() - target[:, None]).sum()
             if need_h or need_w:
                 probs.div_(total_exp)  # softmax; minus the one-hot: dloss/dlogits
@@ -112,7 +132,7 @@ class _ChunkedCE(torch.autograd.Function):
                     grad_h[s:s + rows] = probs @ weight
                 if need_w:
                     grad_w += (probs.T @ h).float()
-            del logits, probs  # freed before the next chunk's logits exist, not after
+            del probs  # freed before the next chunk's logits exist, not after
         ctx.save_for_backward(grad_h, grad_w, scale)
         ctx.weight_dtype = weight.dtype
         return total * scale
@@ -140,6 +160,45 @@ def chunked_cross_entropy(hidden, weight, labels, num_items_in_batch=None, ignor
     count = num_items_in_batch if num_items_in_batch is not None else t.numel()
     scale = 1.0 / torch.as_tensor(count, dtype=torch.float32, device=hidden.device)  # 0 targets: nan, as the mean
     return _ChunkedCE.apply(h, weight, t, scale, rows or chunk_rows(weight.shape[0]))
+
+
+def target_logprobs(hidden, weight, targets, rows: int | None = None):
+    """log p(target) at each of the positions in hidden (n, dim), lm_head's weight applied to a chunk of positions
+    at a time, without gradients: the scoring passes' (03's eval loss, 05's answer log-probabilities) whole logits
+    never exist, only one chunk's (the chunked loss's arithmetic, `_chunk`)."""
+    rows = rows or chunk_rows(weight.shape[0])
+    out = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+    with torch.no_grad():
+        for s in range(0, len(targets), rows):
+            probs, total_exp, top, target = _chunk(hidden[s:s + rows], targets[s:s + rows], weight)
+            out[s:s + rows] = target - (top + total_exp.log()).squeeze(1)
+            del probs
+    return out
+
+
+def sequence_logprobs(model, batch: dict, ignore_index: int = IGNORE_INDEX):
+    """Per row of a collated batch (input ids, attention mask, labels as the model takes them: shifted by one
+    inside): the sum of log p(label) over its target positions, and how many there are. Through lm_head_input and
+    target_logprobs, so no (batch, seq, vocab) logits; a model whose logits are not lm_head's output (soft-capping,
+    a logit scale: `unsupported`) is scored from its own logits instead."""
+    from nbutils.train.modeling import unwrap
+
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels = torch.nn.functional.pad(batch["labels"], (0, 1), value=ignore_index)[..., 1:]
+    keep = labels != ignore_index
+    with torch.no_grad():
+        if unsupported(unwrap(model).config, unwrap(model).get_output_embeddings()):
+            logits = model(**inputs).logits.float()
+            logp = torch.log_softmax(logits[keep.to(logits.device)], -1).gather(
+                -1, labels[keep].to(logits.device)[:, None]).squeeze(-1)
+        else:
+            with lm_head_input(model) as (kept, head):
+                model(**inputs)
+            hidden = kept["hidden"]
+            logp = target_logprobs(hidden[keep.to(hidden.device)], head.weight, labels[keep].to(hidden.device))
+    rows = keep.nonzero()[:, 0].to(logp.device)
+    sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=logp.device).index_add_(0, rows, logp)
+    return sums, keep.sum(-1)
 
 
 @contextlib.contextmanager

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 GB = 2**30
 OVERHEAD = 0.6 * GB
 LOSSES = ("plain", "chunked", "liger", "trl")
+MARGIN = 0.92  # of a GPU's memory a plan may fill: the rest is left to fragmentation
+PLAN_GPU_ENV = "NBUTILS_PLAN_GPU_GB"  # without a GPU, the GPU memory the plans check against (the dry run: 15, a T4)
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk of the chunked loss (nbutils.train.loss): its only large buffer
 
 
@@ -79,6 +81,16 @@ def trl_tile() -> tuple[int, int]:
         return 4096, 32768
 
 
+FULL_SHAPE = "nbutils_full_shape"  # in a dry-run twin's config: the dimensions of the model it stands for
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "tie_word_embeddings")
+
+
+def full_shape(cfg) -> dict:
+    """The config's dimensions the plan reads (what a dry-run twin records of its model as FULL_SHAPE)."""
+    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+
+
 @dataclass
 class Shape:
     vocab: int
@@ -90,7 +102,15 @@ class Shape:
     tied: bool
 
     @classmethod
-    def from_config(cls, cfg) -> Shape:
+    def from_config(cls, cfg, own: bool = False) -> Shape:
+        """The model's shape. A dry-run twin (nbutils.plan.shrink) records the shape of the model it stands for
+        (FULL_SHAPE): its plans are that model's, so the chain refuses on the twin what a T4 would refuse for the
+        model; own=True gives the twin's own (what the dry run measures it against)."""
+        full = None if own else getattr(cfg, FULL_SHAPE, None)
+        if full:
+            from types import SimpleNamespace
+
+            cfg = SimpleNamespace(**full)
         return cls(cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
                    cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
                    bool(getattr(cfg, "tie_word_embeddings", False)))
@@ -106,19 +126,22 @@ LOSS_STEP = ("lm_head_copy", "logits")  # live together while the loss runs
 MOMENTS = (LOSS_STEP, ("layer_backward",), ("kv_cache",))  # the peak is the largest of these moments
 
 
-def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain") -> dict[str, float]:
-    """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`."""
+def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain",
+             compute_bytes: int = 2) -> dict[str, float]:
+    """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`.
+    compute_bytes 2: a GPU computing in fp16/bf16; 4: fp32 on a CPU (no 16-bit LM head copy, no CUDA context)."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     tokens = batch * seq_len
+    gpu = compute_bytes < 4
     parts = {
         "base_weights": linear * 0.53 + embed * 4,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
         "checkpoints": tokens * 4 * shape.layers * shape.hidden,
-        "lm_head_copy": shape.vocab * shape.hidden * 2,
-        "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss),
-        "layer_backward": tokens * (2 * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
-        "overhead": OVERHEAD,
+        "lm_head_copy": shape.vocab * shape.hidden * 2 if gpu else 0,
+        "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss, compute_bytes),
+        "layer_backward": tokens * (compute_bytes * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
+        "overhead": OVERHEAD if gpu else 0,
     }
     parts["total"] = peak(parts)
     return parts
@@ -145,14 +168,41 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
-        budget = gpu_memory_gb * GB * 0.92  # leave room for fragmentation
-        fits = [b for b in range(1, 257) if estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget]
+        budget = budget_bytes(gpu_memory_gb)
         out["fits"] = est["total"] <= budget
-        out["largest_batch_that_fits"] = max(fits) if fits else 0
+        out["largest_batch_that_fits"] = largest(lambda b: estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget)
         out["longest_seq_that_fits"] = _longest_seq(shape, batch, lora_r, loss, budget)
         if gpu_count > 1:  # the facts launch.decide picks the multi-GPU mode from (it alone decides)
             out["split_fits"] = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
     return out
+
+
+def budget_bytes(gpu_memory_gb: float) -> float:
+    """What a plan may fill of a GPU: MARGIN of its memory, the rest left to fragmentation."""
+    return gpu_memory_gb * GB * MARGIN
+
+
+def largest(fits, most: int = 256) -> int:
+    """The largest n in 1..most for which fits(n) holds (fits grows with n: a binary search); 0 when none does."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def planning_gpu(gpu_memory_gb: float | None) -> tuple[float | None, str]:
+    """The GPU memory a plan checks against, and whose: this machine's GPU; on a machine without one, the GPU named
+    by NBUTILS_PLAN_GPU_GB (the dry run sets a T4's 15 GB, so every notebook's plan refuses there what a T4 would
+    refuse); else none (the plan is what a GPU run would need)."""
+    import os
+
+    if gpu_memory_gb:
+        return gpu_memory_gb, "this GPU"
+    named = os.environ.get(PLAN_GPU_ENV)
+    if named:
+        return float(named), f"no GPU here: a {float(named):g} GB GPU ({PLAN_GPU_ENV}), as the dry run checks a T4"
+    return None, "no GPU: the plan is what a GPU run would need"
 
 
 def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float, step: int = 64) -> int:
@@ -168,7 +218,7 @@ def longest_sequence(model_config, batch: int, gpu_memory_gb: float, lora_r: int
     """The longest sequence (a multiple of 64) that trains at this batch size on a GPU of this memory, and why:
     01's cap on max_seq_len="auto" (02's LoRA rank and loss are not chosen yet: r=16 and the plain loss, the
     larger of the losses, are assumed)."""
-    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, gpu_memory_gb * GB * 0.92)
+    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, budget_bytes(gpu_memory_gb))
     return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch}"
 
 
@@ -190,32 +240,52 @@ def table(p: dict) -> str:
 
 
 def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
-                    completion_len: int, gpu_memory_gb: float | None) -> dict:
+                    completion_len: int, gpu_memory_gb: float | None, judge: dict | None = None) -> dict:
     """02's estimate, extended to the method: DPO and ORPO train on two sequences per pair (chosen and rejected
     in one batch); DPO and KTO keep a frozen copy of the adapter (fp32 weights, no gradient or optimizer state)
     and run a reference pass without gradients, which holds less than the training pass and adds no peak of its
     own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the 16-bit KV cache of its
     batch of completions), then trains on those batch x (prompt + completion) tokens. DPO, KTO and GRPO score
-    through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain")."""
+    through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain"). After training, the judge
+    pass (`judge`: 05's report against the SFT adapter, nbutils.train.evalmemory's generation and scoring, in bytes)
+    runs on the model with its adapters (the optimizer's state counted still: the trainer may hold it): the peak is
+    the larger of the two. With a GPU, the largest batch that fits."""
     shape = Shape.from_config(model_config)
+    parts = _preference_parts(shape, method, seq_len, batch, lora_r, num_generations, completion_len)
+    after = sum(parts[k] for k in ("base_weights", "lora_and_optimizer", "reference_adapter", "overhead"))
+    parts["judge_pass"] = judge["bytes"] if judge else 0
+    total = max(peak({k: v for k, v in parts.items() if k != "judge_pass"}), after + parts["judge_pass"])
+    rows = batch * 2 if method != "grpo" else batch
+    what = (f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x "
+            f"{seq_len + completion_len} tokens" if method == "grpo" else
+            f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {seq_len} tokens")
+    linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
+    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - OVERHEAD) / GB, 2),
+           "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
+           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len + (completion_len if method == "grpo" else 0),
+           "what": what + (f"; then {judge['what']}" if judge else ""),
+           "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
+    if gpu_memory_gb:
+        budget, step = budget_bytes(gpu_memory_gb), num_generations if method == "grpo" else 1
+        out["fits"] = total <= budget
+        out["largest_batch_that_fits"] = step * largest(lambda n: peak(_preference_parts(
+            shape, method, seq_len, n * step, lora_r, num_generations, completion_len)) <= budget, 1024)
+        out["judge_fits"] = after + parts["judge_pass"] <= budget
+    return out
+
+
+def _preference_parts(shape: Shape, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
+                      completion_len: int) -> dict[str, float]:
+    """The training pass of 05's method at this batch, by component (see plan_preference)."""
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
     if method == "grpo":
         rows, length = batch, seq_len + completion_len
         kv = shape.layers * 2 * rows * length * shape.hidden * shape.kv_heads // shape.heads * 2
-        what = f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x {length} tokens"
     else:
         rows, length, kv = batch * 2, seq_len, 0
-        what = f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {length} tokens"
     # DPO, KTO and GRPO score answers through trl's fused LM head; ORPO (trl.experimental) builds the logits whole
     parts = estimate(shape, length, rows, lora_r, "plain" if method == "orpo" else "trl")
     parts.pop("total")
     parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
     parts["kv_cache"] = kv
-    total = peak(parts)
-    out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - OVERHEAD) / GB, 2),
-           "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()},
-           "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": length, "what": what,
-           "checkpoint_mb": round(2 * linear_lora * 4 / 2**20, 1)}
-    if gpu_memory_gb:
-        out["fits"] = total <= gpu_memory_gb * GB * 0.92
-    return out
+    return parts

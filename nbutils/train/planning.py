@@ -111,7 +111,7 @@ class RunPlan:
     def loss_why(self) -> str:
         shape = memory.Shape.from_config(self.model_config)
         plain = memory.logits_bytes(self.per_device_batch_size, self.memory["seq_len"], shape.vocab, shape.hidden)
-        return lm_loss.describe(self.loss, self.loss_setting, plain / memory.GB)
+        return lm_loss.describe(self.loss, self.loss_setting, plain / memory.GB, self.memory.get("whole_logits_fit"))
 
     def table(self) -> str:
         warnings = {f"WARNING{i or ''}": w for i, w in enumerate(self.warnings)}
@@ -137,11 +137,28 @@ def _memory_rows(plan: dict) -> dict:
     rows = {k: f"{v:.3f} GB" for k, v in plan["parts_gb"].items()}
     rows["peak"] = f"{plan['estimate_gb']:.2f} GB at batch {plan['batch_size']} x seq {plan['seq_len']}"
     if plan.get("gpu_memory_gb"):
-        rows["gpu"] = (f"{plan['gpu_memory_gb']} GB: {'fits' if plan['fits'] else 'DOES NOT FIT'}; largest batch "
-                       f"that fits {plan['largest_batch_that_fits']}; longest sequence {plan['longest_seq_that_fits']}")
+        rows["gpu"] = (f"{plan['gpu_memory_gb']:g} GB ({plan.get('checked_against', 'this GPU')}): "
+                       f"{'fits' if plan['fits'] else 'DOES NOT FIT'}; largest batch that fits "
+                       f"{plan['largest_batch_that_fits']}; longest sequence {plan['longest_seq_that_fits']}")
     else:
         rows["gpu"] = "no GPU: the plan is what a GPU run would need"
     return rows
+
+
+def memory_problem(plan: dict, mode: str) -> str | None:
+    """The plan's verdict as a problem naming what to change and the largest value that fits (None: it fits, or
+    several GPUs hold it together, or there is no GPU to check)."""
+    if not plan.get("gpu_memory_gb") or plan["fits"] or (mode == "split" and plan.get("split_fits", False)):
+        return None
+    batch, gpu = plan["batch_size"], f"the {plan['gpu_memory_gb']:g} GB GPU"
+    if plan["largest_batch_that_fits"]:
+        return (f"per_device_batch_size={batch} does not fit {gpu} (plan {plan['estimate_gb']:.1f} GB at "
+                f"{plan['seq_len']} tokens, {plan['loss']} loss): the largest that fits is "
+                f"{plan['largest_batch_that_fits']}" + (" (or chunked_loss=\"auto\": the whole logits are most of it)"
+                                                        if plan["loss"] == "plain" else ""))
+    return (f"not even per_device_batch_size=1 fits {gpu} at {plan['seq_len']} tokens (plan {plan['estimate_gb']:.1f} "
+            f"GB at batch {batch}): at batch {batch} the longest sequence that fits is {plan['longest_seq_that_fits']} "
+            "(max_seq_len in 01), or use a smaller model")
 
 
 def _base_model(manifest: dict, given: str) -> tuple[str, str]:
@@ -209,10 +226,16 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     manifest = splits.load_manifest(data_dir)
     name, why = _base_model(manifest, base_model)
     model_config = modelsource.load_config(name)
-    loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config)
     batch, batch_why = batch_size(per_device_batch_size, manifest)
-    mem = memory.plan(model_config, manifest["token_lengths"]["max"], batch, lora_r, env.gpu_memory_gb, env.gpu_count,
-                      loss=loss)
+    gpu, gpu_why = memory.planning_gpu(env.gpu_memory_gb)
+    seq = manifest["token_lengths"]["max"]
+    whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain")
+    # the whole logits only on a GPU that holds them: on a CPU the chunks are the faster (3.96x at a 128k vocabulary,
+    # `python -m bench throughput_bench`), and the T4 a dry run plans for fits whenever anything does
+    plain_fits = whole.get("fits") if env.gpu_count else None
+    loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config, plain_fits=plain_fits)
+    mem = whole if loss == "plain" else memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss=loss)
+    mem["checked_against"], mem["whole_logits_fit"] = gpu_why, plain_fits
     try:
         run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
     except ValueError as e:
@@ -255,4 +278,5 @@ def _checks(plan: RunPlan, grad_accum: int, num_epochs: float, resume: bool) -> 
                                model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))
     plan.checkpoint_need_mb = diskspace.needed_mb(plan.memory["checkpoint_mb"], plan.keep_checkpoints)
     disk = diskspace.check(plan.out, plan.checkpoint_need_mb, plan.keep_checkpoints)
-    return found + ([disk] if disk else [])
+    too_big = memory_problem(plan.memory, plan.launch.mode)
+    return found + ([disk] if disk else []) + ([too_big] if too_big else [])

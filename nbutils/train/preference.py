@@ -19,9 +19,10 @@ from pathlib import Path
 from nbutils import defaults
 from nbutils.data import chatformat, splits
 from nbutils.data import pairs as prefdata
+from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
-from nbutils.train import checkpoints, diskspace, memory, recipe
+from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, recipe, reports, runlock
 
 METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
@@ -73,7 +74,8 @@ class PreferencePlan:
         """What every checkpoint records beyond the model and the trainer (the resume compares it)."""
         return {"base_model": self.recipe.base_model, "precision": self.precision, "method": self.method,
                 "sft_settings_hash": self.sft_settings_hash,
-                "data_counts": self.counts, "versions": dict(self.env.versions), **extra}
+                "data_counts": {k: v for k, v in self.counts.items() if k != "inputs"},  # where the files lie is no setting
+                "versions": dict(self.env.versions), **extra}
 
     def rows(self) -> dict:
         m = self.memory
@@ -85,10 +87,12 @@ class PreferencePlan:
             "base_model": f"{self.recipe.base_model}: {'4-bit' if self.recipe.quantization else 'full precision'}, "
                           f"computing in {self.precision}",
             "data": f"{len(self.train_rows)} train / {len(self.eval_rows)} held out; " + ", ".join(
-                f"{k} {v}" for k, v in self.counts.items()),
+                f"{k} {v}" for k, v in self.counts.items() if k != "inputs"),
+            **{f"data.{i}": f"{p}: {how}" for i, (p, how) in enumerate(self.counts.get("inputs", {}).items(), 1)},
             **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
             "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
-                f"; {m['gpu_memory_gb']} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}" if m.get("gpu_memory_gb")
+                f"; {m['gpu_memory_gb']:g} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}; largest batch that fits "
+                f"{m['largest_batch_that_fits']}" if m.get("gpu_memory_gb")
                 else "; no GPU: the plan is what a GPU run would need"),
             "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
             "steps": f"{self.max_steps}; save every {self.save_steps}",
@@ -122,16 +126,18 @@ def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], li
     for split in ("train", "eval"):
         path = out / f"embedded_pairs.{split}.jsonl"
         rows = prefdata.embedded_records(splits.load_split(data_dir, split), seed=seed + (split == "eval"))
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
         files.append(str(path))
     return [files[0]], [files[1]]
 
 
 def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
-              eval_fraction: float, seed: int, max_length: int, max_records: dict | None) -> tuple[list, list, dict]:
+              eval_fraction: float, seed: int, max_length: int, max_records: dict | None,
+              split: str | None = None) -> tuple[list, list, dict]:
     """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan.
 
-    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS)."""
+    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS); split:
+    of a saved HF dataset folder holding several."""
     limit = max_records or {}
     if method == "grpo":
         train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
@@ -142,17 +148,22 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
     else:
         train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
         eval_files = [] if defaults.is_auto(preference_eval) else [p.strip() for p in preference_eval.split(",") if p.strip()]
-    ledger = prefdata.Ledger()
-    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger)
+    ledger = Ledger()
+    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger,
+                                 split=split)
     if eval_files:
-        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"), ledger=ledger)
+        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"),
+                                     ledger=ledger, split=split)
     else:
         rows, held = prefdata.split(rows, eval_fraction, seed)
     ledger.counts["kept"] = len(rows) + len(held)
-    prefdata.write_quarantine(ledger, out)
+    ledger.write(out, atomic.write_text)
+    counts = {**ledger.counts, "shapes": dict(ledger.shapes),
+              "inputs": {p: f"{how['format']} ({how['why']})" for p, how in ledger.inputs.items()}}
+    counts.update({"reasons": ledger.reasons()} if ledger.quarantine else {})
     if method == "kto":
-        rows, held = prefdata.unpaired(rows), held  # held-out pairs stay pairs: accuracy ranks both sides
-    return rows, held, {**ledger.counts, **({"reasons": ledger.reasons()} if ledger.quarantine else {})}
+        rows = prefdata.unpaired(rows)  # held-out rows keep their shape: pairs are ranked, KTO rows judged by label
+    return rows, held, counts
 
 
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
@@ -160,8 +171,10 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                     precision: str = "auto", per_device_batch_size: int = 16, num_generations: int = 4,
                     max_completion_length: int = 16, max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
-                    show: bool = True) -> PreferencePlan:
-    """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem."""
+                    show: bool = True, split: str | None = None) -> PreferencePlan:
+    """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
+
+    split: the split read from a saved HF dataset folder that holds several (named in the table's data row)."""
     if method not in METHODS:
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
@@ -171,20 +184,60 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     tokenizer = chatformat.load_tokenizer(rec.base_model)
     config = modelsource.load_config(rec.base_model)
     train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
-                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None)
-    mem = memory.plan_preference(config, method, max_length, per_device_batch_size,
-                                 int(lora_r or rec.lora.get("r", 16)), num_generations, max_completion_length,
-                                 env.gpu_memory_gb)
+                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)
+    r = int(lora_r or rec.lora.get("r", 16))
+    gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
+    mem = memory.plan_preference(config, method, max_length, per_device_batch_size, r, num_generations,
+                                 max_completion_length, gpu, judge_pass(config, method, r, max_length))
     lr, lr_why = learning_rate(learning_rate_value, config)
     steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
                           steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
-    plan.problems = problems + _checks(plan, per_device_batch_size, num_generations)
+    plan.problems = problems + fit_problems(method, train, held, preference_data, per_device_batch_size) + \
+        _checks(plan, per_device_batch_size, num_generations)
     if show and int(os.environ.get("RANK", "0")) == 0:
         print(plan.table())
     if plan.problems:
         raise PreferencePlanError("05's plan found problems, before anything loaded:\n- " + "\n- ".join(plan.problems))
     return plan
+
+
+def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
+    """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
+    rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
+    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file."""
+    found = []
+    if method in ("dpo", "orpo"):
+        unpaired = {side: sum("completion" in r for r in rows) for side, rows in (("train", train), ("held-out", held))}
+        if any(unpaired.values()):
+            where = " and ".join(f"{n} {side}" for side, n in unpaired.items() if n)
+            found.append(f"the data holds unpaired KTO rows (prompt/completion/label: {where}), and {method.upper()} "
+                         "trains on pairs (prompt/chosen/rejected): set method='kto' to train on them, or give pairs")
+    if method == "kto" and batch < 2:
+        found.append(f"per_device_batch_size={batch}: KTO estimates its KL term from the other rows of a batch; use 2 "
+                     "or more")
+    if method == "grpo":
+        if preference_data not in ("", "embedded"):
+            found.append(f"preference_data={preference_data!r}: GRPO samples its own answers to 01's prompts and reads "
+                         "no preference file; leave preference_data='embedded', or choose dpo, orpo or kto for it")
+        empty = sum(not any(m["role"] == "user" for m in r["prompt"]) for r in (*train, *held))
+        if empty:
+            found.append(f"{empty} of 01's records have no user turn before their answer (plain text): GRPO needs "
+                         "prompts to answer; prepare 01 from prompt/answer records")
+    return found
+
+
+def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4) -> dict:
+    """The judge pass after training (nbutils.eval.judge): the SFT adapter loaded beside the trained one, then 03's
+    generation (a batch of prompts; GRPO's held-out reward samples reward_samples completions for each of a batch
+    of prompts) and the scoring of answers, batched by tokens; prompts and answers at most max_length tokens each."""
+    shape = memory.Shape.from_config(model_config)
+    rows = max(evalmemory.GENERATE_ROWS, evalmemory.SAMPLED_PROMPTS * reward_samples if method == "grpo" else 0)
+    moment = max(evalmemory.generation(shape, rows, max_length, max_length),
+                 evalmemory.scoring(shape, evalmemory.BATCH_TOKENS))
+    return {"bytes": evalmemory.adapters(shape, lora_r) + moment,
+            "what": f"judged against the SFT adapter: {rows} x ({max_length} + {max_length}) tokens generated, "
+                    f"{evalmemory.BATCH_TOKENS:,} scored at once"}
 
 
 def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]:
@@ -194,10 +247,14 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]
                      "compares the completions of one prompt within a batch")
     if plan.method != "grpo" and not plan.eval_rows:
         found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
-    if plan.memory.get("gpu_memory_gb") and not plan.memory["fits"]:
-        found.append(f"the plan needs {plan.memory['estimate_gb']:.1f} GB, more than this GPU has: lower "
-                     "per_device_batch_size" + (" or num_generations" if plan.method == "grpo" else "")
-                     + ", or max_length")
+    m = plan.memory
+    if m.get("gpu_memory_gb") and not m["fits"]:
+        fix = (f"the largest that fits is {m['largest_batch_that_fits']}" if m["largest_batch_that_fits"] else
+               "not even one fits: lower max_length" + (" or max_completion_length" if plan.method == "grpo" else ""))
+        found.append(f"per_device_batch_size={batch} does not fit the {m['gpu_memory_gb']:g} GB GPU (plan "
+                     f"{m['estimate_gb']:.1f} GB): {fix}" if m["judge_fits"] else
+                     f"the judge pass after training does not fit the {m['gpu_memory_gb']:g} GB GPU (plan "
+                     f"{m['estimate_gb']:.1f} GB): lower max_length")
     need = diskspace.needed_mb(plan.memory["checkpoint_mb"], 2)
     disk = diskspace.check(plan.out, need, 2)
     return found + ([disk] if disk else [])
@@ -244,24 +301,32 @@ def trainables_fp32(model) -> None:
             p.data = p.data.to(torch.float32)
 
 
+EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
+
+
 def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
-    """eval_report.json (03's shape), training_summary.json (releases the lock), then preference_summary.json,
-    the stage's marker, last."""
+    """eval_report.json (03's shape) and training_summary.json, both naming the checkpoint they describe, then
+    preference_summary.json, the stage's marker, last: it lists every file beside it that this run wrote (GRPO reads
+    01's splits, so it has no quarantine.jsonl) with its size and SHA-256. Then the output_dir lock is released."""
     from nbutils.chain import MARKERS
 
     out = plan.out
-    (out / MARKERS["eval"]).write_text(json.dumps(report, indent=2, default=str))
-    summary = run.write_summary(ckpt, plan.memory)
-    keep = ("preference", "held_out_reward")
+    atomic.write_json(out / MARKERS["eval"], {**report, "checkpoint": reports.identity(ckpt),
+                                              "written_by": "05_preference"})
+    summary = run.write_summary(ckpt, plan.memory, release=False)
+    keep = ("preference", "unpaired", "held_out_reward")
     result = {"method": plan.method, "sft_checkpoint": str(plan.sft_checkpoint), "data": plan.counts,
               **{k: summary[k] for k in ("global_step", "stopped_reason", "seconds", "train_loss", "diagnosis",
-                                          "checkpoint_dir", "checkpoint_complete")},
+                                          "checkpoint_dir", "checkpoint_complete", "checkpoint")},
               "task_metric": {m: report[m]["task_metric"] for m in ("base", "tuned")},
               "degenerate_rate": {m: report[m]["degenerate_rate"] for m in ("base", "tuned")},
               **{k: report[k] for k in keep if k in report},
               "guard": getattr(run.result.trainer, "guard_stats", None),
-              "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"],
-              "files": ["checkpoint/", MARKERS["eval"], MARKERS["train_qlora"], "quarantine.jsonl",
-                        MARKERS["preference"]]}
-    (out / MARKERS["preference"]).write_text(json.dumps(result, indent=2, default=str))
-    return result
+              "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"]}
+    read = [] if plan.method == "grpo" else ["quarantine.jsonl", *(n for n in EMBEDDED_FILES if (out / n).exists())]
+    files = [summary["checkpoint_dir"], MARKERS["eval"], MARKERS["train_qlora"], "learning_curves.png",
+             "log_history.json", *read]
+    try:
+        return reports.write_summary(out, MARKERS["preference"], result, files)
+    finally:
+        runlock.release(out)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from nbutils.train import atomic
+
 LOCK = ".run.lock"
 HOLDER = ".run.lock.json"
 _held: dict[str, FileLock] = {}
@@ -37,7 +39,7 @@ def acquire(output_dir: str | Path) -> FileLock:
     except Timeout:
         raise RunLockedError(_refusal(output_dir)) from None
     info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    (output_dir / HOLDER).write_text(json.dumps(info))
+    atomic.write_json(output_dir / HOLDER, info)  # a kill mid-write never leaves an unreadable holder
     _held[key] = lock
     return lock
 

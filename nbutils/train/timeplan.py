@@ -33,6 +33,27 @@ COST_LIMIT = 0.03  # what the calibration may cost, as a share of the run
 MIN_TIMED_S, MAX_TIMED_SHARE = 5.0, 0.25
 MIN_RANGE = 0.10  # the range is never narrower than this: the load and the lengths still to come vary
 ONE_TIME = 2.0  # a timed step this many times slower than the typical one paid a one-time cost: left out
+# The warm-up goes on while the steps still get faster: a GPU's first steps of a new run allocate, pick kernels and
+# warm its clocks for several steps (Qwen2.5-1.5B on an H200: 9.86 4.06 2.82 2.88 0.92 0.77 s, then about 0.64 s;
+# `make gpu-proof`), so two fixed warm-up steps timed the tail of the warm-up (a plan 15% to 70% long). It ends at
+# the first step whose next SETTLE steps are at most FALLING slower (per token) than the SETTLE after them, and
+# never later than MAX_WARMUP_SHARE of the run's steps.
+SETTLE, FALLING, MAX_WARMUP_SHARE = 3, 0.15, 0.10
+
+
+def warmup_end(steps: list[tuple[int, float, int]], start: int, total: int) -> int | None:
+    """The last warm-up step: the first k >= start + WARMUP whose next SETTLE steps' median pace (seconds per token)
+    is within FALLING of the SETTLE steps after them; at most MAX_WARMUP_SHARE of the run in. None: still falling."""
+    pace = {step: s / t if t else s for step, s, t in steps}
+    cap = start + max(WARMUP, int((total - start) * MAX_WARMUP_SHARE))
+    for k in range(start + WARMUP, cap + 1):
+        now = [pace[i] for i in range(k + 1, k + 1 + SETTLE) if i in pace]
+        after = [pace[i] for i in range(k + 1 + SETTLE, k + 1 + 2 * SETTLE) if i in pace]
+        if len(after) < SETTLE:
+            return None  # not enough steps yet to tell
+        if statistics.median(now) <= (1 + FALLING) * statistics.median(after):
+            return k
+    return cap
 
 
 def scheduled_every(eval_steps: int, save_steps: int) -> int:
@@ -49,8 +70,9 @@ def window(start: int, total: int, eval_steps: int, save_steps: int) -> int | No
     """The calibration's last step: WARMUP + about TIMED_SHARE of the steps after `start`; a scheduled evaluation
     and save inside that window, or within twice it, is taken instead (then nothing extra is done). None: too
     short to plan."""
-    if total - start < too_short():  # over before a plan would matter; a forced evaluation and save would cost more
-        return None  # than COST_LIMIT
+    left = total - start
+    if left < too_short():  # over before a plan would matter; a forced evaluation and save would cost more than
+        return None  # COST_LIMIT
     first, last = start + WARMUP + MIN_TIMED, start + WARMUP + min(MAX_TIMED, max(MIN_TIMED, round(left * TIMED_SHARE)))
     both = scheduled_every(eval_steps, save_steps)
     scheduled = [s for s in range(first, last + 1) if both and s % both == 0]
@@ -73,6 +95,7 @@ class TimeLog(TrainerCallback):
     def __init__(self, calibrate: bool = True, clock=time.time, on_plan=None):
         self.calibrate, self.clock, self.on_plan = calibrate, clock, on_plan
         self.start_step = self.end_step = None
+        self.warm_end: int | None = None  # the warm-up's last step, once the steps stopped getting faster
         self.forced: set[int] = set()  # the calibration's extra evaluation: the probe does not count its verdict
         self.forced_saves: set[int] = set()
         self.steps: list[tuple[int, float, int]] = []  # (step, seconds, tokens)
@@ -96,6 +119,8 @@ class TimeLog(TrainerCallback):
         now, seen = self.clock(), state.num_input_tokens_seen or 0
         self.steps.append((state.global_step, now - self.last, seen - self.tokens))
         self.last, self.tokens = now, seen
+        if self.end_step and self.warm_end is None:
+            self.warm_end = warmup_end(self.steps, self.start_step, state.max_steps)
         if state.global_step == self.end_step:
             self.end_step = self.longer(state.global_step, state.max_steps, every(args, "eval"), every(args, "save"))
         if state.global_step == self.end_step:
@@ -138,24 +163,31 @@ class TimeLog(TrainerCallback):
         self.last = self.clock()  # the plan's own few milliseconds go to no step
 
     def longer(self, step: int, total: int, eval_steps: int, save_steps: int) -> int:
-        """The window's last step, moved on when the steps timed so far add up to less than MIN_TIMED_S: to the next
-        scheduled evaluation and save (checked again there), or, with none scheduled, to where the steps should
-        reach it at their pace; never past MAX_TIMED_SHARE of the run's steps. `step` when it has timed enough."""
-        timed = [s for _, s, _ in self.timed(step)]
+        """The window's last step, moved on while the steps are still getting faster (warm-up: none timed yet) or
+        while those timed after it are fewer than MIN_TIMED or add up to less than MIN_TIMED_S: to the next scheduled
+        evaluation and save (checked again there), or, with none scheduled, to where the steps should reach it at
+        their pace; never past MAX_TIMED_SHARE of the run's steps. `step` when it has timed enough."""
+        if self.warm_end is None:
+            self.warm_end = warmup_end(self.steps, self.start_step, total)
+        settling = self.warm_end is None  # still getting faster: nothing timed yet
+        timed = [] if settling else [s for _, s, _ in self.timed(step)]
         both = scheduled_every(eval_steps, save_steps)
         cap = self.start_step + WARMUP + int((total - self.start_step) * MAX_TIMED_SHARE)
         if both and cap // both * both > self.start_step + WARMUP:
             cap = cap // both * both  # end on a scheduled evaluation and save: nothing extra
-        if sum(timed) >= MIN_TIMED_S or step >= cap or not timed:
+        if step >= cap or (len(timed) >= MIN_TIMED and sum(timed) >= MIN_TIMED_S) or (not settling and not timed):
             return step
         if both:  # the next scheduled evaluation and save: the window costs nothing
             return min(cap, (step // both + 1) * both)
+        if len(timed) < MIN_TIMED:
+            return min(cap, step + (SETTLE if settling else MIN_TIMED - len(timed)))
         return min(cap, step + math.ceil((MIN_TIMED_S - sum(timed)) * len(timed) / sum(timed)))
 
     def timed(self, until: int | None = None) -> list[tuple[int, float, int]]:
         """The calibration's steps after the warm-up (up to its last step, or to `until`)."""
         last = (self.end_step or 0) if until is None else until
-        return [s for s in self.steps if self.start_step + WARMUP < s[0] <= last]
+        first = self.start_step + WARMUP if self.warm_end is None else max(self.warm_end, self.start_step + WARMUP)
+        return [s for s in self.steps if first < s[0] <= last]
 
     def cost_s(self) -> float | None:
         """What the calibration added to the run: its extra evaluation and save (none when they were scheduled)."""
@@ -221,6 +253,7 @@ class TimePlan:
     gpu_hours: float
     limits: Limits
     cost_s: float = 0.0  # the calibration's extra evaluation and save (none when they were scheduled there)
+    warmup_steps: int = WARMUP  # steps left out before the timing: until the steps stopped getting faster
     suggestions: list[str] = field(default_factory=list)
 
     @property
@@ -235,8 +268,8 @@ class TimePlan:
     def rows(self) -> dict:
         steps = self.total_steps - self.done_step
         rows = {
-            "time.calibration": f"steps {self.done_step - self.timed_steps + 1}-{self.done_step} timed after {WARMUP} "
-                                f"warm-up: {self.step_s:.3g} s a step at {self.tokens_per_step:,.0f} tokens; "
+            "time.calibration": f"steps {self.done_step - self.timed_steps + 1}-{self.done_step} timed after "
+                                f"{self.warmup_steps} warm-up: {self.step_s:.3g} s a step at {self.tokens_per_step:,.0f} tokens; "
                                 f"evaluation {duration(self.eval_s)}, save {duration(self.save_s)}",
             "time.expected": f"{duration(self.predicted_s)} ({duration(self.low_s)} - {duration(self.high_s)}) for "
                              f"{self.total_steps} steps: {steps} steps to go {duration(steps * self.step_s)}, "
@@ -313,6 +346,7 @@ def predict(log: TimeLog, *, total_steps: int, eval_steps: int, save_steps: int,
     plan = TimePlan(done, total_steps, len(timed), step_s, tokens, eval_s, save_s, n_evals, n_saves, elapsed,
                     elapsed + rest, elapsed + rest * (1 - margin), elapsed + rest * (1 + margin), budget_s, None, None,
                     None, 0.0, limits)
+    plan.warmup_steps = (log.warm_end if log.warm_end is not None else log.start_step + WARMUP) - log.start_step
     plan.cost_s = log.evals.get(done, 0.0) * (done in log.forced) + save_s * (done in log.forced_saves)
     startup = log.train_start - session_start  # install, load: every later session pays it again
     plan.gpu_hours = (startup + plan.predicted_s) / 3600

@@ -33,12 +33,14 @@ from transformers import TrainerCallback
 
 from nbutils.chain import MARKERS
 from nbutils.runtime import limits
-from nbutils.train import checkpoints, curves, diskspace, faultpoints, recipe, runlock, runsettings, timeplan
+from nbutils.train import atomic, checkpoints, curves, diskspace, faultpoints, recipe, reports, runlock, runsettings, timeplan
 from nbutils.train import loss as lm_loss
-from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StopReason, TimeBudget, agree
+from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StartEvalRng, StopReason, TimeBudget, agree
 from nbutils.train.modeling import unwrap
 
 __all__ = ["TrainResult", "Run", "write_summary", "save_checkpoint"]
+# What 02 and 05 write about their final checkpoint, the stage's marker first (05's summary lists the others).
+REPORTS = (MARKERS["preference"], MARKERS["eval"], MARKERS["train_qlora"])
 
 
 @dataclass
@@ -109,7 +111,7 @@ class Run:
         self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
         self.probe = Probe(probe, self.stop, uncounted=self.timelog.forced) if probe is not None else None
         self.budget = TimeBudget(limits.budget_min(time_budget_min), self.stop, session_start, clock)  # "auto": limits.py
-        self.callbacks = [MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
+        self.callbacks = [StartEvalRng(), MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
                           *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
                           *(callbacks or []), self.timelog]
         self.finished, self.resume_step, self.result, self.is_main, self.time_plan = False, None, None, True, None
@@ -125,7 +127,7 @@ class Run:
         self.is_main = trainer.is_world_process_zero()
         if self.is_main:  # one log: ranks above 0 print nothing
             print(f"[train] loss: {self.run_config['loss']}", flush=True)
-        _lock(self.output_dir, self.is_main)
+        lock(self.output_dir, self.is_main)
         t0 = time.time()
         try:
             resume = _pick_resume(self.output_dir, self.resume, self.keep_checkpoints, self.settings, trainer.model,
@@ -191,9 +193,10 @@ class Run:
         """The final checkpoint in <output_dir>/checkpoint (see save_checkpoint)."""
         return save_checkpoint(model, tokenizer, self.output_dir, self.result)
 
-    def write_summary(self, checkpoint_dir: Path | None, memory_plan: dict | None = None) -> dict:
-        """training_summary.json and learning_curves.png (see write_summary); releases the output_dir lock."""
-        return write_summary(self.output_dir, self.result, checkpoint_dir, memory_plan)
+    def write_summary(self, checkpoint_dir: Path | None, memory_plan: dict | None = None, release: bool = True) -> dict:
+        """training_summary.json and learning_curves.png (see write_summary); releases the output_dir lock unless
+        told not to (05 writes its own summary after this one)."""
+        return write_summary(self.output_dir, self.result, checkpoint_dir, memory_plan, release)
 
 
 class _BarOnly(TrainerCallback):
@@ -231,8 +234,9 @@ def _one_progress_line(trainer) -> None:
         trainer.add_callback(_BarOnly())
 
 
-def _lock(output_dir: Path, main: bool) -> None:
-    """The main process takes the output_dir lock; if it is refused, every rank stops (the others would wait forever)."""
+def lock(output_dir: Path, main: bool = True) -> None:
+    """The main process takes the output_dir lock (again: it is re-entrant); if it is refused, every rank stops (the
+    others would wait forever). 02 calls it before loading the model, so a second run is refused in seconds."""
     refused = None
     if main:
         try:
@@ -337,6 +341,8 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, result: TrainResul
     A full disk: the summary is written with stopped_reason="disk_full", then one DiskFullError."""
     output_dir = Path(output_dir)
     dest = output_dir / "checkpoint"
+    # The reports describe the checkpoint about to be replaced: they go first, and are written again after it.
+    reports.retract(output_dir, REPORTS)
     if result and result.stopped_reason == "nan":
         good, skipped = checkpoints.newest_verified(output_dir / "trainer", resumable=False)
         checkpoints.report_skipped(skipped)
@@ -358,11 +364,11 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, result: TrainResul
 
 
 def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: Path | None,
-                  memory_plan: dict | None = None) -> dict:
-    """training_summary.json and learning_curves.png: the facts 03 and people read about this run.
-    The end of the run: the output_dir lock is released here."""
+                  memory_plan: dict | None = None, release: bool = True) -> dict:
+    """training_summary.json and learning_curves.png: the facts 03 and people read about this run, naming the
+    checkpoint they describe (step and content hash). The end of the run: the output_dir lock is released here."""
     output_dir = Path(output_dir)
-    curves.plot(result.log_history, output_dir / "learning_curves.png")
+    complete = bool(checkpoint_dir) and not checkpoints.problems(checkpoint_dir)
     summary = {
         "global_step": result.global_step, "stopped_reason": result.stopped_reason,
         "stop_detail": result.stop_detail, "resumed_from_step": result.resumed_from_step,
@@ -370,7 +376,9 @@ def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: P
         # Relative, so 03 finds it wherever the folder is mounted; "checkpoint" even when nothing was
         # saved (NaN before the first checkpoint): checkpoint_complete is what says whether to use it.
         "checkpoint_dir": os.path.relpath(checkpoint_dir or output_dir / "checkpoint", output_dir),
-        "checkpoint_complete": bool(checkpoint_dir) and not checkpoints.problems(checkpoint_dir),
+        "checkpoint_complete": complete,
+        "checkpoint": reports.identity(checkpoint_dir) if complete else None,
+        "written_by": "05_preference" if "method" in (result.run_config or {}) else "02_train_qlora",
         "settings_hash": runsettings.settings_hash(result.settings or {}),
         "diagnosis": curves.diagnose(result.log_history), "seconds": result.seconds,
         "memory_plan": memory_plan, "measured_peak_gb": result.peak_memory_gb,
@@ -380,8 +388,11 @@ def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: P
         "time_plan_skipped": result.time_plan_skipped,
     }
     try:
-        (output_dir / "log_history.json").write_text(json.dumps(result.log_history, indent=2))
-        (output_dir / MARKERS["train_qlora"]).write_text(json.dumps(summary, indent=2, default=str))  # the marker: last
+        with atomic.file(output_dir / "learning_curves.png", "the learning curves") as tmp:
+            curves.plot(result.log_history, tmp)
+        atomic.write_json(output_dir / "log_history.json", result.log_history)
+        atomic.write_json(output_dir / MARKERS["train_qlora"], summary)  # the marker: last
     finally:
-        runlock.release(output_dir)
+        if release:
+            runlock.release(output_dir)
     return summary

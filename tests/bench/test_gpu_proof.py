@@ -76,3 +76,26 @@ def test_the_cpu_setup_builds_runs_and_records(tmp_path):
     metrics = [r["metric"] for r in rows]
     assert any("largest batch" in m for m in metrics) and any("time plan / actual" in m for m in metrics)
     assert gpu_proof.save(rows, gpu_proof.CPU_SETUP, 1.0, tmp_path).exists()
+
+
+def test_the_whole_gpu_run_is_arranged_to_end_within_10_minutes():
+    """make gpu-proof in one call: its stages planned from what each piece took on an H200 (gpu_proof.COSTS) sum to
+    under 9 minutes; a stage not started by setup.minutes is recorded as skipped, not run past the 10."""
+    planned = gpu_proof.planned_seconds(gpu_proof.GPU_SETUP)
+    assert set(planned) == {"build", "memory", "time plan", "tokens/s"}
+    assert sum(planned.values()) <= 9 * 60, planned
+    assert gpu_proof.GPU_SETUP.minutes * 60 < 10 * 60 and gpu_proof.GPU_SETUP.steps >= 80  # 02 plans from 80 steps
+    more = replace_setup(throughput_rows=256, sweep=tuple(range(1, 20)))
+    assert sum(gpu_proof.planned_seconds(more).values()) > 9 * 60  # the arithmetic sees a setup that would not fit
+
+
+def replace_setup(**changes):
+    from dataclasses import replace
+
+    return replace(gpu_proof.GPU_SETUP, **changes)
+
+
+def test_the_sweep_records_the_loss_each_batch_trained_with_and_replans_with_it():
+    rows = gpu_proof.memory_rows("qwen", [{"batch": 1, "plan_gb": 3.0, "peak_gb": 2.9, "fits": True, "loss": "plain"}],
+                                 15.0)
+    assert rows[0]["loss"] == "plain"

@@ -109,3 +109,11 @@ def test_packed_collator_takes_unpacked_eval_rows(tok, tiny_model):
     with torch.no_grad():
         a, b = tiny_model(**batch), tiny_model(**plain)
     assert abs(a.loss.item() - b.loss.item()) < 1e-5
+
+
+def test_scoring_batches_follow_a_token_budget_longest_first():
+    lengths = [5, 40, 10, 40, 100, 8]
+    batches = batching.by_tokens(lengths, 80)
+    assert batches == [[4], [1, 3], [2, 5, 0]]  # 100 alone (over the budget), 2 x 40, then 3 x 10
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) * max(lengths[i] for i in b) <= 80 or len(b) == 1 for b in batches)

@@ -21,7 +21,8 @@ def _reasons(ledger):
 
 def test_string_pairs_quarantine_by_line_and_counts_add_up(tok):
     rows, ledger = _read(tok, "pairs.jsonl")
-    assert _reasons(ledger) == {(2, "identical-sides"), (3, "empty-field"), (5, "too-long"), (6, "malformed-json")}
+    assert _reasons(ledger) == {(2, "identical-sides"), (3, "empty-field"), (4, "duplicate"), (5, "too-long"),
+                                (6, "malformed-json")}
     c = ledger.counts
     assert (c["records"], c["kept"], c["quarantined"], c["duplicates"]) == (7, 2, 4, 1)
     assert c["records"] == c["kept"] + c["quarantined"] + c["duplicates"]
@@ -93,3 +94,87 @@ def test_max_records_counts_this_calls_records_when_the_ledger_is_shared(tok):
     _, ledger = pairs.read([str(GALLERY / "pairs.jsonl")], tok, 128)
     rows, ledger = pairs.read([str(GALLERY / "pairs.jsonl")], tok, 128, max_records=3, ledger=ledger)
     assert ledger.counts["records"] == 7 + 3 and [r["line"] for r in rows] == [1]  # lines 1-3: one kept, two quarantined
+
+
+# --- message lists, one rule in every form ------------------------------------------------------------------------
+
+def _file(tmp_path, *recs):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return str(path)
+
+
+ANSWERS = {"chosen": [{"role": "assistant", "content": "city"}], "rejected": [{"role": "assistant", "content": "food"}]}
+
+
+def test_a_sharegpt_prompt_list_is_read_not_a_raw_type_error(tok, tmp_path):
+    rec = {"prompt": [{"from": "human", "value": "what kind of word is oslo ?"}], **ANSWERS}
+    rows, ledger = pairs.read([_file(tmp_path, rec)], tok, 128)
+    assert ledger.counts["kept"] == 1 and not ledger.quarantine
+    assert pairs.normalize(rec)["prompt"] == [{"role": "user", "content": "what kind of word is oslo ?"}]
+
+
+def test_role_human_renders_as_user_not_as_a_role_of_its_own(tok, tmp_path):
+    human = {"prompt": [{"role": "human", "content": "what kind of word is oslo ?"}], **ANSWERS}
+    user = {"prompt": "what kind of word is oslo ?", "chosen": "city", "rejected": "food"}
+    [a], _ = pairs.read([_file(tmp_path, human)], tok, 128)
+    [b], _ = pairs.read([_file(tmp_path, user)], tok, 128)
+    assert "human" not in a["prompt"] and (a["prompt"], a["chosen"]) == (b["prompt"], b["chosen"])
+
+
+@pytest.mark.parametrize("rec, reason", [
+    ({"prompt": [{"role": "user", "content": "q"}, {"role": "user", "content": " "}], **ANSWERS},
+     "empty-field: prompt turn 2"),
+    ({"prompt": "q", "chosen": [{"role": "assistant", "content": ""}], "rejected": ANSWERS["rejected"]},
+     "empty-field: chosen turn 1"),
+    ({"prompt": "q", "completion": [{"role": "assistant", "content": ""}], "label": True},
+     "empty-field: completion turn 1"),
+])
+def test_an_empty_turn_is_quarantined_naming_the_side_and_the_turn(rec, reason):
+    with pytest.raises(ValueError) as e:
+        pairs.normalize(rec)
+    assert str(e.value) == reason
+
+
+@pytest.mark.parametrize("rec", [
+    {"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], **ANSWERS},
+    {"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, *ANSWERS["chosen"]],
+     "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, *ANSWERS["rejected"]]},
+    {"prompt": [{"role": "user", "content": "q"}, {"role": "gpt", "content": "a"}], "completion": "x", "label": True},
+])
+def test_a_prompt_that_ends_with_an_assistant_turn_is_quarantined_in_every_form(rec):
+    with pytest.raises(ValueError, match="^prompt-ends-with-assistant: the last turn of prompt is an answer"):
+        pairs.normalize(rec)
+
+
+@pytest.mark.parametrize("rec", [
+    {"prompt": "", **ANSWERS},  # message-list answers: kept before
+    {"prompt": "  ", "chosen": "city", "rejected": "food"},
+    {"prompt": [], **ANSWERS},
+    {"prompt": "", "completion": "city", "label": True},
+])
+def test_an_empty_prompt_is_quarantined_in_string_and_message_forms(rec):
+    with pytest.raises(ValueError) as e:
+        pairs.normalize(rec)
+    assert str(e.value) == "empty-field: prompt"
+
+
+def test_an_hh_record_with_an_empty_rejected_says_empty_field_rejected():
+    with pytest.raises(ValueError) as e:
+        pairs.normalize({"chosen": "\n\nHuman: q ?\n\nAssistant: city", "rejected": ""})
+    assert str(e.value) == "empty-field: rejected"
+    with pytest.raises(ValueError, match="^no-assistant-turn: rejected does not end with an Assistant turn"):
+        pairs.normalize({"chosen": "\n\nHuman: q ?\n\nAssistant: city", "rejected": "\n\nHuman: q ?"})
+
+
+def test_duplicates_are_listed_with_the_line_they_repeat(tok):
+    _, ledger = _read(tok, "pairs.jsonl")
+    [dup] = [q for q in ledger.quarantine if q["reason"].startswith("duplicate")]
+    assert (dup["line"], dup["reason"], dup["repeats"]["line"]) == (4, "duplicate: repeats line 1", 1)
+
+
+def test_kto_rows_take_message_lists_as_prompts_and_completions(tok, tmp_path):
+    rec = {"prompt": [{"from": "human", "value": "what kind of word is oslo ?"}],
+           "completion": [{"role": "assistant", "content": "city"}], "label": 1}
+    [row], ledger = pairs.read([_file(tmp_path, rec)], tok, 128)
+    assert ledger.shapes == {"kto": 1} and row["label"] is True and row["completion"].strip().startswith("city")

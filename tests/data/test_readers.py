@@ -1,10 +1,16 @@
-"""Readers: each format yields (source, line, record | Bad); what cannot be read is marked Bad with its reason."""
+"""Readers: each format yields (source, line, record | Bad); what cannot be read is marked Bad with its reason, and
+damage stays where it is. The fuzz test at the end damages thousands of valid files (tests/data/damage.py)."""
 
 import json
+import re
 
 import pytest
 
-from nbutils.data import readers
+from nbutils.data import pairs, readers, records, splits
+from nbutils.data.ledger import Ledger
+from tests.data import damage
+
+GOOD = [{"prompt": f"what kind of word is w{i} ?", "response": f"kind {i}"} for i in range(10)]
 
 
 def _rows(path):
@@ -37,25 +43,23 @@ def test_json_document_takes_the_first_list_and_numbers_records(tmp_path):
     assert rows[1][1] == readers.Bad("wrong-type: record is str") and rows[2][1] == {"text": "b"}
 
 
+def test_a_json_document_of_one_record_is_that_record_not_its_turns(tmp_path):
+    rec = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    (tmp_path / "x.json").write_text(json.dumps(rec))
+    assert [r for _, _, r in readers.read(str(tmp_path / "x.json"))] == [rec]
+
+
 def test_sniff_explains_a_json_file_holding_jsonl(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"text": "a"}\n{"text": "b"}\n')
-    assert readers.sniff_why(str(path)) == ("jsonl", "extension .json, but the content is jsonl")
+    assert readers.sniff_why(str(path)) == ("jsonl", "extension .json, but the content is jsonl (2 of 2 lines parse on "
+                                                     "their own)")
 
 
 def test_unknown_format_is_refused_with_the_choices(tmp_path):
     (tmp_path / "x.jsonl").write_text('{"text": "a"}\n')
     with pytest.raises(ValueError, match="format='xml' is not one of auto, jsonl"):
         list(readers.read(str(tmp_path / "x.jsonl"), "xml"))
-
-
-def test_sql_insert_only_dump_goes_through_sqlite(tmp_path):
-    (tmp_path / "x.sql").write_text("INSERT INTO t (prompt, response) VALUES ('it''s', 'ok; fine');\n")
-    [(_, n, rec)] = list(readers.read(str(tmp_path / "x.sql")))
-    assert n == 1 and rec == {"prompt": "it's", "response": "ok; fine"}
-    (tmp_path / "y.sql").write_text("INSERT INTO t VALUES ('a', 'b');\n")
-    with pytest.raises(ValueError, match="y.sql: SQLite could not load the dump"):
-        list(readers.read(str(tmp_path / "y.sql")))
 
 
 def test_hub_id_without_internet_is_a_clear_error(tmp_path, monkeypatch):
@@ -67,3 +71,143 @@ def test_hub_id_without_internet_is_a_clear_error(tmp_path, monkeypatch):
         list(readers.read("someone/some_dataset"))
     with pytest.raises(FileNotFoundError, match="no such file"):
         readers.sniff(str(tmp_path / "missing.jsonl"))
+
+
+# --- the cases a new user met -----------------------------------------------------------------------------------
+
+def _jsonl(path, first_line: str, rows=GOOD):
+    path.write_text(first_line + "\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_jsonl_whose_first_line_is_broken_keeps_the_ten_good_records_in_01_and_05(tmp_path, tok):
+    path = _jsonl(tmp_path / "x.jsonl", '{"prompt": "broken", "response": ')
+    assert readers.sniff_why(path) == ("jsonl", "extension .jsonl")
+    ledger = Ledger()
+    rows = splits.read_records([path], ledger)  # 01
+    assert len(rows) == 10 and ledger.counts == {"records": 11, "kept": 0, "quarantined": 1, "duplicates": 0}
+    assert [(q["line"], q["reason"].split(":")[0]) for q in ledger.quarantine] == [(1, "malformed-json")]
+    pref = [{"prompt": r["prompt"], "chosen": r["response"], "rejected": "no"} for r in GOOD]
+    kept, ledger = pairs.read([_jsonl(tmp_path / "p.jsonl", "{not json", pref)], tok, 128)  # 05
+    assert (len(kept), ledger.counts["records"], ledger.counts["quarantined"]) == (10, 11, 1)
+
+
+def test_a_jsonl_with_its_broken_line_second_reads_the_same(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(GOOD[0]) + "\n{broken\n" + "".join(json.dumps(r) + "\n" for r in GOOD[1:]))
+    rows = [(n, r) for _, n, r in readers.read(str(path))]
+    assert len(rows) == 11 and [n for n, r in rows if isinstance(r, readers.Bad)] == [2]
+
+
+def test_a_json_named_file_of_lines_with_a_broken_first_line_is_jsonl(tmp_path):
+    path = _jsonl(tmp_path / "x.json", "{oops")
+    kind, why = readers.sniff_why(path)
+    assert kind == "jsonl" and why == "extension .json, but the content is jsonl (10 of 11 lines parse on their own)"
+
+
+def test_a_file_that_is_neither_json_nor_jsonl_says_so_and_quarantines_each_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"prompt": "a",\n"response": \n')
+    kind, why = readers.sniff_why(str(path))
+    assert kind == "jsonl" and "neither one JSON document nor JSON lines (0 of 2 lines parse)" in why
+    assert [r.reason.split(":")[0] for _, _, r in readers.read(str(path))] == ["malformed-json"] * 2
+
+
+def test_a_json_array_with_a_broken_element_keeps_the_others(tmp_path):
+    text = json.dumps(GOOD[:3], indent=2).replace('"kind 1"', '"kind 1') + "\n"
+    (tmp_path / "x.json").write_text(text)
+    rows = [(n, r) for _, n, r in readers.read(str(tmp_path / "x.json"))]
+    assert [r for _, r in rows if not isinstance(r, readers.Bad)] == [GOOD[0], GOOD[2]]
+    [(n, bad)] = [(n, r) for n, r in rows if isinstance(r, readers.Bad)]
+    assert n == 2 and bad.reason.startswith("malformed-json: Invalid control character at line 8")
+
+
+def test_a_csv_row_whose_quote_was_cut_does_not_swallow_the_rows_after_it(tmp_path):
+    (tmp_path / "x.csv").write_text('prompt,response\n"what, then\nq2,a2\n"q, 3",a3\nq4,"a4"\n')
+    rows = [(n, r) for _, n, r in readers.read(str(tmp_path / "x.csv"))]
+    assert rows[0][0] == 2 and rows[0][1].reason.startswith("malformed-row: ")
+    assert rows[1:] == [(3, {"prompt": "q2", "response": "a2"}), (4, {"prompt": "q, 3", "response": "a3"}),
+                        (5, {"prompt": "q4", "response": "a4"})]
+
+
+def test_a_bom_at_the_start_of_a_later_jsonl_line_is_not_damage(tmp_path):
+    path = tmp_path / "x.jsonl"  # two files joined, the second saved with a BOM
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD[0]).encode() + b"\n\xef\xbb\xbf" + json.dumps(GOOD[1]).encode())
+    assert [r for _, _, r in readers.read(str(path))] == GOOD[:2]
+
+
+def test_a_cut_parquet_file_is_refused_naming_the_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(GOOD), tmp_path / "x.parquet")
+    data = (tmp_path / "x.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut.parquet: not a readable Parquet file .*export it as JSONL or CSV"):
+        list(readers.read(str(tmp_path / "cut.parquet")))
+
+
+def test_a_dataset_dict_without_train_names_the_split_it_read_and_split_chooses_another(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    folder = tmp_path / "prefs"
+    DatasetDict({"train_sft": Dataset.from_list(GOOD[:2]), "train_prefs": Dataset.from_list(GOOD[2:5]),
+                 "test_prefs": Dataset.from_list(GOOD[5:6])}).save_to_disk(str(folder))
+    kind, why = readers.sniff_why(str(folder))
+    assert kind == "hf_disk" and "split 'train_sft' (chosen among train_sft, train_prefs, test_prefs; split=NAME" in why
+    assert len(list(readers.read(str(folder)))) == 2
+    assert "split 'train_prefs' (given" in readers.sniff_why(str(folder), "train_prefs")[1]
+    assert [r for _, _, r in readers.read(str(folder), split="train_prefs")] == GOOD[2:5]
+    with pytest.raises(ValueError, match="no split 'dev'; it has train_sft, train_prefs, test_prefs"):
+        readers.sniff_why(str(folder), "dev")
+
+
+# --- the fuzz test: thousands of damaged files --------------------------------------------------------------------
+
+def _content(kind: str, row: dict):
+    """What a record says, whitespace and case aside (a CRLF file, an HTML page's collapsed text)."""
+    if kind == "sft":
+        return records.normalized_key(row["messages"] if "messages" in row and "source" in row
+                                      else records.to_messages(row))
+    norm = lambda v: " ".join(v.lower().split()) if isinstance(v, str) else (  # noqa: E731
+        [(m["role"], norm(m["content"])) for m in v] if isinstance(v, list) else v)
+    row = row if "source" in row else pairs.normalize(row)
+    return json.dumps({k: norm(row[k]) for k in ("prompt", "chosen", "rejected", "completion", "label") if k in row})
+
+
+def _fuzz_problem(case: damage.Case, path) -> str | None:
+    """What went wrong with one damaged file (None: nothing)."""
+    path.write_bytes(case.data)
+    try:
+        if case.kind == "sft":
+            ledger = Ledger()
+            kept = splits.read_records([str(path)], ledger)
+        else:
+            kept, ledger = pairs.collect([str(path)])
+    except ValueError as e:  # a file that cannot be read at all: allowed when the damage touched every record
+        return None if str(path) in str(e) and len(case.touched) == len(case.records) else f"refused: {e}"
+    except Exception as e:  # noqa: BLE001 -- a raw exception is what the test looks for
+        return f"raw {type(e).__name__}: {e}"
+    c = ledger.counts
+    if c["records"] != len(kept) + c["quarantined"] + c["duplicates"] or \
+            len(ledger.quarantine) != c["quarantined"] + c["duplicates"]:
+        return f"counts {c}, {len(kept)} kept, {len(ledger.quarantine)} listed"
+    ids = [set(re.findall(r"\br(\d+) ", json.dumps(r.get("messages", r), ensure_ascii=False))) for r in kept]
+    merged = [sorted(i) for i in ids if len(i) > 1 and {int(x) for x in i} - case.touched]
+    if merged:  # every text starts "r<index> ": one record took in the text of another the damage left alone
+        return f"records merged: {merged}"
+    found = {_content(case.kind, r) for r in kept}
+    lost = [i for i, r in enumerate(case.records) if i not in case.touched and _content(case.kind, r) not in found]
+    return f"lost records {lost} (damage touched {sorted(case.touched)})" if lost else None
+
+
+@pytest.mark.parametrize("kind", ["sft", "preference"])
+def test_fuzz_damaged_files_never_raise_never_lose_a_good_record_and_counts_add_up(kind, tmp_path):
+    """1,200 files of each kind (seeded): each a valid file of 1-8 records in one format, with 1-3 kinds of damage. A
+    record the damage did not touch is always kept, never merged with another; the counts always add up; no raw
+    exception (a file is refused with its name only when the damage touched every record)."""
+    problems = []
+    for case in damage.cases(seed=60, kind=kind, n=1200):
+        if problem := _fuzz_problem(case, tmp_path / f"in.{case.fmt}"):
+            problems.append(f"{case.name} {case.damage}: {problem}\n  {case.data[:300]!r}")
+    assert not problems, f"{len(problems)} of 1200 damaged files:\n" + "\n".join(problems[:5])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nbutils.data.records import recognised, to_messages
+from nbutils.data.records import recognised, to_messages, turns
 
 U, A = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
 
@@ -38,8 +38,8 @@ def test_lone_text_is_one_assistant_turn():
     ({"question": "q"}, "missing-field: answer"),  # the first pair that has the column found
     ({"prompt": "q", "response": "  "}, "empty-field: response"),
     ({"prompt": "q", "response": 3}, "wrong-type: response is int"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "unknown-role: wizard"),
-    ({"messages": [U]}, "no-assistant-turn"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "unknown-role: wizard in messages turn 1"),
+    ({"messages": [U]}, "no-assistant-turn: messages has no assistant turn"),
     ({"messages": "[not json"}, "malformed-json: messages"),
     ({"instruction": "q", "input": 5, "output": "a"}, "wrong-type: input is int"),
     ({"colour": "red"}, "unrecognised-record: keys colour"),
@@ -55,3 +55,30 @@ def test_recognised_columns():
     assert not recognised(["question", "note"])
     assert recognised(["frage", "antwort"], {"user": "Frage", "assistant": "Antwort"})
     assert not recognised(["frage"], {"user": "Frage", "assistant": "Antwort"})
+
+
+def test_message_lists_take_role_content_or_from_value_and_the_role_aliases_in_either_key():
+    sharegpt_keys = [{"from": "human", "value": " q "}, {"from": "gpt", "value": "a"}]
+    assert turns(sharegpt_keys, "prompt") == [U, A]
+    assert to_messages({"messages": sharegpt_keys}) == [U, A]  # ShareGPT keys under `messages`
+    assert to_messages({"conversations": [{"role": "user", "content": "q"}, {"role": "model", "content": "a"}]}) == [U, A]
+    assert to_messages({"conversations": '[{"from": "human", "value": "q"}, {"from": "bot", "value": "a"}]'}) == [U, A]
+
+
+@pytest.mark.parametrize("value, reason", [
+    ([U, {"role": "assistant", "content": "  "}], "empty-field: chosen turn 2"),
+    ([{"role": "user"}], "missing-field: chosen turn 1 content"),
+    ([{"content": "x"}], "missing-field: chosen turn 1 role"),
+    ([{"role": "user", "content": 3}], "wrong-type: chosen turn 1 content is int"),
+    (["hi"], "wrong-type: chosen turn 1 is str"),
+    ({"role": "user"}, "wrong-type: chosen is dict"),
+    ([{"from": "robot", "value": "x"}], "unknown-role: robot in chosen turn 1"),
+])
+def test_turn_reasons_name_the_field_and_the_turn(value, reason):
+    with pytest.raises(ValueError) as e:
+        turns(value, "chosen")
+    assert str(e.value) == reason
+
+
+def test_preference_columns_are_recognised_too():
+    assert recognised(["prompt", "chosen", "rejected"]) and recognised(["chosen", "rejected"])

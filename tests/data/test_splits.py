@@ -44,20 +44,14 @@ def _write(path: Path, *recs) -> str:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_path, name):
-    try:
-        m = splits.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
-    except splits.DataError as e:  # a broken JSON document: its one record is bad, nothing is usable
-        assert "nothing usable" in str(e) and name == "malformed_document.json"
-        m = None
+    m = splits.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
     got = [(Path(q["source"]).name, q["line"], q["reason"]) for q in _quarantine(tmp_path)]
     want = EXPECTED[name]
     assert [(n, line) for n, line, _ in got] == [(name, line) for line, _ in want], got
     for (_, _, reason), (_, prefix) in zip(got, want):
         assert reason.startswith(prefix), (reason, prefix)
-    if m is None:
-        return
     c = m["counts"]
-    assert c["quarantined"] + c["too_long"] == len(want)
+    assert c["quarantined"] + c["too_long"] + c["duplicates"] == len(want)
     assert c["too_long"] == sum(r.startswith("too-long") for _, r in want)
     _invariants(m)
 
@@ -66,7 +60,8 @@ def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
     files = [str(GALLERY / n) for n in sorted(EXPECTED) if n != "malformed_document.json"]
     m = splits.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False)
     _invariants(m)
-    assert len(_quarantine(tmp_path)) == m["counts"]["quarantined"] + m["counts"]["too_long"]
+    c = m["counts"]
+    assert len(_quarantine(tmp_path)) == c["quarantined"] + c["too_long"] + c["duplicates"]
     assert m["counts"]["duplicates"] > 2  # the good record repeated across files is kept once
     assert sum(m["quarantine_reasons"].values()) == len(_quarantine(tmp_path))
 
@@ -221,7 +216,7 @@ def test_every_format_is_read_and_sniffed(tok, tmp_path, capsys):
     assert m["counts"]["kept"] == sum(n for _, n in expected.values()) and m["counts"]["quarantined"] == 0
     log = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[data]")]
     assert len(log) == len(expected)
-    assert any("i.json: read as jsonl (extension .json, but the content is jsonl)" in x for x in log)
+    assert any("i.json: read as jsonl (extension .json, but the content is jsonl (2 of 2 lines parse on their own))" in x for x in log)
     c = next(r for _, _, r in readers.read(str(tmp_path / "c.csv")))
     assert records.to_messages(c) == [{"role": "user", "content": "multi\nline q"},
                                    {"role": "assistant", "content": "a, with comma"}]

@@ -279,3 +279,21 @@ def test_hangul_is_counted_as_written_while_letters_with_marks_are_counted_decom
     head = "이 도구가 남긴 메시지를 목록이 보여 주는 그대로 옮겨 적으면 다음과 같습니다: "
     assert not [k for k in range(40, len(unit), 5) if detect(head + unit + unit[:k]).degenerate]  # before: from 60
     assert detect(head + unit * 2).degenerate  # said again whole: the loop rules
+
+
+def test_a_paragraph_said_again_with_a_new_opening_stops_mid_stream_one_said_again_under_a_heading_waits():
+    """A real model's smartphone review: the next paragraph opens with a sentence of its own, then says the paragraph
+    before it again, word for word, and `max_new_tokens` cut it before the second copy was whole. The guard stops it
+    mid-stream; a paragraph said again under a heading of its own, or from its first word, still waits for the
+    second whole copy (a document may go on differently)."""
+    from nbutils.eval.guard import settled
+
+    said = ("The user's feedback is also constructive and supportive, with a focus on the user's satisfaction and the "
+            "user's positive experience. ")
+    review = ("The review is written in a friendly tone. The user's description is clear and concise. " + said +
+              "\n\nThe user's review is written in a friendly and professional tone. " + said)
+    verdict = detect(review[:-10])
+    assert verdict.metrics["cycle_next_paragraph"] == 1 and settled(verdict)
+    for again in ("\n\n## Battery\n\n" + said, "\n\n" + said):
+        verdict = detect("The review is written in a friendly tone. " + said + again[:-10])
+        assert "cycle_chars" in verdict.metrics and not settled(verdict) and settled(verdict, ended=True), again

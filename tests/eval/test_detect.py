@@ -373,3 +373,24 @@ def test_an_ipv6_mask_is_an_address_at_every_prefix_hex_groups_said_on_are_a_tok
         full = text.replace("{}", mask)
         assert not any(detect(full[:k], lookback=0).degenerate for k in range(20, len(full) + 1)), mask
     assert detect("The mask is " + "ffff:" * 12).reasons == ["token-repeat"]
+
+
+def test_counting_to_a_hundred_is_a_count_a_number_said_again_is_a_loop():
+    """A real model asked to write the numbers from 1 to 100 counts; bare numbers that step evenly are a count at
+    every prefix, whatever the separator. A number said again, or counted inside a bracket, stays a loop."""
+    for sep in (", ", " ", "\n", "; "):
+        count = sep.join(str(n) for n in range(1, 60))
+        assert not [k for k in range(1, len(count) + 1, 5) if detect(count[:k]).degenerate], sep
+    assert "token-repeat" in detect("5, " * 30).reasons and "counting-loop" in detect(" ".join(
+        f"[{n}]" for n in range(29, 60))).reasons
+
+
+def test_list_items_said_again_under_the_next_numbers_are_copies():
+    """A real model listing animals wrote one item three times under the numbers 1, 2, 3 and ended: the numbers are
+    the list's layout, so three items are three copies of a line, however short, symbols and all; two are not."""
+    item = "{}. Blue-Eyed Bluefin-Boreas (Bluefin-Boreas)"
+    assert "counting-loop" in detect("\n".join(item.format(n) for n in (1, 2, 3))).reasons
+    assert not detect("\n".join(item.format(n) for n in (1, 2))).degenerate
+    albania = "\n".join(f"{n}. Albania (2023)" for n in range(2, 5))  # a year said again in every copy is content
+    assert "counting-loop" in detect("1. Albania, Albania (2023)\n" + albania + "\n5.").reasons
+    assert not detect("1. Albania (2023)\n2. Austria (2023)\n3. Belgium (2023)\n4.").degenerate

@@ -65,11 +65,78 @@ def test_generate_gives_one_record_per_prompt_and_restores_the_padding_side(mode
         assert o["tokens"] < n if o["eos"] or o["guard_stopped"] else o["tokens"] == n
 
 
+def test_score_names_the_primary_metric_beside_exact_match(model, tok, eval_ds):
+    small = eval_ds.select(range(3))
+    prompts, refs = evaluation.prompts_and_references(small, tok)
+    entry, outs = evaluation.score(model, tok, small, prompts, refs, 4, guard="flag", metrics="rouge_l,exact_match")
+    from nbutils.eval import metrics
+
+    want = sum(metrics.rouge_l([o["text"] for o in outs], refs)) / 3
+    assert entry["primary_metric"] == {"name": "rouge_l", "value": pytest.approx(want)}
+    assert entry["task_metric"] == evaluation.exact_match([o["text"] for o in outs], refs)  # 04's gate reads it
+
+
 def test_eval_loss_is_a_mean_per_target_token_whatever_the_batch(model, tok, eval_ds):
     small = eval_ds.select(range(4))
-    one_by_one = evaluation.eval_loss(model, small, tok.pad_token_id, batch_size=1)
-    assert evaluation.eval_loss(model, small, tok.pad_token_id, batch_size=4) == pytest.approx(one_by_one, rel=1e-4)
+    one_by_one = evaluation.eval_loss(model, small, tok.pad_token_id, batch_tokens=1)  # each row alone
+    assert evaluation.eval_loss(model, small, tok.pad_token_id, batch_tokens=10**6) == pytest.approx(one_by_one, rel=1e-4)
     assert one_by_one > 0
+
+
+def test_eval_loss_is_the_models_own_loss(model, tok, eval_ds):
+    """The chunked scoring gives transformers' loss (mean over every target token of the split)."""
+    import torch
+
+    from nbutils.data import batching
+
+    small = eval_ds.select(range(6))
+    batch = batching.make_collator({"strategy": "length_grouped"}, tok.pad_token_id)([small[i] for i in range(6)])
+    with torch.no_grad():
+        want = model(**batch).loss.item()
+    assert evaluation.eval_loss(model, small, tok.pad_token_id) == pytest.approx(want, rel=1e-5)
+
+
+def _largest_logits(run, vocab: int) -> int:
+    """The most elements of any tensor with the vocabulary as its last dimension that `run` creates (views aside)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = [0]
+    views = {"t", "transpose", "view", "_unsafe_view", "expand", "permute", "slice", "select", "unsqueeze",
+             "squeeze", "as_strided", "alias", "detach"}
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__.rstrip("_") not in views:
+                for t in (out if isinstance(out, (tuple, list)) else [out]):
+                    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == vocab:
+                        seen[0] = max(seen[0], t.numel())
+            return out
+
+    with Watch():
+        run()
+    return seen[0]
+
+
+def test_the_eval_loss_never_holds_batch_x_length_x_vocabulary_logits(model, tok, eval_ds, monkeypatch):
+    """03's eval loss: no tensor of logits over the batch's positions, only chunks of 16 positions (the chunk size
+    set small here so that a chunk is far below a batch); transformers' own loss, the path 03 took before, does."""
+    import torch
+
+    from nbutils.data import batching
+    from nbutils.train import loss
+
+    vocab = model.config.vocab_size
+    rows = eval_ds.select(range(8))
+    width = max(rows["length"])
+    monkeypatch.setattr(loss, "chunk_rows", lambda vocab: 16)
+    chunked = _largest_logits(lambda: evaluation.eval_loss(model, rows, tok.pad_token_id, batch_tokens=8 * width), vocab)
+    assert 0 < chunked <= 16 * vocab < 8 * width * vocab
+    batch = batching.make_collator({"strategy": "length_grouped"}, tok.pad_token_id)([rows[i] for i in range(8)])
+    with torch.no_grad():
+        whole = _largest_logits(lambda: model(**batch).loss, vocab)
+    assert whole >= 8 * width * vocab  # the control: the test sees whole logits where they are made
 
 
 def test_probe_says_degenerate_above_the_threshold_and_restores_training_mode(model, tok, eval_ds, capsys):
@@ -92,6 +159,16 @@ def test_sample_rows_two_per_prompt_with_the_verdict_spelled_out():
                                                                        ("tuned", "ok", True)]
 
 
-def test_report_is_written_under_the_chains_marker(tmp_path):
-    path = evaluation.write_report(tmp_path, {"n_samples": 2, "verdict": SimpleNamespace(degenerate=False)})
-    assert path == tmp_path / MARKERS["eval"] and json.loads(path.read_text())["n_samples"] == 2
+def test_report_is_written_under_the_chains_marker_naming_its_checkpoint(tmp_path):
+    from nbutils.train import checkpoints, reports
+
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (ckpt / name).write_text(name)
+    checkpoints.mark_complete(ckpt, 7)
+    path = evaluation.write_report(tmp_path, {"n_samples": 2, "verdict": SimpleNamespace(degenerate=False)}, ckpt)
+    report = json.loads(path.read_text())
+    assert path == tmp_path / MARKERS["eval"] and report["n_samples"] == 2 and report["written_by"] == "03_eval"
+    assert report["checkpoint"] == {"dir": str(ckpt), "step": 7, "content_hash": reports.content_hash(ckpt)}
+    assert not list(tmp_path.glob("*.tmp-*"))

@@ -75,3 +75,34 @@ def test_reward_figures_pair_the_prompts():
     fig = judge.reward_figures([0.0, 0.5, 0.5, 0.0], [1.0, 1.0, 0.5, 0.5], n_boot=200)
     assert fig["delta"]["mean"] == pytest.approx(0.5) and fig["delta"]["ci"][0] > 0
     assert fig["win_tie_loss"] == {"win": 3, "tie": 1, "loss": 0}
+
+
+def test_kto_held_out_rows_get_label_accuracy_not_a_key_error(two_adapters):
+    model, tok = two_adapters
+    pair = _rows(tok)[0]
+    kto = [{"prompt": pair["prompt"], "completion": pair["chosen"], "label": True},
+           {"prompt": pair["prompt"], "completion": pair["rejected"], "label": False}]
+    figs = judge.held_out_figures(model, tok, kto, beta=0.1)
+    assert set(figs) == {"unpaired"}  # no pair to rank: no preference accuracy
+    u = figs["unpaired"]
+    assert (u["n_rows"], u["n_desirable"], u["n_undesirable"]) == (2, 1, 1)
+    assert u["label_accuracy"] == 0.5 and u["reward_gap"] == pytest.approx(0.0, abs=1e-6)  # the SFT adapter itself
+    both = judge.held_out_figures(model, tok, [pair, *kto], beta=0.1)
+    assert both["preference"]["n_pairs"] == 1 and both["unpaired"]["n_rows"] == 2
+    report = {"base": {"task_metric": 0.25}, "tuned": {"task_metric": 0.5}, **figs}
+    assert "label accuracy 0.5 (SFT) -> 0.500" in judge.summary_line("kto", report)
+    assert "on 2 held-out unpaired rows" in judge.summary_line("kto", report)
+
+
+def test_the_summary_line_names_the_primary_metric():
+    block = lambda v: {"task_metric": 0.0, "primary_metric": {"name": "rouge_l", "value": v}}  # noqa: E731
+    assert judge.summary_line("dpo", {"base": block(0.25), "tuned": block(0.5)}) == "[dpo] rouge_l 0.250 (SFT) -> 0.500"
+
+
+def test_answer_logps_keep_their_order_whatever_batches_the_tokens_make(two_adapters):
+    model, tok = two_adapters
+    row = _rows(tok)[0]
+    answers = [row["chosen"], row["rejected"] * 3, row["chosen"] * 2]  # three lengths: batched longest first
+    together = judge.answer_logps(model, tok, [row["prompt"]] * 3, answers)
+    alone = [judge.answer_logps(model, tok, [row["prompt"]], [a], batch_tokens=1)[0] for a in answers]
+    assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) == 3

@@ -10,9 +10,15 @@ BLOCK = {"task_metric": 0.0, "eval_loss": 6.146779537200928, "perplexity": 467.2
 def test_model_line_is_one_line_with_every_figure():
     line = report.model_line("base", BLOCK)
     assert "\n" not in line
-    assert line == ("base: task metric 0.000, eval loss 6.1468, degenerate 12.5% (char-repeat 1, empty 1), EOS 89.6% "
+    assert line == ("base: exact_match 0.000 (primary), eval loss 6.1468, degenerate 12.5% (char-repeat 1, empty 1), EOS 89.6% "
                     "of 48 generations; 280 tokens generated, 32 saved by the guard")
     assert "degenerate 0.0% (none)" in report.model_line("tuned", {**BLOCK, "degenerate_rate": 0.0, "reasons": {}})
+
+
+def test_the_headline_names_the_primary_metric_when_it_is_not_exact_match():
+    """Long answers: ROUGE-L is primary; a headline that said "task metric" showed exact match, 0.000 both ways."""
+    line = report.model_line("tuned", {**BLOCK, "primary_metric": {"name": "rouge_l", "value": 0.4125}})
+    assert line.startswith("tuned: rouge_l 0.412 (primary), exact_match 0.000, eval loss 6.1468")
 
 
 

@@ -275,3 +275,30 @@ def test_prepositions_joined_by_a_conjunction_are_grammar_a_preposition_before_o
         for phrase in (joined, broken):
             pair[phrase] = detect(f"The parts are kept {phrase} boxes, as the notes say, and the rest is sold.").metrics
         assert pair[joined]["bad_pairs"] == 0 and pair[broken]["bad_pairs"] == 1, pair
+
+
+def test_a_bound_after_a_preposition_is_no_broken_pair():
+    """"for at least two hours" (a real model's bread recipe, stopped as soup with one more sign): a preposition before
+    "at least" or "at most" is a bound, not two prepositions in a row; "for at the" still is one."""
+    recipe = "You bake the bread in the oven for {} two hours, and then you let it cool on a rack before you cut it."
+    for bound in ("at least", "at most"):
+        assert detect(recipe.format(bound)).metrics["bad_pairs"] == 0
+    assert detect(recipe.format("at the")).metrics["bad_pairs"] == 1
+
+
+def test_letters_in_alphabetical_order_are_an_alphabet_not_subword_soup():
+    """A real model asked for the alphabet wrote "a b c ... z z.": single letters, each beside the next in the
+    alphabet (forwards or backwards), are listed letters; the same letters out of order are fragments."""
+    assert not detect("The alphabet is: a b c d e f g h i j k l m n o p q r s t u v w x y z z.").degenerate
+    assert not detect("Backwards: z y x w v u t s r q p o n m l k j i h g f e d c b a.").degenerate
+    assert "subword-soup" in detect("The letters are: q d x b m t h z k f w c p j s v g n r l y u e o i.").reasons
+
+
+def test_a_capital_after_the_is_a_name_not_a_capital_alone():
+    """A real model on the seasons: "the Earth", "the Sun", "the Moon" in a sentence of 21 words without a comma read
+    as three capitals alone, and the answer was soup at that prefix. After "the", a capital starts a name."""
+    seasons = ("This tilt causes the Earth's axis to move at a different speed than the spinning of the Moon. As a "
+               "result, the Earth's axis is tilted towards the Sun, which means that the Northern Hemisphere of the "
+               "Earth experiences more direct sunlight during the summer months and the Southern Hemisphere")
+    verdict = detect(seasons, lookback=0)
+    assert not verdict.degenerate and verdict.metrics["mid_caps"] == 0, verdict

@@ -26,7 +26,7 @@ def test_adapter_export_and_cards_hold_no_secret(tmp_path, trained_adapter, monk
     assert "| lora_r | 8 |" in text
     out = adapter.export_adapter(trained_adapter, tmp_path / "adapter", text)
     assert "adapter_model.safetensors" in out["files"] and "trainer_state.json" not in out["files"]
-    assert checkpoints.MARKER not in out["files"]
+    assert checkpoints.MARKER not in out["files"] and "checksums.json" not in out["files"]  # it describes the checkpoint
     for path in (tmp_path / "adapter").iterdir():
         assert hf_token not in path.read_bytes().decode("utf-8", "ignore"), path.name
     assert hf_token not in json.dumps(facts) and hf_token not in text
@@ -40,9 +40,20 @@ def test_an_incomplete_checkpoint_is_refused_with_what_to_do(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_second_export_replaces_the_first(tmp_path, trained_adapter):
+def test_a_second_export_replaces_the_first_whole(tmp_path, trained_adapter, monkeypatch):
     adapter.export_adapter(trained_adapter, tmp_path / "out", "# first")
     (tmp_path / "out" / "stale.txt").write_text("from an earlier export")
     out = adapter.export_adapter(trained_adapter, tmp_path / "out", "# second")
     assert "stale.txt" not in out["files"] and (tmp_path / "out" / "README.md").read_text() == "# second"
     assert out["size_mb"] > 0 and out["files"] == sorted(p.name for p in (tmp_path / "out").iterdir())
+    real = adapter.shutil.copyfile
+
+    def bad_copy(src, dest):  # a copy that comes out different: the export is refused, the earlier one stays
+        real(src, dest)
+        if dest.name == "adapter_model.safetensors":
+            dest.write_bytes(dest.read_bytes()[:100])
+
+    monkeypatch.setattr(adapter.shutil, "copyfile", bad_copy)
+    with pytest.raises(OSError, match="adapter_model.safetensors in the adapter export differs from it"):
+        adapter.export_adapter(trained_adapter, tmp_path / "out", "# third")
+    assert (tmp_path / "out" / "README.md").read_text() == "# second" and sorted(tmp_path.iterdir()) == [tmp_path / "out"]

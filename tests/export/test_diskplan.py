@@ -1,8 +1,6 @@
 """The disk plan: what is kept in the output in the order of value, what goes to the temp folder and why, sizes
 from the checkpoint, and writes that never leave a half-written file under the final name."""
 
-import pytest
-
 from nbutils.export import diskplan
 
 GIB = diskplan.GIB
@@ -76,18 +74,10 @@ def test_make_plan_reads_the_disks(tmp_path):
     assert summary["artifacts"]["merged"]["path"] is None and summary["artifacts"]["merged"]["why"]
 
 
-def test_writing_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
-    target = tmp_path / "merged"
-    with pytest.raises(OSError):
-        with diskplan.writing(target) as partial:
-            partial.mkdir()
-            (partial / "shard").write_text("half")
-            raise OSError(28, "No space left on device")
-    assert list(tmp_path.iterdir()) == []
-    with diskplan.writing(target) as partial:
-        partial.mkdir()
-        (partial / "shard").write_text("whole")
-    assert (target / "shard").read_text() == "whole" and list(tmp_path.iterdir()) == [target]
+def test_tiny_sizes_read_in_mb_not_as_zero_gib(tmp_path):
+    plan = _plan({"adapter": 0.004, "merged": 0.006}, out_room=0.005, temp_room=0.001)
+    assert plan.items["merged"].reason.startswith("6.1 MB does not fit in the 1.0 MB left in the output")
+    assert "0.00 GiB" not in diskplan.text(plan)
 
 
 def test_move_into_another_folder(tmp_path):

@@ -80,3 +80,15 @@ def test_gate_refuses_degenerate_output_and_unknown_metrics(make_report):
         gate.check(make_report(), metric="chrf")
     old = {"base": {"task_metric": 0.0}, "tuned": {"task_metric": 1.0, "degenerate_rate": 0.0}}
     assert gate.check(old).passed  # a report from before the metrics block gates on exact match
+
+
+def test_a_report_of_another_checkpoint_is_refused_even_with_force(tmp_path, trained_adapter):
+    from nbutils.train import reports
+
+    other = {"dir": "elsewhere", "step": 16, "content_hash": "f" * 64}
+    (tmp_path / "eval_report.json").write_text(json.dumps({**_report(), "checkpoint": other, "written_by": "05_preference"}))
+    with pytest.raises(reports.ReportMismatchError, match=rf"{tmp_path / 'eval_report.json'} describes another "
+                                                          r"checkpoint \(step 16.*Rerun 05_preference"):
+        gate.check(tmp_path, force=True, checkpoint=trained_adapter)
+    (tmp_path / "eval_report.json").write_text(json.dumps({**_report(), "checkpoint": reports.identity(trained_adapter)}))
+    assert gate.check(tmp_path, checkpoint=trained_adapter).passed

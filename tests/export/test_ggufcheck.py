@@ -50,14 +50,19 @@ def _measured(logits, greedy, margins, nll=2.0):
     return {"logits": [torch.tensor(x) for x in logits], "greedy": greedy, "margins": margins, "nll": nll, "tokens": 1}
 
 
-def test_compare_tolerances_ties_and_perplexity():
+def test_compare_nmse_ties_and_perplexity():
     ref = _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[5.0, 0.01, 5.0]])
     same = ggufcheck.compare(ref, _measured([[[10.1, 0.0]]], [[1, 2, 3]], [[5.0, 0.01, 5.0]]), "q8_0")
-    assert same["ok"] and same["tolerance"] == pytest.approx(0.3) and same["same_greedy"]
+    assert same["ok"] and same["nmse"] == pytest.approx(0.005 / 25, rel=1e-4) and same["same_greedy"]
     tie = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[1, 7, 3]], [[0, 0, 0]]), "q8_0")
     assert tie["ok"] and tie["greedy_ties"] == [(0, 1, 0.01)] and not tie["same_greedy"]
     parted = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[9, 2, 3]], [[0, 0, 0]]), "q8_0")
     assert not parted["ok"] and "greedy" in parted["problems"][0]
     assert ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[9, 2, 3]], [[0, 0, 0]]), "q4_k_m")["ok"]  # no greedy rule
     off = ggufcheck.compare(ref, _measured([[[11.0, 0.0]]], [[1, 2, 3]], [[0, 0, 0]], nll=2.5), "f16")
-    assert len(off["problems"]) == 2 and "perplexity" in off["problems"][1]
+    assert len(off["problems"]) == 2 and "NMSE 0.02 > 1e-05" in off["problems"][0] and "perplexity" in off["problems"][1]
+
+
+def test_nmse_is_free_of_the_logits_scale():
+    ref, got = [torch.tensor([[3.0, -1.0, 0.5]])], [torch.tensor([[3.1, -1.0, 0.4]])]
+    assert ggufcheck.nmse(got, ref) == pytest.approx(ggufcheck.nmse([g * 40 for g in got], [r * 40 for r in ref]))

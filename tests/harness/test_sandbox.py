@@ -26,6 +26,7 @@ def test_environment_is_a_kaggle_batch_run_with_every_cache_inside(tmp_path):
     env = sandbox.environment(box, internet=True, base={"PATH": "/usr/bin", "HF_HUB_OFFLINE": "0"})
     assert env["KAGGLE_KERNEL_RUN_TYPE"] == "Batch" and env["NBUTILS_WORKING_ROOT"] == str(box.working)
     assert env["NBUTILS_INPUT_ROOT"] == str(box.input) and env["MPLBACKEND"] == "Agg"
+    assert env["COLAB_RELEASE_TAG"]  # Kaggle's image, built on Colab's, sets it: branches on COLAB_ go Kaggle's way
     for var in sandbox.CACHE_VARS:
         assert env[var].startswith(str(box.temp)) and os.path.isdir(env[var]), var
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)  # `!pip` is the kernel's pip

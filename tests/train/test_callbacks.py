@@ -98,6 +98,17 @@ def test_probe_stops_after_patience_degenerate_evaluations_in_a_row():
     probe.on_evaluate(None, SimpleNamespace(global_step=25), control, model=None)  # no model: nothing to probe
 
 
+def test_probe_gives_no_verdict_on_the_model_before_the_first_step():
+    calls = []
+    probe = callbacks.Probe(lambda model: calls.append(model) or True, StopReason(), patience=1)
+    control = _control()
+    probe.on_train_begin(None, SimpleNamespace(global_step=0), control)
+    probe.on_evaluate(None, SimpleNamespace(global_step=0), control, model=object())  # eval_on_start: the base model
+    assert not calls and not control.should_training_stop
+    probe.on_evaluate(None, SimpleNamespace(global_step=5), control, model=object())
+    assert len(calls) == 1 and control.should_training_stop
+
+
 def test_peak_memory_measures_nothing_without_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     peak = callbacks.PeakMemory(after_steps=1, estimate_gb=2.0)

@@ -118,6 +118,25 @@ def test_summary_errors_name_the_file_and_03_falls_back_to_a_verified_checkpoint
     assert "skipped" in capsys.readouterr().out
 
 
+def test_a_summary_of_another_checkpoint_is_refused_naming_the_notebook_to_rerun(lora, tmp_path):
+    from nbutils.train import reports
+
+    model, tok = lora
+    final = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)
+    other = {"dir": str(final), "step": 3, "content_hash": "0" * 64}
+    (tmp_path / "training_summary.json").write_text(json.dumps({"checkpoint_dir": "checkpoint", "checkpoint": other}))
+    with pytest.raises(reports.ReportMismatchError, match=r"training_summary.json describes another checkpoint "
+                                                          r"\(step 3, content 000000000000\).*Rerun 02_train_qlora"):
+        checkpoints.for_eval(tmp_path)
+    (tmp_path / "training_summary.json").write_text(json.dumps({"checkpoint_dir": "checkpoint", "written_by":
+                                                                "05_preference", "checkpoint": reports.identity(final)}))
+    assert checkpoints.for_eval(tmp_path)[0] == final
+    (tmp_path / "training_summary.json").unlink()
+    (final / "run_config.json").write_text(json.dumps({**_run_config(), "method": "dpo"}))
+    with pytest.raises(checkpoints.CheckpointError, match="training_summary.json not found: run 05_preference"):
+        checkpoints.for_eval(tmp_path)
+
+
 def test_crash_during_final_save_keeps_the_previous_checkpoint(lora, tmp_path, monkeypatch):
     model, tok = lora
     dest = tmp_path / "checkpoint"

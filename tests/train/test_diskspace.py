@@ -38,7 +38,9 @@ def test_sizes_add_up():
 
 
 def test_check_names_the_folder_and_what_to_do(tmp_path):
+    assert diskspace.size_text(5.0) == "5.0 MB" and diskspace.size_text(2048) == "2.00 GiB"  # MB under 0.01 GiB
     missing = tmp_path / "not" / "yet"  # measured on the nearest folder that exists
     assert diskspace.check(missing, 1, 2) is None
     line = diskspace.check(missing, 1e12, 2)
-    assert line.startswith(f"disk full at {missing}: needs ~1000000000000 MB") and "keep_checkpoints (now 2)" in line
+    assert line.startswith(f"disk full at {missing}: needs ~976562500.00 GiB, ") and "keep_checkpoints (now 2)" in line
+    assert diskspace.says_no_space("OSError: [Errno 28] No space left on device") and not diskspace.says_no_space("ok")

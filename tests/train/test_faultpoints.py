@@ -16,10 +16,10 @@ for i in range(1, 4):
 """
 
 
-def _run(spec):
-    env = {k: v for k, v in os.environ.items() if k != faultpoints.ENV}
+def _run(spec, env_name=faultpoints.ENV):
+    env = {k: v for k, v in os.environ.items() if k not in (faultpoints.ENV, faultpoints.FULL_ENV)}
     if spec:
-        env[faultpoints.ENV] = spec
+        env[env_name] = spec
     return subprocess.run([sys.executable, "-c", PASSES], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -33,3 +33,9 @@ def test_the_named_point_is_killed_on_its_nth_pass():
     out = _run("save:2")
     assert out.returncode == -signal.SIGKILL and out.stdout.splitlines() == ["passed save 1"]
     assert _run("load:1").stdout == ""  # killed before any save
+
+
+def test_a_full_disk_point_raises_enospc_on_its_nth_pass():
+    out = _run("save:3", faultpoints.FULL_ENV)
+    assert out.returncode == 1 and out.stdout.splitlines() == ["passed save 1", "passed save 2"]
+    assert "OSError: [Errno 28] No space left on device (injected at save)" in out.stderr

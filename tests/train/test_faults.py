@@ -298,7 +298,7 @@ def test_full_disk_during_a_save_is_one_clear_error_and_a_rerun_resumes(prepared
     with pytest.raises(DiskFullError) as err:
         _train(prepared_data, out, arguments, **params)
     msg = str(err.value)
-    assert msg.startswith(f"disk full at {out / 'trainer'}: needs ~") and "MB free; free space or lower keep_checkpoints" \
+    assert msg.startswith(f"disk full at {out / 'trainer'}: needs ~") and " free; free space or lower keep_checkpoints" \
         in msg and "checkpoint-4 (step 4) is intact" in msg, msg
     assert [p.name for p in checkpoints.checkpoint_dirs(out / "trainer")] == ["checkpoint-4"]  # partial one removed
     assert checkpoints.problems(out / "trainer" / "checkpoint-4", resumable=True) == []
@@ -321,7 +321,8 @@ def test_full_disk_during_the_final_save(prepared_data, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(type(tok), "save_pretrained", full_disk)
-    with pytest.raises(DiskFullError, match=r"disk full at .*run: needs ~\d+ MB, \d+ MB free; .*final checkpoint was not saved"):
+    size = r"[\d.]+ (MB|GiB)"
+    with pytest.raises(DiskFullError, match=rf"disk full at .*run: needs ~{size}, {size} free; .*final checkpoint was not saved"):
         session.save_final(model, tok)
     assert not list(out.glob("checkpoint*")) and checkpoints.read_summary(out)["stopped_reason"] == "disk_full"
     assert checkpoints.problems(out / "trainer" / f"checkpoint-{STEPS}", resumable=True) == []

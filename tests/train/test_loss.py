@@ -96,6 +96,9 @@ def test_choice_of_loss(monkeypatch):
         loss.choose("yes")
     monkeypatch.setattr(loss, "liger_available", lambda cuda=None: True)
     assert loss.choose("auto") == "liger" and loss.choose("chunked") == "chunked"
+    # where the plan says the run fits with the whole logits, auto takes the plain loss: the fastest there
+    assert loss.choose("auto", plain_fits=True) == "plain" and loss.choose("auto", plain_fits=False) == "liger"
+    assert loss.choose(True, plain_fits=True) == "liger" and loss.choose("chunked", plain_fits=True) == "chunked"
 
 
 def test_the_trainer_class_follows_the_loss():

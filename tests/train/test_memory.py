@@ -110,11 +110,34 @@ def test_the_peak_is_the_loss_step_at_a_small_batch_and_a_layers_backward_at_a_l
                          ids=lambda p: p.name)
 def test_the_plan_is_within_10_percent_of_every_peak_a_gpu_run_measured(results):
     """make gpu-proof's measured peaks (torch.cuda.max_memory_allocated, fp16, 15 GB cap) against the plan's
-    allocations as the plan is now: SFT at batches 1-32, DPO and GRPO."""
-    from bench import gpu_proof
+    allocations as the plan is now: SFT at batches 1-32, DPO and GRPO, and the tokens/s runs (the plain loss's whole
+    logits among them)."""
+    from bench import gpu_replan
 
-    rows = gpu_proof.replan(results)
+    rows = gpu_replan.replan(results) + gpu_replan.replan_throughput(results)
     if not rows:
         pytest.skip(f"{results.name} holds no plan / peak rows")
     ratios = [float(r["value"].split("peak/plan ")[1].rstrip(")")) for r in rows]
     assert all(0.9 <= x <= 1.1 for x in ratios), [(r["metric"], r["value"]) for r in rows]
+
+
+def test_05s_plan_adds_its_judge_pass_and_names_the_largest_batch_that_fits():
+    from nbutils.train import preference
+
+    judge = preference.judge_pass(LLAMA_8B, "dpo", 16, 512)
+    alone, judged = (memory.plan_preference(LLAMA_8B, "dpo", 512, 2, 16, 4, 16, 15.0, j) for j in (None, judge))
+    assert judged["parts_gb"]["judge_pass"] > 0 and judged["estimate_gb"] >= alone["estimate_gb"]
+    largest = judged["largest_batch_that_fits"]
+    assert largest >= 1 and memory.plan_preference(LLAMA_8B, "dpo", 512, largest, 16, 4, 16, 15.0, judge)["fits"]
+    assert not memory.plan_preference(LLAMA_8B, "dpo", 512, largest + 1, 16, 4, 16, 15.0, judge)["fits"]
+    grpo = memory.plan_preference(LLAMA_8B, "grpo", 256, 8, 16, 4, 64, 15.0, preference.judge_pass(LLAMA_8B, "grpo", 16, 256))
+    assert grpo["largest_batch_that_fits"] % 4 == 0  # whole groups of num_generations
+
+
+def test_a_dry_run_twin_plans_as_the_model_it_stands_for():
+    from types import SimpleNamespace
+
+    twin = SimpleNamespace(**{**vars(LLAMA_8B), "num_hidden_layers": 2, "hidden_size": 256,
+                              memory.FULL_SHAPE: memory.full_shape(LLAMA_8B)})
+    assert memory.Shape.from_config(twin) == memory.Shape.from_config(LLAMA_8B)
+    assert memory.Shape.from_config(twin, own=True).layers == 2

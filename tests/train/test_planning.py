@@ -78,8 +78,8 @@ def test_a_disk_too_small_for_the_checkpoints_is_a_problem_of_the_plan(prepared_
     from nbutils.train import diskspace
 
     monkeypatch.setattr(diskspace, "free_mb", lambda folder: 25.0)
-    with pytest.raises(planning.PlanError, match=r"disk full at .*: needs ~\d+ MB, 25 MB free; free space or lower "
-                                                 r"keep_checkpoints \(now 2\)"):
+    with pytest.raises(planning.PlanError, match=r"disk full at .*: needs ~\d+\.\d\d GiB, 0\.02 GiB free; free space or "
+                                                 r"lower keep_checkpoints \(now 2\)"):
         planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False)
 
 
@@ -127,3 +127,37 @@ def test_another_batch_size_than_01s_is_allowed_and_the_plan_says_what_it_change
     assert "01 planned for 16: its padding figures" in plan.batch_why
     with pytest.raises(planning.PlanError, match=r'max_steps=-1: use "auto"'):
         planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), max_steps=-1, show=False)
+
+
+def test_auto_takes_the_plain_loss_where_the_whole_logits_fit_the_gpu(prepared_data, tmp_path, monkeypatch, capsys):
+    """On a T4 the embedded model's logits fit: the plain loss, the fastest there; explicit settings keep theirs, and a
+    CPU (even one planning for a T4, as the dry run does) keeps the chunked one, the faster on a CPU."""
+    from dataclasses import replace
+
+    inspect = planning.inspect
+    monkeypatch.setattr(planning, "inspect", lambda *a: (replace(inspect(*a)[0], gpu_count=1, gpu_memory_gb=15.0), []))
+    plan = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path))
+    table = capsys.readouterr().out
+    assert plan.loss == "plain" and plan.memory["loss"] == "plain" and plan.memory["fits"]
+    assert "plain (auto): the whole logits peak at" in table and "within the plan's margin" in table
+    assert "15 GB (this GPU): fits" in table
+    chunked = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), chunked_loss=True, show=False)
+    assert chunked.loss == "chunked" and "(chunked_loss=True" in chunked.loss_why
+    monkeypatch.setattr(planning, "inspect", inspect)
+    monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "15")
+    cpu = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), show=False)
+    assert cpu.loss == "chunked" and cpu.memory["fits"] and "no GPU here: a 15 GB GPU" in cpu.memory["checked_against"]
+    assert "on one that holds them, auto takes the plain loss" in cpu.loss_why
+
+
+def test_a_batch_that_does_not_fit_is_refused_naming_the_largest_that_does(prepared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "0.7")  # 0.6 GB of it the CUDA context: little is left
+    with pytest.raises(planning.PlanError, match=r"per_device_batch_size=256 does not fit the 0.7 GB GPU .* the largest "
+                                                 r"that fits is (\d+)") as err:
+        planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=256,
+                          chunked_loss=False, max_steps=20, show=False)
+    largest = int(str(err.value).split("the largest that fits is ")[1].split()[0])
+    assert 0 < largest < 256 and 'chunked_loss="auto"' in str(err.value)
+    fits = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=largest,
+                             chunked_loss=False, max_steps=20, show=False)
+    assert fits.memory["fits"]

@@ -57,35 +57,6 @@ def _sft_adapter(prepared_data, root):
     return sft
 
 
-@pytest.mark.integration
-@pytest.mark.faults
-def test_05_killed_mid_run_resumes_from_its_last_verified_checkpoint(prepared_data, tmp_path):
-    """05 as a script (`nbutils.train.launch`), SIGKILLed at its second checkpoint save, then run again."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from nbutils.harness import notebook_recipe
-    from nbutils.train import faultpoints
-
-    sft = _sft_adapter(prepared_data, tmp_path)
-    out = tmp_path / "preference"
-    cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
-           "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(out),
-           "--eval_samples", "4"]
-    env = {**os.environ, "NBUTILS_WORKING_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run(cmd, env={**env, faultpoints.ENV: "save:2"}, capture_output=True, text=True)
-    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
-    assert not (out / "preference_summary.json").exists()
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert "resuming from" in again.stdout
-    summary = json.loads((out / "training_summary.json").read_text())
-    assert (summary["resumed_from_step"], summary["global_step"]) == (2, 4)
-    assert json.loads((out / "preference_summary.json").read_text())["checkpoint_complete"]
-
-
 def test_dpo_and_grpo_plan_trls_fused_lm_head_not_whole_logits():
     from transformers import Qwen2Config
 
@@ -147,3 +118,103 @@ def test_05s_steps_default_to_the_methods_own(prepared_data, tmp_path):
                                           **kw).max_steps
 
     assert (steps("grpo"), steps("dpo"), steps("grpo", max_steps=12), steps("grpo", smoke=True)) == (40, 16, 12, 4)
+
+
+def _kto_file(prepared_data, path):
+    """KTO rows (prompt, completion, label) from the embedded task's pairs: every pair as two rows."""
+    import json
+
+    from nbutils.data import pairs, splits
+
+    rows = []
+    for r in pairs.embedded_records(splits.load_split(prepared_data, "train")):
+        rows += [{"prompt": r["prompt"], "completion": r["chosen"], "label": True},
+                 {"prompt": r["prompt"], "completion": r["rejected"], "label": False}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_the_data_must_fit_the_method_before_anything_loads():
+    kto_row, pair = {"prompt": "p", "completion": "c", "label": True}, {"prompt": "p", "chosen": "a", "rejected": "b"}
+    [dpo] = preference.fit_problems("dpo", [kto_row] * 3, [kto_row], "kto.jsonl", 16)
+    assert "unpaired KTO rows (prompt/completion/label: 3 train and 1 held-out)" in dpo and "set method='kto'" in dpo
+    assert preference.fit_problems("orpo", [pair], [pair], "pairs.jsonl", 16) == []
+    assert preference.fit_problems("kto", [kto_row], [pair], "x", 16) == []  # pairs or unpaired rows
+    assert "per_device_batch_size=1: KTO estimates its KL term" in preference.fit_problems("kto", [kto_row], [], "x", 1)[0]
+    grpo = preference.fit_problems("grpo", [{"prompt": [], "answer": "a"}], [], "pairs.jsonl", 16)
+    assert "GRPO samples its own answers to 01's prompts and reads no preference file" in grpo[0]
+    assert "1 of 01's records have no user turn" in grpo[1]
+
+
+def test_kto_held_out_rows_stay_unpaired_and_the_table_names_each_input(prepared_data, tmp_path, tok):
+    data = _kto_file(prepared_data, tmp_path / "k.jsonl")
+    train, held, counts = preference.read_data("kto", prepared_data, tmp_path, tok, data, "", 0.1, 0, 256,
+                                               {"train": 40, "held_out": 8})
+    assert held and all("completion" in r and "label" in r for r in train + held)  # the report judges them by label
+    assert set(counts["shapes"]) == {"kto"} and counts["inputs"][data] == "jsonl (extension .jsonl)"
+
+
+@pytest.mark.integration  # trains 02's adapter for 5 steps, then runs 05 (smoke) as a script twice: about 2 minutes
+def test_05_with_kto_rows_refuses_dpo_in_the_plan_and_runs_kto_to_its_report(prepared_data, tmp_path):
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from nbutils.harness import notebook_recipe
+
+    sft = _sft_adapter(prepared_data, tmp_path)
+    data = _kto_file(prepared_data, tmp_path / "kto.jsonl")
+    env = {**os.environ, "NBUTILS_WORKING_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+
+    def run(method):
+        cmd = [sys.executable, "-m", "nbutils.train.launch", str(notebook_recipe.PREFERENCE), "--smoke", "True",
+               "--data_dir", str(prepared_data), "--adapter_dir", str(sft), "--output_dir", str(tmp_path / method),
+               "--eval_samples", "4", "--method", method, "--preference_data", data]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+    dpo = run("dpo")
+    assert dpo.returncode != 0 and "PreferencePlanError: 05's plan found problems, before anything loaded" in dpo.stderr
+    assert "unpaired KTO rows" in dpo.stderr and "set method='kto'" in dpo.stderr
+    assert re.search(r"^problems +1$", dpo.stdout, re.M) and "[model] LoRA:" not in dpo.stdout  # nothing loaded
+    kto = run("kto")
+    assert kto.returncode == 0, kto.stdout[-2000:] + kto.stderr[-2000:]
+    summary = json.loads((tmp_path / "kto" / "preference_summary.json").read_text())
+    unpaired = summary["unpaired"]
+    assert "preference" not in summary and unpaired["n_rows"] > 0 and 0 <= unpaired["label_accuracy"] <= 1
+    assert "label accuracy 0.5 (SFT) ->" in kto.stdout and "held-out unpaired rows" in kto.stdout
+
+
+@pytest.mark.parametrize("method, quarantined", [("grpo", False), ("dpo", True)])
+def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, quarantined):
+    """GRPO reads 01's splits and writes no quarantine.jsonl: its summary does not list one. Every file listed is
+    there with its SHA-256; the report and the summary name the checkpoint."""
+    import json
+    from types import SimpleNamespace
+
+    from nbutils.chain import MARKERS
+    from nbutils.train import checkpoints, reports
+
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (ckpt / name).write_text(name)
+    checkpoints.mark_complete(ckpt, 4)
+    (tmp_path / "quarantine.jsonl").write_text("")  # GRPO's: an earlier run's, in the same folder
+
+    def write_summary(checkpoint, memory, release=True):
+        assert not release  # 05 releases the lock after its own summary
+        for name in ("learning_curves.png", "log_history.json", MARKERS["train_qlora"]):
+            (tmp_path / name).write_text("{}")
+        return {"global_step": 4, "stopped_reason": "max_steps", "seconds": 1.0, "train_loss": 1.0, "diagnosis": "",
+                "checkpoint_dir": "checkpoint", "checkpoint_complete": True, "checkpoint": reports.identity(checkpoint),
+                "measured_peak_gb": None}
+
+    plan = SimpleNamespace(out=tmp_path, method=method, sft_checkpoint=tmp_path, counts={}, memory={})
+    run = SimpleNamespace(write_summary=write_summary, result=SimpleNamespace(trainer=None))
+    block = {"task_metric": 0.5, "degenerate_rate": 0.0}
+    summary = preference.finish(plan, run, ckpt, {"base": block, "tuned": block})
+    assert ("quarantine.jsonl" in summary["files"]) is quarantined and "checkpoint/" in summary["files"]
+    assert reports.problems(tmp_path, MARKERS["preference"]) == [] and summary["checkpoint"]["step"] == 4
+    assert json.loads((tmp_path / MARKERS["eval"]).read_text())["checkpoint"] == reports.identity(ckpt)

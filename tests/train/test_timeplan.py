@@ -130,3 +130,34 @@ def test_each_evaluation_batch_is_timed_from_the_training_steps_end():
     assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5] and log.evals[1] == 99.0
     log.on_prediction_step(None, state, None)  # an evaluation at a step already timed adds no batch
     assert log.eval_batches[1] == [3.0, 0.5, 0.5, 0.5]
+
+
+def test_a_run_without_a_plan_says_why():
+    args = SimpleNamespace(eval_strategy="steps", eval_steps=20, save_strategy="steps", save_steps=20)
+    short = timeplan.TimeLog()
+    short.on_train_begin(args, SimpleNamespace(global_step=0, max_steps=40, num_input_tokens_seen=0), None)
+    assert short.end_step is None and short.skipped == "40 steps to train: too short to plan (under 80)"
+    long = timeplan.TimeLog()
+    long.on_train_begin(args, SimpleNamespace(global_step=0, max_steps=400, num_input_tokens_seen=0), None)
+    assert long.end_step == 20 and long.skipped is None
+    assert timeplan.TimeLog(calibrate=False).skipped == "time_plan=False"
+
+
+def test_the_warm_up_lasts_while_the_steps_still_get_faster():
+    """Qwen2.5-1.5B's first steps on an H200 (make gpu-proof): still falling after the two fixed warm-up steps."""
+    gpu = [9.86, 4.06, 2.82, 2.88, 0.92, 0.77, 0.71, 0.74, 2.92, 0.81] + [0.64] * 30
+    steps = [(i + 1, s, 100) for i, s in enumerate(gpu)]
+    assert timeplan.warmup_end(steps, 0, 100) == 4  # steps 5-7 are within 15% of steps 8-10
+    assert timeplan.warmup_end(steps[:9], 0, 100) is None  # steps 8-10 not seen yet: cannot tell
+    assert timeplan.warmup_end([(i, 1.0, 100) for i in range(1, 9)], 0, 100) == timeplan.WARMUP  # flat: the fixed two
+    falling = [(i, 10.0 / i, 100) for i in range(1, 40)]
+    assert timeplan.warmup_end(falling, 0, 100) == 10  # never settles: at most a tenth of the run
+    log = timeplan.TimeLog()
+    log.start_step, log.steps = 0, steps
+    assert log.longer(10, 100, 10, 10) == 10 and log.warm_end == 4  # 6 steps timed after it, 6.9 s: enough
+    assert [s for s, *_ in log.timed(10)] == [5, 6, 7, 8, 9, 10]
+    fixed, per_token, _ = timeplan.step_model(log.timed(10))
+    assert fixed + per_token * 100 < 0.85  # the two fixed warm-up steps would time 2.82 and 2.88 s steps too
+    still = timeplan.TimeLog()
+    still.start_step, still.steps = 0, steps[:8]
+    assert still.longer(8, 100, 0, 0) == 8 + timeplan.SETTLE and still.warm_end is None  # no timing yet

@@ -41,8 +41,9 @@ def _clock():
 @trains
 def test_time_budget_stop_then_resume_matches_uninterrupted(prepared_data, tmp_path):
     _, _, full = _train(prepared_data, tmp_path / "full")
-    # The 24 s budget of the fake clock runs out a little after step 20.
-    _, _, stopped = _train(prepared_data, tmp_path / "cut", time_budget_min=0.4, run=_clock())
+    # The 36 s budget of the fake clock runs out between step 10 and 40 (the evaluation before the first step
+    # reads the clock too).
+    _, _, stopped = _train(prepared_data, tmp_path / "cut", time_budget_min=0.6, run=_clock())
     assert stopped.stopped_reason == "time_budget" and 10 < stopped.global_step < 40
     last = trainer_checkpoints(tmp_path / "cut" / "trainer")[-1]
     assert last.name == f"checkpoint-{stopped.global_step}"  # saved at the stop, not only at save_steps
@@ -174,8 +175,9 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     lines = [x for x in out.splitlines() if x.startswith("[train] step")]
     assert [x.split()[2] for x in lines] == ["5/20", "10/20", "15/20", "20/20"]  # one line per logging interval
     assert all(k in lines[-1] for k in ("step 20/20", "loss", "tokens/s", "ETA"))
-    # one line per evaluation (the final evaluate() at step 20 is not a second one), and no Trainer dict logs
-    assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["10/20", "20/20"]
+    # one line per evaluation (the one before the first step, then every eval_steps; the final evaluate() at step 20
+    # is not a second one), and no Trainer dict logs
+    assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["0/20", "10/20", "20/20"]
     assert "{'" not in out and "train_runtime" not in out, out
     ckpt = session.save_final(model, tok)
     summary = session.write_summary(ckpt)
@@ -290,7 +292,9 @@ def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
     summary = training.write_summary(tmp_path, result, None)
     assert set(summary) == {"global_step", "stopped_reason", "stop_detail", "resumed_from_step", "train_loss", "eval_loss",
                             "checkpoint_dir", "checkpoint_complete", "settings_hash", "diagnosis", "seconds", "memory_plan",
-                            "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums", "time_plan"}
+                            "measured_peak_gb", "run_peak_gb", "config", "world_size", "replica_checksums", "time_plan",
+                            "time_plan_skipped", "checkpoint", "written_by"}
+    assert summary["checkpoint"] is None and summary["written_by"] == "02_train_qlora"  # no checkpoint was saved
     assert summary["world_size"] == 1 and summary["replica_checksums"] is None and not summary["checkpoint_complete"]
     on_disk = json.loads((tmp_path / "training_summary.json").read_text())
     assert on_disk["global_step"] == 6 and on_disk["eval_loss"] == 1.25 and "trainer" not in on_disk
@@ -300,9 +304,11 @@ def test_the_result_is_a_record_and_the_summary_keeps_its_json_keys(tmp_path):
 def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch):
     """chain.py's rule: a folder is complete once its marker exists, so nothing may be written after it."""
     from nbutils.chain import MARKERS
+    from nbutils.train import atomic
 
-    written, real = [], Path.write_text
-    monkeypatch.setattr(Path, "write_text", lambda self, *a, **kw: (written.append(self.name), real(self, *a, **kw))[1])
+    written, real = [], atomic.os.replace  # every file goes through the atomic writer's rename
+    monkeypatch.setattr(atomic.os, "replace", lambda src, dst: (written.append(Path(dst).name), real(src, dst))[1])
     result = training.TrainResult(6, "max_steps", "", None, 1.5, 1.25, 3.0, [{"step": 5, "loss": 1.5}], {}, trainer=None)
     training.write_summary(tmp_path, result, None)
-    assert "log_history.json" in written and written[-1] == MARKERS["train_qlora"] == "training_summary.json", written
+    assert written == ["learning_curves.png", "log_history.json", MARKERS["train_qlora"]], written
+    assert MARKERS["train_qlora"] == "training_summary.json" and not list(tmp_path.glob("*.tmp-*"))

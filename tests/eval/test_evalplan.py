@@ -1,0 +1,60 @@
+"""03's plan before the model loads: Qwen2.5-1.5B's published config on a T4, the eval loss by chunks against the
+whole logits (the path 03 took before), and what it names when a setting does not fit."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench import real_models
+from nbutils.eval import evalplan
+from nbutils.train.recipe import Recipe
+
+T4 = SimpleNamespace(gpu_memory_gb=15.0, rows=lambda: {"gpus": "Tesla T4"})
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    """Qwen2.5-1.5B-Instruct's config.json as published (bench/real_models.py), no weights, no tokenizer."""
+    folder = tmp_path_factory.mktemp("qwen")
+    (folder / "config.json").write_text(json.dumps(real_models.MODELS["qwen2.5-1.5b-instruct"]["config"]))
+    return Recipe(str(folder), {"load_in_4bit": True}, "fp16", "fp16", {"r": 16})
+
+
+def test_32_rows_of_512_tokens_with_the_whole_logits_are_refused_on_a_t4_and_fit_by_chunks(qwen, capsys):
+    with pytest.raises(evalplan.EvalPlanError, match=r"eval_batch_tokens=16,384 does not fit the 15 GB GPU \(plan 2\d"):
+        evalplan.plan_eval(qwen, T4, [200] * 64, [512] * 200, 32, eval_batch_tokens=32 * 512, loss="plain")
+    before = capsys.readouterr().out
+    assert "DOES NOT FIT" in before and "largest scoring batch" in before
+    plan = evalplan.plan_eval(qwen, T4, [200] * 64, [512] * 200, 32, eval_batch_tokens=32 * 512)
+    assert plan.memory["fits"] and plan.memory["loss"] == "chunked" and plan.eval_batch_tokens == 32 * 512
+    scoring = plan.memory["parts_gb"]["scoring"]
+    assert scoring < 1.5 < 20 < 32 * 512 * 151_936 * 10 / 2**30  # one layer and one chunk, not 23 GiB of logits
+    assert "Tesla T4" in capsys.readouterr().out  # preflight's rows head the table
+
+
+def test_the_message_names_the_largest_value_that_fits(qwen):
+    with pytest.raises(evalplan.EvalPlanError) as e:
+        evalplan.plan_eval(qwen, T4, [200] * 64, [512] * 200, 32, eval_batch_tokens=32 * 512, loss="plain", show=False)
+    largest = int(str(e.value).split("the largest that fits is ")[1].split()[0].replace(",", ""))
+    ok = evalplan.plan_eval(qwen, T4, [200] * 64, [512] * 200, 32, eval_batch_tokens=largest, loss="plain", show=False)
+    assert ok.memory["fits"] and 512 <= largest < 32 * 512
+    with pytest.raises(evalplan.EvalPlanError, match="generate_batch_size=100000 does not fit .* largest that fits is"):
+        evalplan.plan_eval(qwen, T4, [200] * 64, [512] * 200, 32, generate_batch_size=100_000, show=False)
+
+
+def test_auto_scores_at_most_16384_tokens_and_never_less_than_the_longest_row(qwen):
+    plan = evalplan.plan_eval(qwen, T4, [200], [300] * 10, 32, show=False)
+    assert plan.eval_batch_tokens == 16_200 and plan.eval_batch_tokens_why.startswith("auto")  # 54 rows of 300
+    long_rows = evalplan.plan_eval(qwen, T4, [200], [30_000], 32, show=False)
+    assert long_rows.eval_batch_tokens == 30_000  # one row alone
+    no_gpu = evalplan.plan_eval(qwen, SimpleNamespace(gpu_memory_gb=None, rows=dict), [200], [300], 32, show=False)
+    assert "fits" not in no_gpu.memory and no_gpu.eval_batch_tokens == 16_200
+
+
+def test_the_plan_checks_a_t4_without_a_gpu_when_the_dry_run_names_one(qwen, monkeypatch):
+    monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "15")
+    cpu = SimpleNamespace(gpu_memory_gb=None, rows=dict)
+    with pytest.raises(evalplan.EvalPlanError, match="15 GB GPU"):
+        evalplan.plan_eval(qwen, cpu, [200], [512] * 100, 32, eval_batch_tokens=32 * 512, loss="plain", show=False)
+
