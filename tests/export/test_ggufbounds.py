@@ -30,3 +30,21 @@ def test_the_transformers_check_and_the_llama_cpp_check_read_the_same_row(monkey
     problems = runtimecheck.logit_problems({"nmse": 1e-8, "kl_mean": 1e-8, "top1_confident": 0.4, "positions": 4,
                                             "confident_positions": 4}, "q8_0", "held-out texts")
     assert len(problems) == 3 and "above 2e-09 for q8_0" in problems[0], problems
+
+
+def test_the_table_in_docs_export_md_is_this_table():
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:8]] for line in docs.splitlines()
+            if line.startswith("| ") and line.count("|") == 8 and "NMSE" not in line}
+
+    def number(cell: str) -> float:
+        value = float(re.search(r"[0-9.]+(e-?[0-9]+)?", cell).group())
+        return value / 100 if cell.endswith("%") else value
+
+    for name, b in [*ggufbounds.TABLE.items(), ("k-quants (q4_k_m ...)", ggufbounds.KQUANT)]:
+        cells = rows[name]
+        assert [number(c) for c in cells[:5]] == [b.nmse, b.runtime_nmse, b.kl_mean, b.top1, b.ppl_margin], (name, cells)
+        assert cells[5] == ("yes" if b.greedy else "not required"), (name, cells)
