@@ -2,7 +2,7 @@
 nbutils.harness run` with smoke=True, the model named in 01 alone (02 to 05 take it from upstream, as a user's chain
 does), then the checkpoint reloads with its own tokenizer and chat template, 04's GGUF (q8_0, through llama.cpp's
 real converter) is verified with exactly the suite's stop ids, or, for a twin without a real tokenizer, its one-line
-reason, and 05's DPO run on 02's adapter completes.
+reason, and 05's DPO run on 02's adapter completes (on one family of each chat format, see NO_05).
 
 Two chains run at a time (one per core; each process uses one math thread), at batch size 4 (05: 2 pairs a step):
 the real embedding sizes (up to 262144 x 64) make the logits the big cost, and 05's most of all (policy and
@@ -27,6 +27,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.families]
 # budget pays for that chain once, not twice. Every other family runs 01 -> 05 here.
 COVERED_BY_THE_REAL_MODEL = ("smollm2-instruct",)
 MATRIX = sorted(name for name in FAMILIES if name not in COVERED_BY_THE_REAL_MODEL)
+# 05 (DPO on 02's adapter, the matrix's costliest notebook) runs end to end on one family of each chat format: these
+# three share theirs with a family that runs it (Qwen3 Qwen2.5's ChatML, Gemma 3 Gemma 2's turns, Llama-3 base
+# Pythia's plain text); tests/data/test_chatformat.py renders every family's preference pairs.
+NO_05 = ("qwen3", "gemma-3", "llama-3-base")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,7 @@ def matrix(twin, tmp_path_factory):
     folders = {name: twin(name) for name in MATRIX}  # built here, once, before the parallel runs
     longest_first = sorted(MATRIX, key=lambda n: -FAMILIES[n].model_vocab)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {n: pool.submit(chains.family_chain, n, folders[n], root) for n in longest_first}
+        runs = {n: pool.submit(chains.family_chain, n, folders[n], root, 4 if n in NO_05 else 5) for n in longest_first}
         return {n: (folders[n], *f.result()) for n, f in runs.items()}
 
 
@@ -68,6 +72,8 @@ def test_chain_passes_and_the_checkpoint_reproduces_training(matrix, name):
     assert report03["tuned"]["n"] == 8
     export = json.loads((work / "04_export" / "working" / "export" / "export_summary.json").read_text())
     assert export["merged"]["same_argmax"] and export["adapter"]["files"], name
+    if name in NO_05:
+        return
     preference = work / "05_preference" / "working" / "preference"
     summary05 = json.loads((preference / "preference_summary.json").read_text())  # DPO on 02's adapter, smoke
     assert summary05["global_step"] == 4 and summary05["checkpoint_complete"], name
