@@ -220,10 +220,10 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
 def _execute(path: Path, executed: Path, params: dict, kernel: str, cwd: Path, kwargs: dict) -> None:
     import papermill
 
-    from nbutils.harness import kernels
+    from nbutils.harness import ipc_kernels
 
     papermill.execute_notebook(str(path), str(executed), parameters=params, kernel_name=kernel, cwd=str(cwd),
-                               progress_bar=False, extra_arguments=KERNEL_ARGS, **kernels.ENGINE_KWARGS, **kwargs)
+                               progress_bar=False, extra_arguments=KERNEL_ARGS, **ipc_kernels.ENGINE_KWARGS, **kwargs)
 
 
 def _kernel(twin, box: sandbox.Sandbox, ahead: bool, shared=None, key: tuple = ()) -> tuple[str, str | None, dict]:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from nbutils.harness import kernels
+from nbutils.harness import ipc_kernels
 from nbutils.harness.runner import KERNEL_ARGS
 
 
@@ -38,8 +38,8 @@ def test_a_kernel_starts_on_a_port_another_process_holds_and_leaves_no_socket_be
         port = held.getsockname()[1]
         with pytest.raises((RuntimeError, asyncio.TimeoutError)):  # the fault is real: over TCP the kernel dies
             asyncio.run(asyncio.wait_for(_answers(_held_port_kernel(AsyncKernelManager, port)), 30))
-        km = _held_port_kernel(kernels.IPCKernelManager, port)
-        assert km.transport == "ipc" and len(km.ip + kernels.SOCKET_SUFFIX) <= kernels.SOCKET_PATH_MAX
+        km = _held_port_kernel(ipc_kernels.IPCKernelManager, port)
+        assert km.transport == "ipc" and len(km.ip + ipc_kernels.SOCKET_SUFFIX) <= ipc_kernels.SOCKET_PATH_MAX
         folder = os.path.dirname(km.ip)
         assert asyncio.run(_answers(km))
     assert not os.path.exists(folder)
@@ -48,10 +48,10 @@ def test_a_kernel_starts_on_a_port_another_process_holds_and_leaves_no_socket_be
 def test_without_a_short_enough_folder_it_stays_on_tcp(monkeypatch, tmp_path):
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
-    monkeypatch.setattr(kernels.tempfile, "mkdtemp", lambda prefix, dir: str(deep))
-    monkeypatch.setattr(kernels.os, "rmdir", lambda path: None)
-    assert kernels.socket_folder() is None
-    km = kernels.IPCKernelManager(kernel_name="python3")
+    monkeypatch.setattr(ipc_kernels.tempfile, "mkdtemp", lambda prefix, dir: str(deep))
+    monkeypatch.setattr(ipc_kernels.os, "rmdir", lambda path: None)
+    assert ipc_kernels.socket_folder() is None
+    km = ipc_kernels.IPCKernelManager(kernel_name="python3")
     assert km.transport == "tcp" and km.ip == "127.0.0.1"
 
 
@@ -59,5 +59,5 @@ def test_papermill_hands_the_manager_to_nbclient():
     import papermill.engines
 
     client = papermill.engines.PapermillNotebookClient
-    assert issubclass(kernels.IPCKernelManager, client.kernel_manager_class.klass)
-    assert set(kernels.ENGINE_KWARGS) <= set(client.class_trait_names())
+    assert issubclass(ipc_kernels.IPCKernelManager, client.kernel_manager_class.klass)
+    assert set(ipc_kernels.ENGINE_KWARGS) <= set(client.class_trait_names())
