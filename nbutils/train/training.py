@@ -172,10 +172,10 @@ class Run:
             reason = "max_steps" if max_steps > 0 and trainer.state.global_step >= max_steps else "completed"
         if self.probe is not None:
             trainer.remove_callback(self.probe)  # the final evaluation is for the numbers, not for stopping
-        metrics = trainer.evaluate() if reason != "nan" else {"eval_loss": float("nan")}
+        metrics = curves.final_eval(trainer) if reason != "nan" else {"eval_loss": float("nan")}
         planned = self._planned_vs_actual()
         return TrainResult(
-            trainer.state.global_step, reason, self.stop.detail, self.resume_step, run_loss(trainer.state.log_history),
+            trainer.state.global_step, reason, self.stop.detail, self.resume_step, curves.run_loss(trainer.state.log_history),
             metrics["eval_loss"], round(seconds, 1), trainer.state.log_history, self.settings, self.run_config,
             self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer,
             time_plan=planned, time_plan_skipped=None if planned else self.timelog.skipped)
@@ -291,22 +291,13 @@ def _stop_on_disk_full(trainer, run: Run, error: BaseException) -> None:
     msg = diskspace.message(trainer_dir, diskspace.needed_mb(size, run.keep_checkpoints), run.keep_checkpoints,
                             f". {kept}; rerun after freeing space to resume. (The writer said: {error})")
     history = [h for h in trainer.state.log_history if not last or h.get("step", 0) <= checkpoints.checkpoint_step(last)]
-    result = TrainResult(checkpoints.checkpoint_step(last) if last else 0, "disk_full", msg, None, run_loss(history),
+    result = TrainResult(checkpoints.checkpoint_step(last) if last else 0, "disk_full", msg, None, curves.run_loss(history),
                          float("nan"), 0.0, history, run.settings, run.run_config)
     try:
         write_summary(run.output_dir, result, None)
     except OSError as e:
         print(f"[train] could not write the summary either: {e}", flush=True)
     raise diskspace.DiskFullError(msg) from None
-
-
-def run_loss(log_history: list[dict]) -> float:
-    """Mean training loss of the whole run, across resumes: the logged losses weighted by the steps each covers."""
-    logs = sorted((h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h)
-    total, steps, prev = 0.0, 0, 0
-    for step, loss in logs:
-        total, steps, prev = total + loss * (step - prev), steps + (step - prev), step
-    return total / steps if steps else float("nan")
 
 
 def restore_finished(trainer, checkpoint: Path) -> None:
@@ -396,3 +387,4 @@ def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: P
         if release:
             runlock.release(output_dir)
     return summary
+

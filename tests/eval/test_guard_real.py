@@ -7,16 +7,7 @@ import torch
 from nbutils.data.chatformat import load_tokenizer
 from nbutils.eval.detect import detect
 from nbutils.eval.guard import DETECT_EVERY, DegenerationGuard, _kinds, settled
-
-
-def _stream(tok, text: str) -> tuple[list[int], dict]:
-    """Feed text token by token through the guard in observe mode (EOS after it), as generate does."""
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    seq = torch.tensor([[tok.bos_token_id or 0] + ids + [tok.eos_token_id]])
-    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=tok.eos_token_id, stop=False)
-    for end in range(2, seq.shape[1] + 1):
-        guard(seq[:, :end], None)
-    return ids, guard.report()[0]
+from tests.eval.test_guard import _observe
 
 
 def test_blank_and_digit_tokens_are_one_kind_each_in_byte_level_and_sentencepiece_vocabularies():
@@ -57,6 +48,6 @@ def test_list_items_under_the_next_numbers_are_judged_at_the_first_check_detect_
     """"1. Albania (2023)", "2. Albania (2023)" ...: the item's number changes its ids; digits read as one kind, the
     ids of the items repeat, and the guard stops the list at the first check after its third item."""
     tok = load_tokenizer("embedded")
-    ids, row = _stream(tok, "Countries in Europe:\n" + "".join(f"{n}. Albania (2023)\n" for n in range(1, 30)))
+    ids, row = _observe(tok, "Countries in Europe:\n" + "".join(f"{n}. Albania (2023)\n" for n in range(1, 30)))
     first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
     assert first % DETECT_EVERY and row["stop_token"] == first - 1 and row["reasons"] == ["counting-loop"], (first, row)

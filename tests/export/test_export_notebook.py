@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nbutils import chain
+from nbutils.harness import ipc_kernels
 from tests.twins import chains
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def _papermill(params: dict, out: Path, monkeypatch) -> Path:
     executed = out / "04_export.ipynb"
     papermill.execute_notebook(str(_export_notebook().with_suffix(".ipynb")), str(executed), kernel_name="python3",
                                parameters={k: str(v) if isinstance(v, Path) else v for k, v in params.items()},
-                               cwd=str(out), progress_bar=False)
+                               cwd=str(out), progress_bar=False, **ipc_kernels.ENGINE_KWARGS)
     return executed
 
 

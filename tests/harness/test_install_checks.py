@@ -22,6 +22,9 @@ def how(line: str, drift: str = "") -> dict:
     ('!pip install "datasets>=3.4.1,<4.0.0" jiwer', {"datasets": "excluded"}),
     ("!pip install torch torchvision xformers --index-url https://download.pytorch.org/whl/cu128",
      {"torch": "open", "torchvision": "open"}),  # xformers is new: pip resolves torch again
+    ('!pip install "triton>=3.4.0" torchvision unsloth', {"triton": "open", "torchvision": "open"}),  # unsloth: too
+    ('!pip install triton "huggingface_hub>=0.34.0" "datasets==4.3.0"', {}),  # nothing there needs another torch
+    ('!pip install sentencepiece protobuf "datasets==4.3.0" hf_transfer', {}),  # left open: only requirements tell
     ("!pip install langid", {}),  # on the image, nothing else asked for: pip leaves it alone
     ("!pip install --no-deps accelerate peft unsloth", {}),  # --no-deps: what is there stays
     ('!pip install --no-deps transformers==5.10.1 "tokenizers>=0.22.0,<=0.23.0"', {}),  # Kaggle's 0.22.2 fits
@@ -33,14 +36,15 @@ def test_what_an_install_moves_on_kaggle(line, expected):
 
 
 def test_the_message_names_the_line_quotes_it_and_pins_to_the_images_version():
-    src = '%%capture\nimport os\n!pip install sentencepiece protobuf "datasets==4.3.0" "huggingface_hub>=0.34.0"'
+    src = '%%capture\nimport os\n!pip install -U sentencepiece "datasets>=3.4.1,<4.0.0" "huggingface_hub>=0.34.0"'
     [p] = [p for p in check_cells("nb", [{"cell_type": "code", "source": src}]) if p.check == "unpinned-install"]
     assert (p.cell, p.line, p.condition) == (0, 3, None)
-    assert p.what.startswith('`!pip install sentencepiece protobuf "datasets==4.3.0" "huggingface_hub>=0.34.0"` installs')
-    assert "huggingface_hub>=0.34.0 (a range; pip keeps Kaggle's 1.10.1 unless another package on this line needs " \
-           "another version)" in p.what and "huggingface-hub" not in str(p)
+    assert p.what.startswith('`!pip install -U sentencepiece "datasets>=3.4.1,<4.0.0" "huggingface_hub>=0.34.0"` installs')
+    assert "huggingface_hub>=0.34.0 (upgraded past Kaggle's 1.10.1 to the newest release it allows" in p.what
+    assert "datasets>=3.4.1,<4.0.0 (Kaggle's 4.8.5 is outside it" in p.what and "huggingface-hub" not in str(p)
     assert "on a background run the version depends on the day" in p.what
-    assert p.fix.startswith("pin sentencepiece==0.2.1 protobuf==5.29.5 huggingface_hub==1.10.1 (Kaggle's versions")
+    assert p.fix.startswith("pin sentencepiece==0.2.1 huggingface_hub==1.10.1 (Kaggle's versions")
+    assert "pin datasets to the one version you tested: Kaggle's 4.8.5 is outside >=3.4.1,<4.0.0" in p.fix
 
 
 def test_a_torch_reinstall_is_to_be_dropped_and_a_range_outside_the_image_pinned_to_what_was_tested():
@@ -70,12 +74,24 @@ def test_a_continued_command_is_reported_on_the_line_of_the_package():
     assert p.line == 3 and p.what.startswith('`"triton>=3.4.0" torchvision`')
 
 
-def test_after_an_install_that_can_move_anything_a_range_can_move_and_a_bare_name_cannot():
+def test_after_an_eager_upgrade_a_range_can_have_moved_and_a_bare_name_cannot():
     assert how('!pip install --no-deps "tokenizers>=0.22.0,<=0.23.0" accelerate', "x") == {"tokenizers": "drift"}
-    src = '!pip install unsloth\n!pip install "huggingface_hub>=1.5.0,<2.0" langid'
-    [p] = check_cells("nb", [{"cell_type": "code", "source": src}])
-    assert p.line == 2 and "but the install in cell 0 line 1 can have moved it" in p.what and "langid (" not in p.what
-    assert check_cells("nb", [{"cell_type": "code", "source": src.split("\n")[1]}]) == []  # first: the image's fits
+    src = '!uv pip install --upgrade unsloth\n!pip install "huggingface_hub>=1.5.0,<2.0" langid'
+    first, second = check_cells("nb", [{"cell_type": "code", "source": src}])
+    assert first.line == 1 and "uv's `--upgrade` is eager" in first.what and first.fix.startswith("drop --upgrade")
+    assert second.line == 2 and "but the install in cell 0 line 1 upgraded everything under it" in second.what
+    assert "langid (" not in second.what
+    plain = src.replace("uv pip install --upgrade", "pip install")  # pip resolves what unsloth needs, no more
+    assert check_cells("nb", [{"cell_type": "code", "source": plain}]) == []
+
+
+@pytest.mark.parametrize("line, eager", [
+    ("!uv pip install --upgrade unsloth", True), ("!pip install -U --upgrade-strategy eager unsloth", True),
+    ("!pip install -U unsloth", False), ("!uv pip install --upgrade --no-deps unsloth", False),
+    ("!VAR=1 uv pip install -U unsloth", True), ("!uv pip install unsloth", False)])
+def test_which_upgrades_are_eager(line, eager):
+    [cmd] = install_commands(line)
+    assert ic.eager(cmd) is eager
 
 
 def test_stale_import_names_both_cells_and_lines():
@@ -106,7 +122,9 @@ def test_captured_installs_are_listed_by_line():
 def test_a_range_after_an_install_of_the_same_package_is_judged_against_what_that_left():
     fits = '!pip install --no-deps -U "torchao>=0.16.0,<0.18.0"\n!pip install --no-deps "torchao<0.18.0" einx'
     assert [p.line for p in check_cells("nb", [{"cell_type": "code", "source": fits}])] == [1]  # line 2 keeps it
-    moves = '!pip install protobuf "datasets==4.3.0" "huggingface_hub>=0.34.0"\n!pip install "huggingface_hub>=1.5.0,<2.0"'
+    kept = '!pip install protobuf "datasets==4.3.0" "huggingface_hub>=0.34.0"\n!pip install "huggingface_hub>=1.5.0,<2.0"'
+    assert check_cells("nb", [{"cell_type": "code", "source": kept}]) == []  # Kaggle's 1.10.1 fits both: it stays
+    moves = '!pip install -U "huggingface_hub>=0.34.0"\n!pip install "huggingface_hub>=1.5.0,<2.0"'
     second = [p for p in check_cells("nb", [{"cell_type": "code", "source": moves}]) if p.line == 2]
     assert second and "the install in cell 0 line 1 installs it too" in second[0].what
     assert second[0].fix == "pin huggingface_hub to the version you tested (the install in cell 0 line 1 installs it too)"

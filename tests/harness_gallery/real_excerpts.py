@@ -79,8 +79,8 @@ EXCERPTS = {
         ("hidden-install-output", 0, 1): "%%capture over the installs",
         ("unpinned-install", 0, 5): "xformers from the cu128 index resolves torch again: the image's torch can go",
         ("unpinned-install", 0, 7): "--upgrade torchao>=0.16.0: Kaggle's 0.10.0 is replaced by the newest",
-        ("unpinned-install", 0, 10): "librosa, soundfile, torchcodec left open beside new packages; datasets<4 "
-                                     "replaces Kaggle's 4.8.5",
+        ("unpinned-install", 0, 10): "datasets<4 replaces Kaggle's 4.8.5 (librosa, soundfile, torchcodec stay: "
+                                     "nothing on the line requires other versions)",
     }),
     # find_spec / COLAB_ branch: runs on Kaggle (its image sets COLAB_RELEASE_TAG); the elif cannot.
     "find_spec": ("Kaggle-GPT_OSS_BNB_(20B)-Inference.ipynb", [FIND_SPEC], {
@@ -89,21 +89,22 @@ EXCERPTS = {
         ("unpinned-install", 0, 13): "--upgrade tokenizers to the newest <=0.23.0 over Kaggle's 0.22.2",
         ("unpinned-install", 0, 14): "--upgrade torchao>=0.16.0 over Kaggle's 0.10.0",
     }),
-    # `if "COLAB_" not in ...: ... else:` the else runs on Kaggle; the timm cell follows it.
+    # `if "COLAB_" not in ...: ... else:` the else runs on Kaggle; the timm cell follows it. Lines 8, 11 and 12 move
+    # nothing there: datasets 4.3.0 requires huggingface-hub>=0.25.0,<2.0 (its wheel's METADATA), so Kaggle's 1.10.1
+    # stays, nothing on line 8 requires sentencepiece, protobuf or tokenizers, and 0.22.2 and 1.10.1 fit 11 and 12.
     "colab_else": ("Kaggle-Gemma4_(12B)_Text.ipynb", [COLAB_ELSE, TIMM], {
         ("hidden-install-output", 0, 1): "%%capture over the installs",
-        ("unpinned-install", 0, 8): "sentencepiece, protobuf, huggingface_hub>=0.34.0 open beside datasets==4.3.0",
         ("unpinned-install", 0, 10): "--upgrade torchao>=0.16.0 over Kaggle's 0.10.0",
-        ("unpinned-install", 0, 11): "tokenizers range after line 8 can have moved it",
-        ("unpinned-install", 0, 12): "huggingface_hub range after line 8 can have moved it",
         ("hidden-install-output", 1, 1): "%%capture over the install",
         ("unpinned-install", 1, 2): "--upgrade timm over Kaggle's 1.0.26",
     }),
     # Variables: {_triton} is 'triton' whatever is_t4 is; {_vllm} has two values and {_numpy} none known.
     "variables": ("Kaggle-Qwen3_(4B)-GRPO.ipynb", [VARIABLES], {
         ("hidden-install-output", 0, 1): "%%capture over the installs",
-        ("unpinned-install", 0, 8): "uv --upgrade torchvision: a newer torchvision brings a newer torch",
-        ("unpinned-install", 0, 9): "triton (the image's own) and huggingface_hub>=0.34.0 beside datasets==4.3.0",
+        ("unpinned-install", 0, 8): "uv --upgrade torchvision: a newer torchvision brings a newer torch; uv's "
+                                    "--upgrade is eager: everything under vllm and unsloth moves",
+        ("unpinned-install", 0, 9): "huggingface_hub>=0.34.0 finds what line 8's eager upgrade left (triton stays: "
+                                    "nothing on the line needs another torch)",
     }),
     # A condition no fact decides (the GPU's compute capability) sets the versions: both are pinned, no finding.
     "undecided": ("Kaggle-Granite4.0_350M.ipynb", [UNDECIDED], {

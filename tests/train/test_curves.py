@@ -46,3 +46,28 @@ def test_plot_is_written(tmp_path):
     path = tmp_path / "curves.png"
     curves.plot(_history([(10, 2.0), (20, 1.0)], [(10, 2.0), (20, 1.2)]), path)
     assert path.stat().st_size > 1000
+
+
+class _Trainer:
+    """What final_eval reads of a Trainer: its state's log history and step, load_best_model_at_end, evaluate()."""
+
+    def __init__(self, history, step, best=False):
+        from types import SimpleNamespace
+
+        self.state = SimpleNamespace(log_history=history, global_step=step)
+        self.args = SimpleNamespace(load_best_model_at_end=best)
+        self.evaluated = 0
+
+    def evaluate(self):
+        self.evaluated += 1
+        return {"eval_loss": 9.0}
+
+
+def test_final_eval_reuses_the_evaluation_the_run_ended_on_and_evaluates_otherwise():
+    ended_on_one = _Trainer(_history([(10, 2.0)], [(0, 3.0), (10, 2.5)]) + [{"step": 10, "train_runtime": 5.0}], 10)
+    assert curves.final_eval(ended_on_one) == {"eval_loss": 2.5} and ended_on_one.evaluated == 0
+    stopped_between = _Trainer(_history([(12, 2.0)], [(10, 2.5)]), 12)  # a stop after the last evaluation
+    assert curves.final_eval(stopped_between) == {"eval_loss": 9.0} and stopped_between.evaluated == 1
+    best = _Trainer(_history([(10, 2.0)], [(10, 2.5)]), 10, best=True)  # the best checkpoint's weights were loaded
+    assert curves.final_eval(best) == {"eval_loss": 9.0} and best.evaluated == 1
+    assert curves.final_eval(_Trainer([], 0))["eval_loss"] == 9.0  # no evaluation at all

@@ -33,13 +33,14 @@ def shared_root(tmp_path_factory) -> Path:
     return root
 
 
-def family_chain(name: str, folder: Path, root: Path) -> tuple[Path, int, str]:
-    """01 -> 05 under `python -m nbutils.harness run` on the family twin in `folder`, named in 01 alone (02 to 05
-    take it from upstream, as a user's chain does), offline: (harness output folder, exit code, the log's tail)."""
+def family_chain(name: str, folder: Path, root: Path, last: int = 5) -> tuple[Path, int, str]:
+    """01 -> 05 (or up to notebook `last`) under `python -m nbutils.harness run` on the family twin in `folder`,
+    named in 01 alone (02 to 05 take it from upstream, as a user's chain does), offline: (harness output folder, exit
+    code, the log's tail). Whoever asks first decides `last` for the session."""
     out, done = root / name, root / f"{name}.json"
     with FileLock(str(root / f"{name}.lock")):
         if not done.exists():
-            cmd = [sys.executable, "-m", "nbutils.harness", "run", *(str(ROOT / nb) for nb in chain.notebook_paths()),
+            cmd = [sys.executable, "-m", "nbutils.harness", "run", *(str(ROOT / nb) for nb in chain.notebook_paths()[:last]),
                    "-p", "01_data_prep:base_model", str(folder), "--no-internet", "--out", str(out)]
             for key, value in PARAMS.items():
                 cmd += ["-p", key, value]
