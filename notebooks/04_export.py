@@ -75,6 +75,7 @@ hub_what = "adapter"  # adapter, merged, or both (the merged model then goes to 
 gguf_type = "q8_0"  # converted from the merged model (see above); q8_0, f16, bf16; q4_k_m, q5_k_m, q6_k (builds llama-quantize); "": none
 gguf_lora = True  # with gguf_type: the adapter alone as a GGUF LoRA too (llama.cpp --lora), megabytes
 llama_cpp_dir = "auto"  # a llama.cpp checkout to use; auto: the attached dataset's, a checkout, or the pinned one
+verify_runtime = "auto"  # run each GGUF in llama.cpp itself against the merged model; auto: where it is built or can be (a C++ compiler, minutes once); False: skip
 
 # %% [markdown]
 # ## Preflight
@@ -168,7 +169,9 @@ from nbutils.data import splits
 from nbutils.eval import evaluation
 
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
-prompts, references = evaluation.prompts_and_references(splits.load_split(data_dir, "eval"), tokenizer, limit=verify_prompts)
+eval_split = splits.load_split(data_dir, "eval")
+prompts, references = evaluation.prompts_and_references(eval_split, tokenizer, limit=verify_prompts)
+chats = [row["messages"][:-1] for row in eval_split.select(range(len(prompts)))]  # the same prompts as messages, for llama.cpp
 print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]
@@ -226,9 +229,12 @@ if not repos:
 # merged model into one `.gguf` file that carries the tokenizer, the chat template and every stop token
 # (EOS, end of turn, `generation_config.eos_token_id`): a model that loses them talks on forever in
 # Ollama. The file is then reloaded and compared with the merged model on the check prompts (logits,
-# greedy tokens, perplexity on the eval texts) before it is kept. Beside it: an Ollama `Modelfile`
-# with the trained chat template and one `PARAMETER stop` per stop token, and the adapter alone as a
-# GGUF LoRA. The last lines printed are the commands to run it.
+# greedy tokens, perplexity on the eval texts) before it is kept, and run in llama.cpp itself (built once from
+# the same pinned sources): its tokens of the prompts, its rendering of the chat template, its greedy answers
+# and where they stop, its logits and the adapter GGUF on a GGUF of the base, all against the merged model. A
+# GGUF that fails there is kept but marked unverified, with the reason. Beside it: an Ollama `Modelfile` with
+# the trained chat template and one `PARAMETER stop` per stop token (as llama.cpp confirmed them), and the
+# adapter alone as a GGUF LoRA. The last lines printed are the commands to run it.
 
 # %%
 from nbutils.export import ggufbuild
@@ -236,7 +242,8 @@ from nbutils.export import ggufbuild
 gguf_export = None
 if gguf_type:
     gguf_export = ggufbuild.export(disk, gguf_type, tokenizer, prompts, [p + r for p, r in zip(prompts, references)],
-                                   base_model, ckpt, facts, llama_cpp_dir, gguf_lora, memory_plan["device"] or "cpu")
+                                   base_model, ckpt, facts, llama_cpp_dir, gguf_lora, memory_plan["device"] or "cpu",
+                                   chats=chats, answers=references, verify_runtime=verify_runtime)
     print(ggufbuild.report(gguf_export))
 else:
     print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert; it needs export_merged=True)")

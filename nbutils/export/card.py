@@ -77,13 +77,25 @@ def _eval_table(ev: dict) -> list[str]:
     return rows
 
 
+def _runtime_line(runtime: dict | None) -> str:
+    """What the card says of llama.cpp's runtime check of the GGUF (verified, failed with the reason, not run)."""
+    if not runtime or not runtime.get("checked"):
+        return f"**Not checked in llama.cpp**: {(runtime or {}).get('reason') or 'no runtime check ran'}."
+    if not runtime.get("ok"):
+        return f"**Unverified in llama.cpp**: {runtime.get('reason')}."
+    lg = runtime["logits"]
+    return (f"Verified in llama.cpp: the prompts' tokens, the chat template and the greedy tokens and stops are the "
+            f"merged model's; on held-out text NMSE {lg['nmse']:.2e}, KL {lg['kl_mean']:.2e}, top-1 agreement "
+            f"{lg['top1']:.1%}.")
+
+
 def _gguf_usage(facts: dict, run: dict) -> tuple[list[str], str]:
     """How to run a GGUF export: the commands 04 printed, and what the file is."""
     usage = ["```sh", "# llama.cpp (chat in the terminal; the GGUF carries the chat template and stop tokens)",
              run["llama_cpp"], "# Ollama (the Modelfile beside the GGUF: template and one stop per stop token)",
              run["ollama"], "```"]
     return usage, (f"`{facts['base_model']}` with a QLoRA adapter merged in, as a {run['type']} GGUF for llama.cpp and "
-                   f"Ollama; it stops on {', '.join(run['stops'])}.")
+                   f"Ollama; it stops on {', '.join(run['stops'])}.\n\n{_runtime_line(run.get('runtime'))}")
 
 
 def _files(kind: str) -> list[str]:

@@ -10,7 +10,8 @@ The converter writes only the EOS the tokenizer names; a chat model also stops o
 every id of generation_config.eos_token_id. They go into the GGUF's eos/eot/eom fields (llama.cpp stops on all
 three), set by a hook around the converter's writer (`python -m nbutils.export.gguf`), so a model that ended
 its answers with <|im_end|> in training does not talk on forever in Ollama. The hook also writes add_bos_token
-as the chat template has it (the suite tokenizes chats without adding BOS): one BOS in llama.cpp, as in training.
+as the chat template has it (the suite tokenizes chats without adding BOS): one BOS in llama.cpp, as in training;
+and, for a SentencePiece vocabulary, add_space_prefix as the tokenizer has it after a special token (`space_prefix`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,20 @@ def stop_fields(eos_id: int | None, end_of_turn_id: int | None, stop_ids: list[i
     return fields
 
 
+def space_prefix(tokenizer) -> bool | None:
+    """For a SentencePiece-style vocabulary ("▁" stands for a space): whether the tokenizer puts "▁" before the text
+    after a special token. llama.cpp's add_space_prefix (on unless the GGUF says otherwise) puts it after every
+    special token; Phi-3.5's and Llama 2's tokenizers (prepend_scheme "first") put it only at the very start, so a
+    chat, which starts with a special token, tokenized in llama.cpp got a "▁" after every <|user|> and <|end|> the
+    model never saw in training. None for other vocabularies (byte-level BPE: llama.cpp does not read the flag)."""
+    words = tokenizer.convert_ids_to_tokens(tokenizer("a b", add_special_tokens=False).input_ids)
+    special = next((t for t in tokenizer.all_special_tokens if t), None)
+    if special is None or not any(w.startswith("\u2581") for w in words):
+        return None
+    after = tokenizer.convert_ids_to_tokens(tokenizer(f"{special}a", add_special_tokens=False).input_ids)
+    return len(after) > 1 and after[1].startswith("\u2581")
+
+
 def _tail(text: str, lines: int = 1) -> str:
     kept = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return " | ".join(kept[-lines:]) if kept else "(no output)"
@@ -152,7 +167,8 @@ _FIELDS: dict = {}
 
 def _hooked() -> None:
     """Make the converter's writer carry the running job's fields over whatever it found: eos/eot/eom as
-    tokenizer.ggml.<name>_token_id (a stop field left out is removed), add_bos as tokenizer.ggml.add_bos_token.
+    tokenizer.ggml.<name>_token_id (a stop field left out is removed), add_bos as tokenizer.ggml.add_bos_token,
+    add_space_prefix (unless None) as tokenizer.ggml.add_space_prefix.
     A job without fields (a LoRA) is written as the converter has it."""
     from gguf import GGUFValueType, GGUFWriter
     from gguf.gguf_writer import GGUFValue
@@ -167,6 +183,8 @@ def _hooked() -> None:
                 kv[f"tokenizer.ggml.{name}_token_id"] = GGUFValue(int(_FIELDS[name]), GGUFValueType.UINT32)
         if "add_bos" in _FIELDS:
             kv["tokenizer.ggml.add_bos_token"] = GGUFValue(bool(_FIELDS["add_bos"]), GGUFValueType.BOOL)
+        if _FIELDS.get("add_space_prefix") is not None:
+            kv["tokenizer.ggml.add_space_prefix"] = GGUFValue(bool(_FIELDS["add_space_prefix"]), GGUFValueType.BOOL)
         return original(self, *args, **kwargs)
 
     GGUFWriter.write_header_to_file = write_header_to_file

@@ -9,16 +9,27 @@ the conversion is the suite's disk-full error, not a skip.
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 from nbutils import embedded
 from nbutils.data import chatformat
-from nbutils.export import card, diskplan, gguf, ggufcheck, modelfile, quantize
+from nbutils.export import card, diskplan, gguf, ggufcheck, ggufruntime, modelfile, quantize
 from nbutils.train import atomic, diskspace, faultpoints
 
 EMBEDDED_REASON = ("the embedded default's tokenizer is a small BPE of its own, which llama.cpp's converter does not "
                    "recognise ('BPE pre-tokenizer was not recognized'): no GGUF for it. A real model gets one.")
+
+
+def written_fields(tokenizer, merged_dir: str | Path) -> tuple[list[int], dict]:
+    """The suite's stop ids, and what the converter's writer hook puts into the GGUF: the eos/eot/eom fields,
+    add_bos (as the chat template has it) and add_space_prefix (gguf.space_prefix)."""
+    stops = stop_ids(tokenizer, merged_dir)
+    eot = tokenizer.convert_tokens_to_ids(chatformat.end_of_turn(tokenizer))
+    return stops, {**gguf.stop_fields(tokenizer.eos_token_id, eot, stops), "add_bos": modelfile.starts_with_bos(tokenizer),
+                   "add_space_prefix": gguf.space_prefix(tokenizer)}
 
 
 def stop_ids(tokenizer, merged_dir: str | Path) -> list[int]:
@@ -34,8 +45,6 @@ SENTENCEPIECE = "tokenizer.model"
 def sentencepiece_beside(merged_dir: Path, base_model: str) -> str | None:
     """The converter reads SentencePiece vocabularies (Gemma, Phi-3, Llama 2) from tokenizer.model, which a fast
     tokenizer's save_pretrained does not write: copied from the base model (the suite adds no tokens) when missing."""
-    import shutil
-
     if (merged_dir / SENTENCEPIECE).exists():
         return None
     base = Path(embedded.resolve_model(base_model))
@@ -63,33 +72,35 @@ def refused(why: str) -> str:
     return f"the converter refused this model: {why}"
 
 
-def _run(converter: gguf.Converter, model: gguf.Job, lora: gguf.Job | None) -> tuple[str | None, str | None]:
-    """The model's job and the LoRA's (if any) in one converter process: (the model's refusal, the LoRA's)."""
-    whys = gguf.run_converters(converter, [model, lora] if lora else [model])
-    return whys[0], whys[1] if lora else None
+def _run(converter: gguf.Converter, model: gguf.Job, extras: list) -> tuple[str | None, list]:
+    """The model's job and the extra ones (a LoRA, the base model; None: absent) in one converter process: (the
+    model's refusal, the extras' refusals, None where absent)."""
+    whys = gguf.run_converters(converter, [model, *(j for j in extras if j is not None)])
+    rest = iter(whys[1:])
+    return whys[0], [next(rest) if j is not None else None for j in extras]
 
 
 def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict,
-             lora: gguf.Job | None) -> tuple[Path | None, str, str | None]:
-    """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note, the LoRA job's
-    refusal) or (None, why, None). The LoRA job, if any, runs in the same converter process as the model's."""
+             extras: list) -> tuple[Path | None, str, list]:
+    """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note, the extra jobs'
+    refusals) or (None, why, []). The extra jobs (a LoRA, the base model) run in the same converter process."""
     final = work / f"model-{quant_type}.gguf"
     if quant_type in gguf.CONVERTER_TYPES:
-        why, lora_why = _run(converter, gguf.model_job(merged_dir, final, quant_type, fields), lora)
-        return (None, refused(why), None) if why else (final, "", lora_why)
+        why, extra_whys = _run(converter, gguf.model_job(merged_dir, final, quant_type, fields), extras)
+        return (None, refused(why), [None] * len(extras)) if why else (final, "", extra_whys)
     binary, note = quantize.find_quantize(converter.root), "llama-quantize found"
     if binary is None:
         print(f"[gguf] {quant_type} needs llama-quantize: building it from the pinned llama.cpp sources (minutes)", flush=True)
-        binary, note = quantize.build(_sources(converter))
+        binary, note = quantize.ensure(lambda: _sources(converter))
         if binary is None:
-            return None, note, None
+            return None, note, [None] * len(extras)
     f16 = work / "model-f16.gguf"
     try:
-        why, lora_why = _run(converter, gguf.model_job(merged_dir, f16, "f16", fields), lora)
+        why, extra_whys = _run(converter, gguf.model_job(merged_dir, f16, "f16", fields), extras)
         if why:
-            return None, refused(why), None
+            return None, refused(why), [None] * len(extras)
         why = quantize.quantize(binary, f16, final, quant_type)
-        return (None, f"llama-quantize failed: {why}", None) if why else (final, note, lora_why)
+        return (None, f"llama-quantize failed: {why}", [None] * len(extras)) if why else (final, note, extra_whys)
     finally:
         f16.unlink(missing_ok=True)
 
@@ -132,14 +143,15 @@ def _lora(job: gguf.Job | None, why: str | None, adapter_dir: Path) -> dict | No
 
 
 def _place(disk: diskplan.DiskPlan, made: Path, tokenizer, stops: list[int], num_ctx: int, facts: dict,
-           quant_type: str) -> dict:
-    """Move the verified GGUF where the plan says, with its Modelfile and model card beside it: one folder, built
-    whole and swapped in (an earlier export's stays whole until then)."""
+           quant_type: str, runtime: dict) -> dict:
+    """Move the checked GGUF where the plan says, with its Modelfile (stops and BOS as llama.cpp confirmed them)
+    and model card (verified in llama.cpp, or why not) beside it: one folder, built whole and swapped in (an
+    earlier export's stays whole until then)."""
     folder = disk.path("gguf")
     with atomic.folder(folder, f"the GGUF ({folder.name}/)", disk.items["gguf"].size) as tmp:
         diskplan.move_into(made, tmp)
-        info = modelfile.write(tmp, made.name, tokenizer, stops, num_ctx, shown=folder)
-        (tmp / "README.md").write_text(card.model_card(facts, "gguf", run={**info, "type": quant_type}))
+        info = modelfile.write(tmp, made.name, tokenizer, stops, num_ctx, runtime, shown=folder)
+        (tmp / "README.md").write_text(card.model_card(facts, "gguf", run={**info, "type": quant_type, "runtime": runtime}))
         faultpoints.point("gguf")
     dest = folder / made.name
     return {"file": str(dest), "size_mb": round(dest.stat().st_size / 2**20, 2), "kept": disk.kept("gguf"), **info}
@@ -149,10 +161,58 @@ def _skip(why: str, **more) -> dict:
     return {"file": None, "reason": why, **more}  # `report` prints it
 
 
+def _base_job(base_model: str, disk: diskplan.DiskPlan, work: Path, quant_type: str) -> gguf.Job | str:
+    """The base model as a GGUF (the model's type; q8_0 for a k-quant), for the LoRA GGUF's check in llama.cpp, or
+    why there is none. It is written in the temp folder beside the model's GGUF (and a k-quant's f16) and deleted
+    after the check: it needs room for an fp16-sized file more than the disk plan's peak."""
+    folder = Path(embedded.resolve_model(base_model))
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(base_model, local_files_only=True))
+        except Exception:  # noqa: BLE001 -- not in the local cache: the LoRA check says so
+            return "the base model is in no local folder and not in the Hub cache"
+    sizes = {n: i.size for n, i in disk.items.items()}
+    need = 2 * sizes.get("merged", 0) + sizes.get("gguf", 0)  # the base GGUF (at most fp16) + the peak beside it
+    free = shutil.disk_usage(work).free
+    if free < need:
+        return f"no room for a GGUF of the base model in the temp folder ({free / 2**30:.1f} GiB free, {need / 2**30:.1f} GiB needed)"
+    kind = quant_type if quant_type in gguf.CONVERTER_TYPES else "q8_0"
+    return gguf.model_job(folder, work / f"base-{kind}.gguf", kind, {})
+
+
+def _verify(session, made: Path, args: tuple, work: Path, jobs: dict) -> tuple[dict, dict]:
+    """ggufcheck.verify (args: its arguments after the file), with the runtime check around it: (check, runtime).
+    jobs: "lora" and "base" -> (job or None, the converter's refusal or None)."""
+    (lora_job, lora_why), (base_job, base_why) = jobs["lora"], jobs["base"]
+    live = isinstance(session, ggufruntime.Session)
+    try:
+        if live:
+            with_lora = lora_job is not None and base_job is not None and not (lora_why or base_why)
+            session.base_type = base_job.args[2] if base_job is not None else None
+            ggufruntime.run(session, made, work, base_job.out if with_lora else None, lora_job.out if with_lora else None)
+        check = ggufcheck.verify(made, *args, also=ggufruntime.reference(session) if live else None)
+    except Exception:
+        made.unlink(missing_ok=True)  # a GGUF that failed its check is not kept anywhere
+        _discard(lora_job)
+        raise
+    finally:
+        if base_job is not None:
+            base_job.out.unlink(missing_ok=True)
+    runtime = ggufruntime.verdict(session, check.pop("also"), args[5], work) if live else session
+    if live and lora_job is not None and "tokens" in runtime and "lora" not in runtime:
+        why = base_why or lora_why or "the base model is in no local folder and not in the Hub cache"
+        runtime["lora"] = {"checked": False, "reason": f"no GGUF of the base model to apply the LoRA GGUF to: {why}"}
+    return check, runtime
+
+
 def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[str], texts: list[str],
            base_model: str, adapter_dir: str | Path, facts: dict, llama_cpp_dir: str = "auto", lora: bool = True,
-           device: str = "cpu", num_ctx: int = 4096) -> dict:
-    """The whole GGUF step; a dict for export_summary.json (file, verification, Modelfile, commands, or why not)."""
+           device: str = "cpu", num_ctx: int = 4096, chats: list[list[dict]] | None = None,
+           answers: list[str] | None = None, verify_runtime="auto") -> dict:
+    """The whole GGUF step; a dict for export_summary.json (file, verification, Modelfile, commands, or why not).
+    chats/answers: the eval prompts' messages and reference answers, for the runtime check in llama.cpp."""
     from nbutils.runtime.install import ensure_extra
 
     quant_type = quant_type.lower()
@@ -166,14 +226,19 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     if isinstance(converter, str):
         return _skip(converter)
     print(f"[gguf] converter: {converter.origin}", flush=True)
-    stops = stop_ids(tokenizer, merged_dir)
-    eot = tokenizer.convert_tokens_to_ids(chatformat.end_of_turn(tokenizer))
-    fields, add_bos = gguf.stop_fields(tokenizer.eos_token_id, eot, stops), modelfile.starts_with_bos(tokenizer)
+    stops, written = written_fields(tokenizer, merged_dir)
+    fields, add_bos = {k: v for k, v in written.items() if k in gguf.STOP_FIELDS}, written["add_bos"]
     if sentencepiece_beside(merged_dir, base_model):
         print(f"[gguf] {SENTENCEPIECE} copied from {base_model} into the merged model (the converter reads it)", flush=True)
+    session = ggufruntime.start(verify_runtime, lambda: _sources(converter), tokenizer, chats, answers or [], texts,
+                                stops, add_bos)
     work.mkdir(parents=True, exist_ok=True)
     lora_job = _lora_job(disk, Path(adapter_dir)) if lora else None
-    made, note, lora_why = _convert(merged_dir, work, quant_type, converter, {**fields, "add_bos": add_bos}, lora_job)
+    base_job = _base_job(base_model, disk, work, quant_type) if lora_job and isinstance(session, ggufruntime.Session) else None
+    base_job, base_why = (None, base_job) if isinstance(base_job, str) else (base_job, None)
+    t0 = time.monotonic()
+    made, note, (lora_why, refused_base) = _convert(merged_dir, work, quant_type, converter, written, [lora_job, base_job])
+    base_why = base_why or refused_base
     if made is None:
         _discard(lora_job)
         if diskspace.says_no_space(note):
@@ -181,15 +246,15 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
                 work, disk.items["gguf"].size / diskspace.MB, what=f"the {quant_type} GGUF",
                 advice="free space and run 04 again", detail=f"; nothing was left under a final name ({note})"))
         return _skip(note, converter=converter.origin)
-    try:
-        check = ggufcheck.verify(made, merged_dir, tokenizer, stops, prompts, texts, quant_type, device, add_bos)
-    except Exception:
-        made.unlink(missing_ok=True)  # a GGUF that failed its check is not kept anywhere
-        _discard(lora_job)
-        raise
-    result = {**_place(disk, made, tokenizer, stops, num_ctx, facts, quant_type), "type": quant_type,
+    t1 = time.monotonic()
+    check, runtime = _verify(session, made, (merged_dir, tokenizer, stops, prompts, texts, quant_type, device, add_bos),
+                             work, {"lora": (lora_job, lora_why), "base": (base_job, base_why)})
+    result = {**_place(disk, made, tokenizer, stops, num_ctx, facts, quant_type, runtime), "type": quant_type,
               "converter": converter.origin, "build": note, "stop_fields": fields, "add_bos": add_bos,
-              "verification": check}
+              "add_space_prefix": written["add_space_prefix"],
+              "verification": check, "runtime": runtime, "verified": runtime.get("ok") is True,
+              "unverified": None if runtime.get("ok") is True else runtime["reason"],
+              "seconds": {"convert": round(t1 - t0, 1), "checks": round(time.monotonic() - t1, 1)}}
     result["lora"] = _lora(lora_job, lora_why, Path(adapter_dir))
     return result
 
@@ -206,4 +271,5 @@ def report(result: dict) -> str:
             f"logits' NMSE {v['nmse']:.3g} (bound {v['nmse_bound']:g}; max |logit diff| {v['max_abs_diff']:.4g}), "
             f"{greedy}, perplexity "
             f"{v['perplexity']:.4g} vs {v['merged_perplexity']:.4g}; stops {', '.join(result['stops'])}\n"
+            f"  {ggufruntime.text(result['runtime'])}\n"
             f"  llama.cpp: {result['llama_cpp']}\n  Ollama:    {result['ollama']}")

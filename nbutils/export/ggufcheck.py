@@ -7,7 +7,8 @@ Model: on the check prompts, the logits' NMSE (mean squared difference over the 
 logits: free of the logits' scale and of the model's depth) within the type's bound, greedy continuations equal for
 f32/f16/bf16/q8_0 up to near-ties (where they part, the merged model's top two lie within twice the largest logit
 difference measured on the prompts, `greedy_agrees`), and for every type the perplexity on the eval texts within
-the type's margin of the merged model's.
+the type's margin of the merged model's. The bounds: nbutils.export.ggufbounds, one table for this check and
+llama.cpp's.
 """
 
 from __future__ import annotations
@@ -16,22 +17,9 @@ import gc
 import math
 from pathlib import Path
 
-from nbutils.export import ggufload
+from nbutils.export import ggufbounds, ggufload
 
-# Logits' NMSE per type. f16 stores the merged fp16 weights as they are (only the converter's f32 norms differ);
-# bf16 keeps 8 bits of mantissa, q8_0 one 8-bit scale per 32 weights; llama.cpp's own conversion check passes NMSE
-# under 1e-2. k-quants (3-6 bits) move logits visibly: for them the perplexity margin is the real test. Measured on
-# SmolLM2-135M-Instruct tuned by the suite (30 layers, logits up to 38; `python -m bench real_model_bench`): f16 0,
-# bf16 4.6e-4, q8_0 1.5e-3, where max |logit diff| is 1.9 for both (a bound of 3% of the largest logit, 1.14,
-# refused a sound q8_0 file).
-NMSE_BOUND = {"f32": 1e-6, "f16": 1e-5, "bf16": 1e-2, "q8_0": 1e-2}
-KQUANT_NMSE_BOUND = 0.1
 ABS_FLOOR = 0.02  # the smallest logit difference a near-tie is judged against
-# Perplexity of the GGUF on the eval texts, relative to the merged model's (the same model measured: bf16 +3.7%,
-# q8_0 -1.8% on three short texts, where rounding moves a perplexity either way).
-PPL_MARGIN = {"f32": 0.001, "f16": 0.005, "bf16": 0.05, "q8_0": 0.05}
-KQUANT_PPL_MARGIN = 0.10
-GREEDY_TYPES = ("f32", "f16", "bf16", "q8_0")
 GREEDY_TOKENS = 12
 
 
@@ -129,30 +117,32 @@ def compare(reference: dict, got: dict, quant_type: str) -> dict:
     perplexity within the type's margin."""
     scale = max(float(r.abs().max()) for r in reference["logits"])
     diff = max(float((a - b).abs().max()) for a, b in zip(got["logits"], reference["logits"]))
-    error, bound = nmse(got["logits"], reference["logits"]), NMSE_BOUND.get(quant_type, KQUANT_NMSE_BOUND)
+    bounds = ggufbounds.for_type(quant_type)
+    error, bound = nmse(got["logits"], reference["logits"]), bounds.nmse
     ppl_ref = math.exp(reference["nll"] / max(1, reference["tokens"]))
     ppl = math.exp(got["nll"] / max(1, got["tokens"]))
-    margin = PPL_MARGIN.get(quant_type, KQUANT_PPL_MARGIN)
+    margin = bounds.ppl_margin
     same_greedy = got["greedy"] == reference["greedy"]
     tie = max(ABS_FLOOR, diff)  # what this file moves logits by, measured: a gap under twice that is a near-tie
     greedy_ok, ties = greedy_agrees(reference, got, tie)
     problems = []
     if error > bound:
         problems.append(f"logits' NMSE {error:.3g} > {bound:g} for {quant_type} (max |logit diff| {diff:.4g})")
-    if quant_type in GREEDY_TYPES and not greedy_ok:
+    if bounds.greedy and not greedy_ok:
         problems.append(f"greedy continuations part from the merged model's where it leads by more than 2 x "
                         f"{tie:.4g} ({quant_type} must keep them)")
     if ppl > ppl_ref * (1 + margin):
         problems.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
     return {"type": quant_type, "nmse": error, "nmse_bound": bound, "max_abs_diff": diff, "max_abs_logit": scale,
-            "same_greedy": same_greedy, "greedy_ties": ties, "greedy_checked": quant_type in GREEDY_TYPES,
+            "same_greedy": same_greedy, "greedy_ties": ties, "greedy_checked": bounds.greedy,
             "perplexity": ppl, "merged_perplexity": ppl_ref, "ppl_margin": margin, "problems": problems,
             "ok": not problems}
 
 
 def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: list[int], prompts: list[str],
-           texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None) -> dict:
-    """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong."""
+           texts: list[str], quant_type: str, device: str = "cpu", add_bos: bool | None = None, also=None) -> dict:
+    """Metadata, then the reloaded model against the merged one; raises GGUFCheckFailed naming what is wrong.
+    `also(model)`, if given, runs while the merged model is loaded (04's runtime check); its answer is "also"."""
     gguf_file, merged_dir = Path(gguf_file), Path(merged_dir)
     kv = ggufload.read_kv(gguf_file)  # read once: the metadata check and the reload's hyper-parameters
     problems = metadata_problems(metadata(kv), tokenizer, stop_ids, add_bos)
@@ -161,13 +151,15 @@ def verify(gguf_file: str | Path, merged_dir: str | Path, tokenizer, stop_ids: l
     dtype = ggufload.compute_dtype(merged_dir, device)
     model = ggufload.load_merged(merged_dir, device, dtype)
     reference = measure(model, tokenizer, prompts, texts)
+    extra = also(model) if also is not None else None
     del model
     gc.collect()
     model, how = ggufload.load(gguf_file, merged_dir, device, dtype, kv)
     got = measure(model, tokenizer, prompts, texts)
     del model
     gc.collect()
-    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", "")}
+    result = {**compare(reference, got, quant_type), "reloaded_with": how, "dtype": str(dtype).replace("torch.", ""),
+              "also": extra}
     if not result["ok"]:
         raise GGUFCheckFailed(f"{gguf_file.name} disagrees with the merged model: " + "; ".join(result["problems"]))
     return result

@@ -140,13 +140,30 @@ def stop_texts(tokenizer, stop_ids: list[int]) -> list[str]:
     return list(dict.fromkeys(tokenizer.convert_ids_to_tokens(i) for i in stop_ids))
 
 
-def modelfile(gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096) -> tuple[str, dict]:
-    """The Modelfile's text and what it holds (template derived or why not, stops)."""
+def _checked(runtime: dict | None) -> str:
+    """The Modelfile's line on llama.cpp's runtime check of the GGUF."""
+    if not runtime or not runtime.get("checked"):
+        return f"# not run in llama.cpp: {(runtime or {}).get('reason') or 'no runtime check'}"
+    if runtime.get("ok"):
+        return "# checked in llama.cpp: prompt tokens, chat template, greedy tokens and stops, logits (export_summary.json)"
+    return f"# FAILED in llama.cpp: {runtime.get('reason')}"
+
+
+def modelfile(gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096, runtime: dict | None = None) -> tuple[str, dict]:
+    """The Modelfile's text and what it holds (template derived or why not, stops). With llama.cpp's runtime check
+    (nbutils.export.runtimecheck), the stops it confirmed come first and any it did not are marked, and BOS is
+    left out of the template only where llama.cpp was seen to add it."""
     pieces = derive(tokenizer)
-    lines = ["# ollama create <name> -f Modelfile && ollama run <name>", f"FROM ./{gguf_name}"]
-    info = {"stops": stop_texts(tokenizer, stop_ids), "template": None, "system": None}
+    ran = bool(runtime and "stops" in runtime)
+    confirmed = runtime["stops"]["confirmed"] if ran else list(stop_ids)
+    adds_bos = runtime["tokens"]["add_bos"] if ran else True
+    lines = ["# ollama create <name> -f Modelfile && ollama run <name>", f"FROM ./{gguf_name}", _checked(runtime)]
+    info = {"stops": stop_texts(tokenizer, [*confirmed, *(i for i in stop_ids if i not in confirmed)]),
+            "stops_confirmed_in_llama_cpp": stop_texts(tokenizer, confirmed) if ran else None,
+            "template": None, "system": None}
     if isinstance(pieces, Pieces):
-        template = go_template(pieces, tokenizer.bos_token if starts_with_bos(tokenizer) else None)
+        bos = tokenizer.bos_token if starts_with_bos(tokenizer) and adds_bos else None
+        template = go_template(pieces, bos)
         if '"""' in template or "{{" in "".join(v for v in vars(pieces).values()):
             info["template"] = "not written: the template's own text holds Go-template or Modelfile quoting"
         else:
@@ -154,7 +171,10 @@ def modelfile(gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 409
             info.update(template="derived from the tokenizer's chat template", system=pieces.system or "not supported")
     else:
         info["template"] = f"not written ({pieces}); Ollama falls back to the GGUF's own chat template"
-    lines += [f'PARAMETER stop "{_quoted(s)}"' for s in info["stops"]]
+    for text in info["stops"]:
+        if ran and text not in info["stops_confirmed_in_llama_cpp"]:
+            lines.append("# the model stops here, but llama.cpp does not end generation on it (export_summary.json)")
+        lines.append(f'PARAMETER stop "{_quoted(text)}"')
     # Greedy decoding is what 03 evaluated; num_ctx: Ollama's default 2048 cuts longer chats short.
     lines += ["PARAMETER temperature 0", f"PARAMETER num_ctx {num_ctx}"]
     return "\n".join(lines) + "\n", info
@@ -170,10 +190,10 @@ def llama_cpp_command(gguf_path: str | Path, num_ctx: int = 4096) -> str:
 
 
 def write(folder: str | Path, gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 4096,
-          shown: str | Path | None = None) -> dict:
+          runtime: dict | None = None, shown: str | Path | None = None) -> dict:
     """<folder>/Modelfile next to the GGUF; what it holds, with the ollama and llama.cpp commands (naming `shown`,
     the folder's final name, when it is written under a temporary one)."""
-    text, info = modelfile(gguf_name, tokenizer, stop_ids, num_ctx)
+    text, info = modelfile(gguf_name, tokenizer, stop_ids, num_ctx, runtime)
     Path(folder, "Modelfile").write_text(text)
     shown = Path(shown or folder)
     return {**info, "path": str(shown / "Modelfile"),

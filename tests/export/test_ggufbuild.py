@@ -13,6 +13,7 @@ import pytest
 
 CHATS = [[{"role": "user", "content": "name : bob ; city : paris. What is the city?"}],
          [{"role": "user", "content": "Write one line about a cat."}]]
+ANSWERS = ["paris", "A cat sat on the warm mat."]
 
 
 def _merged(folder, dest):
@@ -30,8 +31,9 @@ def _merged(folder, dest):
     return AutoTokenizer.from_pretrained(dest)
 
 
-def _export_type(name, folder, root, quant_type="q8_0"):
-    """04's GGUF step on a family twin standing in for the merged model: ggufbuild's result, or the error it raised."""
+def _export_type(name, folder, root, quant_type="q8_0", verify_runtime=False):
+    """04's GGUF step on a family twin standing in for the merged model (no adapter, so no LoRA GGUF): ggufbuild's
+    result, or the error it raised."""
     from nbutils.export import card, diskplan, ggufbuild
 
     disk = diskplan.make_plan(root / "out", root / "temp", {"gguf": 2**20, "merged": 2**20})
@@ -39,8 +41,8 @@ def _export_type(name, folder, root, quant_type="q8_0"):
     prompts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in CHATS]
     facts = card.collect_facts(root, root, root, name)
     try:
-        return ggufbuild.export(disk, quant_type, tok, prompts, [p + "paris" for p in prompts], str(folder), root,
-                                facts, lora=False)
+        return ggufbuild.export(disk, quant_type, tok, prompts, [p + a for p, a in zip(prompts, ANSWERS)], str(folder),
+                                root, facts, lora=False, chats=CHATS, answers=ANSWERS, verify_runtime=verify_runtime)
     except Exception as e:  # noqa: BLE001 -- reported by the test, with the family's name
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -116,7 +118,7 @@ def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path
     binary.chmod(0o755)
     (work := tmp_path / "work").mkdir()
     lora = gguf.lora_job(tmp_path / "adapter", tmp_path / "merged", tmp_path / "adapter-f16.gguf")
-    made, note, why = ggufbuild._convert(tmp_path / "merged", work, "q4_k_m", gguf.Converter(root, "test"), {}, lora)
-    assert made == work / "model-q4_k_m.gguf" and made.read_text() == str(tmp_path / "merged") and why is None
+    made, note, whys = ggufbuild._convert(tmp_path / "merged", work, "q4_k_m", gguf.Converter(root, "test"), {}, [lora, None])
+    assert made == work / "model-q4_k_m.gguf" and made.read_text() == str(tmp_path / "merged") and whys == [None, None]
     assert lora.out.read_text() == str(tmp_path / "adapter") and note == "llama-quantize found"
     assert sorted(p.name for p in work.iterdir()) == ["model-q4_k_m.gguf"]  # no f16, no partial

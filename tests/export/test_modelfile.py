@@ -81,3 +81,23 @@ def test_a_template_it_cannot_express_gives_the_reason_and_no_template(tok):
 def test_the_interpreter_refuses_what_it_does_not_know():
     with pytest.raises(ValueError, match="unsupported"):
         gotemplate.render("{{ range .Messages }}{{ .Content | upper }}{{ end }}", CHATS[0])
+
+
+def test_the_modelfile_follows_what_llama_cpp_confirmed(family_tok):
+    """Stops llama.cpp ends on come first, one it does not is marked; BOS stays in the template where llama.cpp was
+    seen not to add it; the check's verdict is the third line."""
+    tok = family_tok("llama-3.1")
+    stops = [tok.eos_token_id, tok.pad_token_id]
+    runtime = {"checked": True, "ok": False, "reason": "llama.cpp does not end generation on ...",
+               "stops": {"confirmed": [tok.pad_token_id]}, "tokens": {"add_bos": False}}
+    text, info = modelfile.modelfile("m.gguf", tok, stops, runtime=runtime)
+    lines = text.splitlines()
+    assert lines[2] == "# FAILED in llama.cpp: llama.cpp does not end generation on ..."
+    assert re.findall(r'^PARAMETER stop "(.*)"$', text, re.M) == [tok.pad_token, tok.eos_token]
+    marked = lines.index(f'PARAMETER stop "{tok.eos_token}"') - 1
+    assert lines[marked].startswith("# the model stops here, but llama.cpp does not end generation on it")
+    assert info["stops_confirmed_in_llama_cpp"] == [tok.pad_token]
+    template = re.search(r'TEMPLATE """(.*)"""', text, re.S).group(1)
+    assert gotemplate.render(template, CHATS[0]) == _jinja(tok, CHATS[0])  # BOS kept: llama.cpp adds none here
+    unchecked, _ = modelfile.modelfile("m.gguf", tok, stops, runtime={"checked": False, "reason": "verify_runtime=False"})
+    assert unchecked.splitlines()[2] == "# not run in llama.cpp: verify_runtime=False"

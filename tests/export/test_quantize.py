@@ -1,11 +1,11 @@
-"""k-quants: where llama-quantize is found, why it cannot be built, failures that leave no file, and (integration,
-when a build is at hand) a real q4_k_m GGUF of a family twin that passes its checks."""
+"""k-quants: where llama-quantize is found, a failed quantization that leaves no file, and (integration, when a
+build is at hand) a real q4_k_m GGUF of a family twin that passes its checks. The build: test_llamabuild.py."""
 
 import os
 
 import pytest
 
-from nbutils.export import quantize
+from nbutils.export import llamabuild, quantize
 
 
 def _exe(path, text="#!/bin/sh\nexit 0\n"):
@@ -21,26 +21,13 @@ def test_a_checkout_build_comes_first_then_the_cached_build_then_path(tmp_path, 
     assert quantize.find_quantize(tmp_path / "checkout") is None
     on_path = _exe(tmp_path / "bin" / quantize.BINARY)
     assert quantize.find_quantize(tmp_path / "checkout") == str(on_path)
-    cached = _exe(quantize.build_dir() / "bin" / quantize.BINARY)
+    cached = _exe(llamabuild.build_dir() / "bin" / quantize.BINARY)
     assert quantize.find_quantize(tmp_path / "checkout") == str(cached)
     built = _exe(tmp_path / "checkout" / "build" / "bin" / quantize.BINARY)
     assert quantize.find_quantize(tmp_path / "checkout") == str(built)
 
 
-def test_without_a_compiler_it_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("CXX", raising=False)
-    binary, why = quantize.build(tmp_path)
-    assert binary is None and "no C++ compiler" in why and "gguf_type='q8_0'" in why
-
-
-def test_a_failed_build_or_quantize_leaves_nothing_under_the_final_name(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBUTILS_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "CMakeLists.txt").write_text("this is not cmake(\n")
-    if quantize._compiler() and quantize._cmake():
-        binary, why = quantize.build(tmp_path / "src", tmp_path / "build")
-        assert binary is None and why.startswith("building llama-quantize failed") and not (tmp_path / "build").exists()
+def test_a_failed_quantize_leaves_nothing_under_the_final_name(tmp_path):
     fake = _exe(tmp_path / "q", "#!/bin/sh\necho half > \"$2\"\necho 'unknown type' >&2\nexit 1\n")
     why = quantize.quantize(str(fake), tmp_path / "in.gguf", tmp_path / "out.gguf", "q4_k_m")
     assert why == "unknown type" and not list(tmp_path.glob("out.gguf*"))
@@ -50,7 +37,8 @@ def test_a_failed_build_or_quantize_leaves_nothing_under_the_final_name(tmp_path
 def test_q4_k_m_of_a_real_tokenizer_twin_passes_its_checks(twin, tmp_path):
     binary = quantize.find_quantize()
     if binary is None and not os.environ.get("NBUTILS_BUILD_QUANTIZE"):
-        pytest.skip("no llama-quantize built: `python -m bench gguf` (or NBUTILS_BUILD_QUANTIZE=1) builds it, minutes")
+        pytest.skip("no llama-quantize built: tests/export/test_runtimecheck.py, `python -m bench gguf` (or "
+                    "NBUTILS_BUILD_QUANTIZE=1) builds it, minutes")
     from tests.export.test_ggufbuild import _export_type
 
     result = _export_type("qwen2.5-instruct", twin("qwen2.5-instruct"), tmp_path, "q4_k_m")
