@@ -171,7 +171,7 @@ from nbutils.eval import evaluation
 tokenizer = AutoTokenizer.from_pretrained(ckpt)
 eval_split = splits.load_split(data_dir, "eval")
 prompts, references = evaluation.prompts_and_references(eval_split, tokenizer, limit=verify_prompts)
-chats = [row["messages"][:-1] for row in eval_split.select(range(len(prompts)))]  # the same prompts as messages, for llama.cpp
+chats = evaluation.prompt_messages(eval_split, limit=verify_prompts)  # the same prompts as messages, for llama.cpp
 print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]

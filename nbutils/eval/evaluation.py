@@ -16,11 +16,20 @@ from nbutils.eval.detect import detect
 from nbutils.train import atomic, evalmemory, reports, runlock
 
 
+def _rows(eval_ds, limit: int | None):
+    return eval_ds if limit is None else eval_ds.select(range(min(limit, len(eval_ds))))
+
+
+def prompt_messages(eval_ds, limit: int | None = None) -> list[list[dict]]:
+    """The prompts of prompts_and_references as messages (every turn but the answer), for a runtime that renders
+    the chat template itself (llama.cpp)."""
+    return [r["messages"][:-1] for r in _rows(eval_ds, limit)]
+
+
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
     """Chat-rendered prompts (with the generation prompt) and the reference answers."""
-    rows = eval_ds if limit is None else eval_ds.select(range(min(limit, len(eval_ds))))
     prompts, refs = [], []
-    for r in rows:
+    for r in _rows(eval_ds, limit):
         msgs = r["messages"]
         prompts.append(tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True))
         refs.append(msgs[-1]["content"])

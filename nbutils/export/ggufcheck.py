@@ -73,13 +73,7 @@ def measure(model, tokenizer, prompts: list[str], texts: list[str]) -> dict:
             ids = tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
             step = model(ids, use_cache=True)
             out["logits"].append(step.logits.float().cpu()[0])
-            greedy, margins = [], []  # a fixed length, stop tokens included: compared token for token
-            for _ in range(GREEDY_TOKENS):
-                top = step.logits[0, -1].float().topk(2)
-                greedy.append(int(top.indices[0]))
-                margins.append(float(top.values[0] - top.values[1]))
-                step = model(torch.tensor([[greedy[-1]]], device=model.device), past_key_values=step.past_key_values,
-                             use_cache=True)
+            greedy, margins = greedy_after(model, step, GREEDY_TOKENS)  # a fixed length, stop tokens included
             out["greedy"].append(greedy)
             out["margins"].append(margins)
         for t in texts:
@@ -88,6 +82,22 @@ def measure(model, tokenizer, prompts: list[str], texts: list[str]) -> dict:
             out["nll"] += loss * (ids.shape[1] - 1)
             out["tokens"] += ids.shape[1] - 1
     return out
+
+
+def greedy_after(model, step, max_new: int, stop_ids=()) -> tuple[list[int], list[float]]:
+    """Greedy tokens after a forward pass `step` (use_cache=True), each with the model's lead of its top token over
+    the second: the gap a near-tie is judged by. Ends after a stop token (kept) or max_new tokens."""
+    import torch
+
+    out, margins = [], []
+    for _ in range(max_new):
+        top = step.logits[0, -1].float().topk(2)
+        out.append(int(top.indices[0]))
+        margins.append(float(top.values[0] - top.values[1]))
+        if out[-1] in stop_ids or len(out) == max_new:
+            break
+        step = model(torch.tensor([[out[-1]]], device=model.device), past_key_values=step.past_key_values, use_cache=True)
+    return out, margins
 
 
 def greedy_agrees(reference: dict, got: dict, tolerance: float) -> tuple[bool, list]:

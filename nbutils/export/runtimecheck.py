@@ -159,15 +159,10 @@ def _greedy(model, ids: list[int], max_new: int, stop_ids: list[int]) -> dict:
     """The merged model's greedy tokens from ids until a stop token (kept) or max_new, with its top-two gaps."""
     import torch
 
-    out, margins = [], []
-    step = model(torch.tensor([ids], device=model.device), use_cache=True)
-    for _ in range(max_new):
-        top = step.logits[0, -1].float().topk(2)
-        out.append(int(top.indices[0]))
-        margins.append(float(top.values[0] - top.values[1]))
-        if out[-1] in stop_ids:
-            break
-        step = model(torch.tensor([[out[-1]]], device=model.device), past_key_values=step.past_key_values, use_cache=True)
+    from nbutils.export import ggufcheck
+
+    out, margins = ggufcheck.greedy_after(model, model(torch.tensor([ids], device=model.device), use_cache=True),
+                                          max_new, stop_ids)
     return {"ids": out, "margins": margins, "stopped": bool(out) and out[-1] in stop_ids}
 
 

@@ -227,7 +227,8 @@ def unpinned_text(cmd: InstallCommand, found: list[Moved], plat: Platform) -> tu
                   for m in rest if m.earlier and m.how != "excluded"]
         fixes += [f"pin {written_name(m.pkg)} to the version you tested" for m in rest if not m.image]
     if eager(cmd):
-        what, fixes = [*what, eager_text(cmd)[0]], [*fixes, eager_text(cmd)[1]]
+        said, fix = eager_text(cmd)
+        what, fixes = [*what, said], [*fixes, fix]
     return "; it also ".join(what), "; ".join(fixes)
 
 

@@ -38,6 +38,8 @@ def test_prompts_end_with_the_generation_prompt_and_references_are_the_answers(e
         assert ref == row["messages"][-1]["content"]
         assert prompt == tok.apply_chat_template(row["messages"][:-1], tokenize=False, add_generation_prompt=True)
     assert len(evaluation.prompts_and_references(eval_ds, tok)[0]) == len(eval_ds)
+    chats = evaluation.prompt_messages(eval_ds, limit=3)  # the same prompts as messages, rendered to the same text
+    assert [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats] == prompts
 
 
 def test_generate_refuses_an_unknown_guard_before_any_work():
