@@ -241,20 +241,25 @@ def run() -> list[dict]:
         folder = pretrained.ensure()
     except pretrained.Unavailable as e:
         return [_row("real model", "not run", note=str(e))]
+    keep = os.environ.get("REAL_MODEL_BENCH_WORK")  # a folder to keep the run in: a stage can be re-run from it
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        return run_in(Path(keep), folder)
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        raw = order_task.write_records(work / "orders.jsonl", RECORDS, SEED)
-        params = {"01_data_prep:base_model": str(folder), "01_data_prep:raw_data": str(raw), "04_export:force": "True",
-                  **SFT}
-        code, log, seconds = harness(["01_data_prep", "02_train_qlora", "03_eval", "04_export"], work / "chain", params)
-        rows = [_row("chain 01 -> 04, seconds", round(seconds), note=f"exit {code}; kernels' peak RSS "
-                     f"{_peak_rss_gb():.2f} GiB")]
-        if code:
-            return rows + [_row("chain", "failed", note=log[-2000:])]
-        out = work / "chain"
-        rows += sft_rows(out) + open_ended_rows(out) + export_rows(out, work) + more_types_rows(out, work)
-        rows += dpo_rows(out, work)
-    return rows
+        return run_in(Path(tmp), folder)
+
+
+def run_in(work: Path, folder: Path) -> list[dict]:
+    """Every stage in `work`: the chain's notebooks under work/chain, 05 under work/dpo, the extra GGUFs beside."""
+    raw = order_task.write_records(work / "orders.jsonl", RECORDS, SEED)
+    params = {"01_data_prep:base_model": str(folder), "01_data_prep:raw_data": str(raw), "04_export:force": "True", **SFT}
+    code, log, seconds = harness(["01_data_prep", "02_train_qlora", "03_eval", "04_export"], work / "chain", params)
+    rows = [_row("chain 01 -> 04, seconds", round(seconds), note=f"exit {code}; kernels' peak RSS {_peak_rss_gb():.2f} GiB")]
+    if code:
+        return rows + [_row("chain", "failed", note=log[-2000:])]
+    out = work / "chain"
+    return rows + sft_rows(out) + open_ended_rows(out) + export_rows(out, work) + more_types_rows(out, work) \
+        + dpo_rows(out, work)
 
 
 if __name__ == "__main__":
