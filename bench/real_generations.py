@@ -3,10 +3,11 @@
 
     python -m bench.real_generations            # writes tests/data/real_generations.jsonl (labels kept by id)
 
-Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with its seed), the generated token ids and
-text, whether it ended on a stop token or at MAX_NEW_TOKENS, the half it belongs to (by prompt: every generation of
-a prompt falls in the same half; "tune" is what rules may be tuned on, "report" what the figures are reported on)
-and a hand label, read off the text alone (the prompt's request does not count: "print A 300 times" answered with
+Two sets, each of its own prompts and seeds: PROMPTS (seed 0) is what the rules may be tuned on ("tune"), and
+REPORT_PROMPTS (seed 1), generated and labelled after that tuning and never tuned on, is what the figures are
+reported on ("report"). Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with its seed), the
+generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its half and a hand label, read
+off the text alone (the prompt's request does not count: "print A 300 times" answered with
 A, A, A ... is a loop to the guard and to its label):
 - "loop": the text becomes the same thing over and over: a token, a phrase, a line, a paragraph or a line template
   (identical, or differing only by a counter or a word or two) at least three times in a row, running on to the end,
@@ -29,7 +30,7 @@ NAME = "SmolLM2-135M-Instruct"
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_generations.jsonl"
 MAX_NEW_TOKENS = 200
 MODES = (("greedy", None), ("sampled", 0.7), ("sampled", 1.0))
-SEED = 0
+SEEDS = {"tune": 0, "report": 1}
 PROMPTS = {
     "question": [
         "What is the capital of France? Answer in one sentence.", "Why is the sky blue?",
@@ -97,23 +98,75 @@ PROMPTS = {
 }
 
 
-def half(prompt: str) -> str:
-    """'tune' or 'report' by a hash of the prompt: a prompt's generations never straddle the halves."""
-    return "tune" if hashlib.sha256(prompt.encode()).digest()[0] % 2 == 0 else "report"
+# The report set: new prompts of the same kinds, none of them in PROMPTS.
+REPORT_PROMPTS = {
+    "question": [
+        "What is the tallest mountain in the world?", "Why do leaves change color in autumn?",
+        "How does a refrigerator keep food cold?", "Who painted the Mona Lisa?", "What is the speed of light?",
+        "How do bees make honey?", "What is democracy?",
+    ],
+    "list": [
+        "List 40 cities in Asia.", "Name 25 famous scientists.", "Give me a list of 30 vegetables.",
+        "List all the months of the year with their number of days.", "Write the even numbers from 2 to 200.",
+        "Name 20 musical instruments.",
+    ],
+    "repeat": [
+        "Repeat the word 'goodbye' 40 times.", "Say 'the end' again and again.", "Write 'no' two hundred times.",
+        "Count backwards from 300 to 1.", "Type the letter Z 500 times.", "Write 'I am a robot' over and over.",
+    ],
+    "creative": [
+        "Write a poem about the moon.", "Write a story about a cat who wants to fly.", "Write a rap verse about coffee.",
+        "Write a short play with two characters.", "Write a lullaby.", "Describe a forest at night.",
+        "Write a diary entry of a pirate.",
+    ],
+    "code": [
+        "Write a Python function that sorts a list of numbers.", "Write a JavaScript countdown timer.",
+        "Write a SQL table for a library with books and members.", "Write a Java class for a rectangle.",
+        "Write a Python script that reads a CSV file and prints the average of a column.",
+        "Write a regular expression that matches email addresses and explain it.",
+    ],
+    "instructions": [
+        "How do I plant tomatoes?", "How do I make a paper airplane?", "How do I tie a tie? Step by step.",
+        "Write a recipe for chocolate cake.", "How do I prepare for a job interview?", "How do I clean a laptop keyboard?",
+    ],
+    "math": [
+        "What is 123 plus 456?", "Solve 2x - 7 = 11.", "What is 15 percent of 80?", "Is 91 a prime number?",
+        "Multiply 12 by 12, then by 12 again.",
+    ],
+    "other_language": [
+        "Quelle heure est-il à Tokyo quand il est midi à Paris ?", "¿Por qué el cielo es azul?",
+        "Was ist die Hauptstadt von Österreich?", "Come si prepara il risotto?",
+    ],
+    "structured": [
+        "Give me a JSON list of three movies with title and year.", "Make a markdown table of the planets and their sizes.",
+        "Write a TOML config for a Python project.", "Write an SVG image of a red circle.",
+    ],
+    "odd": [
+        "and and and and", "zzzz", "!!!", "Continue the pattern: A B A B A B", "hmm", "Write nothing but numbers.",
+        "Tell me a secret.", "Repeat your last answer.",
+    ],
+    "longform": [
+        "Write a 2000-word article about artificial intelligence.", "Explain the causes of the First World War.",
+        "Write a detailed guide to keeping a houseplant alive.", "Describe the water cycle in depth.",
+        "Write a long product description for running shoes.",
+    ],
+}
+SETS = {"tune": PROMPTS, "report": REPORT_PROMPTS}
 
 
 def _row_id(prompt: str, mode: str, temperature: float | None) -> str:
     return hashlib.sha256(f"{prompt}|{mode}|{temperature}".encode()).hexdigest()[:12]
 
 
-def generate_rows(model, tokenizer, batch: int = 16) -> list[dict]:
-    """Every prompt in every mode, MAX_NEW_TOKENS at most, no guard: what the model writes when nothing stops it."""
+def generate_rows(model, tokenizer, which: str, batch: int = 16) -> list[dict]:
+    """Every prompt of a set ("tune" or "report") in every mode, MAX_NEW_TOKENS at most, seeded by the set's seed, no
+    guard: what the model writes when nothing stops it."""
     import torch
 
     from nbutils.data import chatformat
 
     stops = chatformat.stop_ids(tokenizer, model)
-    prompts = [(kind, p) for kind, ps in PROMPTS.items() for p in ps]
+    prompts = [(kind, p) for kind, ps in SETS[which].items() for p in ps]
     chunks = [[(kind, p, mode, t) for kind, p in prompts[i:i + batch]]  # one mode per batch
               for mode, t in MODES for i in range(0, len(prompts), batch)]
     tokenizer.padding_side = "left"
@@ -123,7 +176,7 @@ def generate_rows(model, tokenizer, batch: int = 16) -> list[dict]:
                                                add_generation_prompt=True) for _, p, _, _ in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         t = chunk[0][3]
-        torch.manual_seed(SEED + i)
+        torch.manual_seed(1000 * SEEDS[which] + i)
         with torch.no_grad():
             seq = model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=t is not None,
                                  temperature=t, top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id,
@@ -132,7 +185,7 @@ def generate_rows(model, tokenizer, batch: int = 16) -> list[dict]:
             cut = next((k for k, tok in enumerate(ids) if tok in stops), None)
             ids = ids if cut is None else ids[:cut]
             rows.append({"id": _row_id(p, m, temp), "prompt": p, "kind": kind, "mode": m, "temperature": temp,
-                         "half": half(p), "ended": "limit" if cut is None else "stop", "token_ids": ids,
+                         "half": which, "ended": "limit" if cut is None else "stop", "token_ids": ids,
                          "text": tokenizer.decode(ids, skip_special_tokens=False), "label": None})
         print(f"[generations] {len(rows)}/{len(prompts) * len(MODES)}", flush=True)
     return rows
@@ -148,7 +201,8 @@ def load(path: Path = OUT) -> list[dict]:
 
 
 def main() -> None:
-    """Generate every row again and write them, keeping the hand labels of ids seen before."""
+    """Generate the rows of each set not saved yet and write them all, keeping the rows (and hand labels) of ids seen
+    before: the tune set was labelled and tuned on before the report set was generated."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -157,12 +211,14 @@ def main() -> None:
     folder = pretrained.ensure()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    old = {}
-    if OUT.exists():
-        old = {r["id"]: r["label"] for r in map(json.loads, OUT.read_text().splitlines()) if r.get("label")}
-    rows = generate_rows(model, tokenizer)
-    for r in rows:
-        r["label"] = old.get(r["id"])
+    old = {r["id"]: r for r in map(json.loads, OUT.read_text().splitlines())} if OUT.exists() else {}
+    rows = []
+    for which, prompts in SETS.items():
+        ids = {_row_id(p, m, t) for ps in prompts.values() for p in ps for m, t in MODES}
+        if ids <= old.keys():
+            rows += [{**old[i], "half": which} for i in sorted(ids, key=list(old).index)]
+            continue
+        rows += [{**r, "label": old.get(r["id"], {}).get("label")} for r in generate_rows(model, tokenizer, which)]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"wrote {len(rows)} rows to {OUT} ({sum(r['label'] is None for r in rows)} without a label)")

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
+from nbutils.eval.clauses import clause_loop
 from nbutils.eval.cycle import early_cycle
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
@@ -60,6 +61,7 @@ OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewe
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
 COUNT_SEPARATORS = frozenset((",", ";", "\n"))  # what a count writes between its numbers (or only a space)
+LIST_MARKS = frozenset((".", ")"))  # after a list item's number: "1. 1", "2) 2"
 COUNT_REPEATS, COUNT_CHARS = 10, 1000  # a counted template is a loop from this many items or characters (_enough)
 
 @dataclass
@@ -167,17 +169,24 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
             run += 1
         if run < p:
             continue  # not even two copies
-        unit, span_nums, exact, counting, listed = rev[:p], [], True, False, False
+        unit, span_nums, exact, counting, listed, every = rev[:p], [], True, False, False, False
         if NUM in unit:  # compare the actual numbers: the same template with new numbers is a counting loop
             if nums is None:
                 nums = [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)][:-1 if cut == NUM else None]
             span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
-            exact, counting, listed = _counted(rev, run + p, p, span_nums)
+            exact, counting, listed, every = _counted(rev, run + p, p, span_nums)
+            whole = (run + p) // p * p
+            whole_nums = nums[max(0, len(nums) - rev[:whole].count(NUM)):]
+            if not exact and whole < run + p and _counted(rev, whole, p, whole_nums)[0]:
+                # Said otherwise only in the part of a copy before the first whole one ("if n > 3:" before copies of
+                # "if n % 3 == 0 ..."): that part matched as tokens, not as numbers; the whole copies are the loop.
+                run, exact, counting, listed, every = whole - p, True, False, False, False
+                span_nums = whole_nums
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
         # a line said again whose line break is all that is left to say counts as said: "X\nX\nX" is three copies
         reps = (run + p + (rev[p - 1] == "\n")) / p
-        if _enough(unit, words, reps, span, exact, counting, listed) or (
+        if _enough(unit, words, reps, span, exact, counting, listed, every) or (
                 exact and len(words) >= 8 and _sentence_cycle(tail, span * p / (run + p))):
             if unit.count("\n") == 1 and (run + p) / p < OUTPUT_COPIES and fenced:
                 continue  # inside a code block: a program's sample output says a line a few times
@@ -199,10 +208,11 @@ def _steps_evenly(values: list[str]) -> bool:
     return len(vals) >= 3 and len(steps) == 1 and 0 not in steps
 
 
-def _counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool, bool, bool]:
+def _counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool, bool, bool, bool]:
     """The numbers of a periodic region (rev[:size], reversed; `values` in text order), by their place in the period:
-    exact (the same in every copy), counting (some place counts evenly) and listed (each place the same in every copy
-    or a list item's number that counts: items said again under the list's next numbers, copies but for layout)."""
+    exact (the same in every copy), counting (some place counts evenly), listed (each place the same in every copy
+    or a list item's number that counts: items said again under the list's next numbers, copies but for layout) and
+    every (each place counts evenly: "1. 1 / 2. 2", a count written as a numbered list)."""
     columns: dict[int, list[str]] = {}
     for j, v in zip([j for j in range(size - 1, -1, -1) if rev[j] == NUM], values):
         columns.setdefault(j % p, []).append(v)
@@ -211,7 +221,8 @@ def _counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool
     exact = all(same.values())
     # a list item's number opens a line and is followed by "." or ")": "1. Oranges" (rev[k - 1] comes after rev[k])
     return exact, any(counted.values()), not exact and all(
-        same[k] or counted[k] and rev[(k - 1) % p] in (".", ")") and rev[(k + 1) % p] == "\n" for k in columns)
+        same[k] or counted[k] and rev[(k - 1) % p] in (".", ")") and rev[(k + 1) % p] == "\n" for k in columns), \
+        bool(counted) and all(counted.values())
 
 
 def _cased_loop(tail: str, tokens: list[str], m: dict, partial: bool, fenced: bool) -> str | None:
@@ -290,9 +301,12 @@ def _line_copies(rev: list[str], size: int, p: int) -> float | None:
 
 
 def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, counting: bool,
-            listed: bool = False) -> bool:
+            listed: bool = False, every: bool = False) -> bool:
     """Is a periodic tail long enough to be a loop? Repeats and characters needed, by the kind of unit."""
     p, numbers = len(unit), unit.count(NUM)
+    if every and not words and "\n" in unit and numbers >= 2 and all(
+            t == NUM or t in COUNT_SEPARATORS or t in LIST_MARKS for t in unit):
+        return False  # a count as a numbered list of its numbers ("1. 1 / 2. 2 / 3. 3"): every number steps evenly
     if listed:  # a list's items said again under its next numbers: three whole copies, as lines said again
         return reps >= 3 and span >= 24
     code_ish = _code_ish(unit)
@@ -375,7 +389,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
     loop = _cased_loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                        fenced=fenced)
-    if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m)):
+    if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m) or clause_loop(tail, m)):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

@@ -44,8 +44,9 @@ _BOUNDS = frozenset(("least", "most"))  # "for at least two hours", "in at most 
 _NEVER_TITLE = _PREP | _CONJ | frozenset("the an to is are was were".split())  # mid-sentence, as in "is and The"
 TITLE_FW_RE = re.compile(r"\b[a-z]+ (?:{})\b".format("|".join(sorted(w.title() for w in _NEVER_TITLE))))
 # A capitalized word between lowercase words, alone (not a name of several words): "file Context sydney". After "the"
-# it is a name too: "the Sun", "the Earth", "the Software"; "Sam Ruby" is one.
-MIDCAP_RE = re.compile(r"\b(?!the )[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")
+# it is a name too: "the Sun", "the Earth", "the Software"; "Sam Ruby" is one; so is one after a possessive's "s"
+# ("Constantine's Christianity": the "s" after the apostrophe is no word of its own).
+MIDCAP_RE = re.compile(r"(?<!['\u2019])\b(?!the )[a-z]+ ([A-Z][a-z]{2,})\b(?! [A-Z])")
 _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr ps qu rh sc sh sk sl sm sn sp sq st sv "
                     "sw th tr ts tw vl wh wr zh".split())
 

@@ -1,0 +1,46 @@
+"""One clause said again and again, joined differently each time: `detect`'s rule for a loop of prose whose copies
+are no exact period.
+
+A small model stuck on a sentence says it again after a comma, then after a stop, then in a new paragraph, or in
+turn with a short frame ("Lily's mom continued, ..." / "Lily's mom explained, ..."), so no period of tokens repeats
+and the loop rules never see it. A clause here is what lies between punctuation, line breaks and the conjunctions
+that join clauses; healthy prose seldom says one clause of CLAUSE_WORDS words or more CLAUSE_COPIES times among
+its last few, while lists and code say their short clauses often ("return False", "margin: 0").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+# Where a clause ends: punctuation (not an apostrophe: "I'm" is one word), quotes, brackets, a line break, or a
+# conjunction that joins two clauses.
+CLAUSE_END_RE = re.compile(r"[.,;:!?\"\u201c\u201d()\[\]\n]+|\b(?:and|but|or)\b", re.I)
+WORD_RE = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+CLAUSE_WORDS = 6  # clauses this long said again are a loop; "he said" or "mix well" are phrases any text repeats
+CLAUSE_COPIES = 3  # copies of one clause ...
+CLAUSE_WINDOW = 6  # ... among the last this many whole clauses
+CLAUSE_CHARS = 600  # the tail read: six clauses of a loop fit in it
+
+
+def clause_loop(tail: str, m: dict) -> bool:
+    """Is one clause of CLAUSE_WORDS words or more (lowercased, its words alone) said CLAUSE_COPIES times among the
+    last CLAUSE_WINDOW whole clauses of `tail`, two of them in one line? Lines that each say it once are a catalog's
+    messages built from one template, or a program's output, which the loop rules judge. The clause being written
+    (after the last clause end) is not judged."""
+    clauses = []  # (words, line number)
+    for n, line in enumerate(tail[-CLAUSE_CHARS:].lower().split("\n")):
+        clauses += [(words, n) for words in map(_words, CLAUSE_END_RE.split(line)) if words]
+    clauses = clauses[1:-1][-CLAUSE_WINDOW:]  # the first may start mid-clause, the last is being written
+    said = Counter(c for c, _ in clauses if len(c) >= CLAUSE_WORDS)
+    if not said or (top := said.most_common(1)[0])[1] < CLAUSE_COPIES:
+        return False
+    lines = [n for c, n in clauses if c == top[0]]
+    if len(set(lines)) == len(lines):
+        return False
+    m.update(clause_copies=top[1], clause_words=len(top[0]))
+    return True
+
+
+def _words(clause: str) -> tuple[str, ...]:
+    return tuple(WORD_RE.findall(clause))
