@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from nbutils.eval.clauses import clause_loop
 from nbutils.eval.cycle import early_cycle
+from nbutils.eval.counted import NUM, counted
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
 from nbutils.eval.soup import soup
@@ -54,7 +55,6 @@ OPTION_CAP_RE = re.compile(r"(?<![\w-])-([A-Z])(?![0-9A-Za-z])")  # so are -F an
 SPACE_RE = re.compile(r"(?<=\S)\s")  # where a word ends
 PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or escape cut before its first digit
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
-NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 78, 80, 100, 120 are common)
 OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
@@ -174,10 +174,10 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
             if nums is None:
                 nums = [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)][:-1 if cut == NUM else None]
             span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
-            exact, counting, listed, every = _counted(rev, run + p, p, span_nums)
+            exact, counting, listed, every = counted(rev, run + p, p, span_nums)
             whole = (run + p) // p * p
             whole_nums = nums[max(0, len(nums) - rev[:whole].count(NUM)):]
-            if not exact and whole < run + p and _counted(rev, whole, p, whole_nums)[0]:
+            if not exact and whole < run + p and counted(rev, whole, p, whole_nums)[0]:
                 # Said otherwise only in the part of a copy before the first whole one ("if n > 3:" before copies of
                 # "if n % 3 == 0 ..."): that part matched as tokens, not as numbers; the whole copies are the loop.
                 run, exact, counting, listed, every = whole - p, True, False, False, False
@@ -199,30 +199,6 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
                 return "counting-loop"
             return "token-repeat" if len(words) <= 1 and p <= 2 else "loop"
     return None
-
-
-def _steps_evenly(values: list[str]) -> bool:
-    """Three numbers or more, each the one before plus one step that is not 0: counted (1, 2, 3; 40, 30, 20)."""
-    vals = [int(v) for v in values if v.isdigit()]
-    steps = {b - a for a, b in zip(vals, vals[1:])}
-    return len(vals) >= 3 and len(steps) == 1 and 0 not in steps
-
-
-def _counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool, bool, bool, bool]:
-    """The numbers of a periodic region (rev[:size], reversed; `values` in text order), by their place in the period:
-    exact (the same in every copy), counting (some place counts evenly), listed (each place the same in every copy
-    or a list item's number that counts: items said again under the list's next numbers, copies but for layout) and
-    every (each place counts evenly: "1. 1 / 2. 2", a count written as a numbered list)."""
-    columns: dict[int, list[str]] = {}
-    for j, v in zip([j for j in range(size - 1, -1, -1) if rev[j] == NUM], values):
-        columns.setdefault(j % p, []).append(v)
-    same = {k: len(set(v)) == 1 for k, v in columns.items()}
-    counted = {k: _steps_evenly(v) for k, v in columns.items()}
-    exact = all(same.values())
-    # a list item's number opens a line and is followed by "." or ")": "1. Oranges" (rev[k - 1] comes after rev[k])
-    return exact, any(counted.values()), not exact and all(
-        same[k] or counted[k] and rev[(k - 1) % p] in (".", ")") and rev[(k + 1) % p] == "\n" for k in columns), \
-        bool(counted) and all(counted.values())
 
 
 def _cased_loop(tail: str, tokens: list[str], m: dict, partial: bool, fenced: bool) -> str | None:

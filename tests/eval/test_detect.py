@@ -395,20 +395,3 @@ def test_list_items_said_again_under_the_next_numbers_are_copies():
     assert "counting-loop" in detect("1. Albania, Albania (2023)\n" + albania + "\n5.").reasons
     assert not detect("1. Albania (2023)\n2. Austria (2023)\n3. Belgium (2023)\n4.").degenerate
 
-
-def test_a_count_written_as_a_numbered_list_of_its_numbers_is_a_count_a_value_said_again_is_not():
-    """SmolLM2 asked to count wrote "1. 1 / 2. 2 / 3. 3 ...": every number steps evenly, a count at every prefix. A
-    list whose item says one value again under the next numbers stays a loop."""
-    count = "\n".join(f"{n}. {n}" for n in range(1, 40))
-    assert not [k for k in range(1, len(count) + 1, 3) if detect(count[:k], lookback=0).degenerate]
-    assert detect("\n".join(f"{n}. 5" for n in range(1, 40))).degenerate
-
-
-def test_code_lines_said_again_after_a_line_that_differs_by_a_number_are_a_loop():
-    """A real model's is_prime: `if n % 3 == 0 and n % 5 == 0: return False` said five times after `if n > 3: return
-    False`, whose tokens match the copies' end but whose number does not. The whole copies are an exact loop."""
-    head = "```python\ndef is_prime(n):\n    if n == 2:\n        return True\n    if n > 3:\n        return False\n"
-    text = head + "    if n % 3 == 0 and n % 5 == 0:\n        return False\n" * 5
-    verdict = detect(text)
-    assert verdict.reasons == ["loop"] and verdict.metrics["loop_repeats"] == 5, verdict
-    assert not detect(head + "    if n % 3 == 0 and n % 5 == 0:\n        return False\n").degenerate
