@@ -18,8 +18,8 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from nbutils.eval.clauses import clause_loop
-from nbutils.eval.cycle import early_cycle
 from nbutils.eval.counted import NUM, counted
+from nbutils.eval.cycle import early_cycle
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
 from nbutils.eval.soup import soup
