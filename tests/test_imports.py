@@ -3,6 +3,7 @@ the layers (chain-wide modules < runtime < data < train < eval < export; harness
 import forms a cycle; the runtime subpackages never import the build tools, and no notebook does either."""
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -54,10 +55,17 @@ def _module_level(tree: ast.Module):
             todo += node.body + [n for h in node.handlers for n in h.body] + node.orelse + node.finalbody
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """Each module parsed once for the tests that walk the graph (four of them, two kinds of graph)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache  # read only by the tests: one graph of each kind per session
 def static_graph(module_level_only: bool = True) -> dict[str, set[str]]:
     graph = {}
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         nodes = _module_level(tree) if module_level_only else ast.walk(tree)
         graph[name] = {t for n in nodes for t in _targets(n, name) if t != name}
     return graph
