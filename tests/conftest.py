@@ -44,7 +44,8 @@ def prepared_data(tmp_path_factory, embedded_dir):
     from nbutils.data.chatformat import load_tokenizer
 
     out = tmp_path_factory.mktemp("data_prep")
-    splits.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False, base_model="embedded")
+    splits.prepare([embedded.resolve_raw_data("embedded")], out, load_tokenizer("embedded"), verbose=False, plot=False,
+                   base_model="embedded")
     return out
 
 

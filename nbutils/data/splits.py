@@ -182,19 +182,20 @@ def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int 
             seed: int = 0, max_records: int | None = None, train_on_prompt: bool = False, fmt: str = "auto",
             strict: bool = False, truncate: bool = False, batch_size: int = 16, columns: dict | None = None,
             verbose: bool = True, base_model: str | None = None, seq_len_cap: tuple[int, str] | None = None,
-            split: str | None = None) -> dict:
+            split: str | None = None, plot: bool = True) -> dict:
     """Read, validate, normalize, dedupe, tokenize and split; write the output folder; return the manifest.
 
     tokenizer: a prepared tokenizer or the model's name; base_model: the name recorded for 02, 03 and 04 (default:
     the tokenizer's name); seq_len_cap: (longest sequence that trains, why) for max_seq_len="auto"; split: the split
-    read from a saved HF dataset folder that holds several (default: train, said in the log and the manifest)."""
+    read from a saved HF dataset folder that holds several (default: train, said in the log and the manifest); plot:
+    draw lengths.png (01 shows it; a script that only wants the splits saves the ~0.2 s of matplotlib)."""
     if isinstance(tokenizer, (str, Path)):
         base_model = str(tokenizer) if base_model is None else base_model
         tokenizer = chatformat.load_tokenizer(str(tokenizer))
     base_model = getattr(tokenizer, "name_or_path", "") if base_model is None else base_model
     with _no_progress_bars():
         manifest = _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt,
-                            fmt, strict, truncate, batch_size, columns, verbose, seq_len_cap, split)
+                            fmt, strict, truncate, batch_size, columns, verbose, seq_len_cap, split, plot)
     # 02, 03 and 04 take the model from here: it is named once, in 01. The fingerprint lets 02 accept another
     # name for the same tokenizer (a Hub id here, its Kaggle input folder there) and refuse any other.
     manifest.update(base_model=base_model, tokenizer_fingerprint=chatformat.fingerprint(tokenizer))
@@ -283,7 +284,7 @@ def _write_splits(kept, out_dir: Path, eval_fraction, seed) -> tuple[dict, str]:
 
 
 def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
-             truncate, batch_size, columns, verbose, seq_len_cap, split) -> dict:
+             truncate, batch_size, columns, verbose, seq_len_cap, split, plot) -> dict:
     from nbutils.data import batching
     from nbutils.plots import plot_length_histogram
 
@@ -303,7 +304,8 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
         max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), seq_len_cap)
         if verbose:
             print(f"[max_seq_len] {max_seq_len} ({seq_why})")
-        plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
+        if plot:
+            plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
         keep, truncated = _select(ds, rows, max_seq_len, truncate, ledger)
     counts = ledger.counts
     if truncate:

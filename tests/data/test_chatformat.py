@@ -42,7 +42,7 @@ def _prepared(twin, name, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVS))
     tok = _tok(twin, name)
-    m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False, plot=False)
     return tok, m, list(splits.load_split(tmp_path / "out", "train")) + list(splits.load_split(tmp_path / "out", "eval"))
 
 

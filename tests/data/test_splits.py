@@ -44,7 +44,7 @@ def _write(path: Path, *recs) -> str:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_path, name):
-    m = splits.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False)
+    m = splits.prepare([str(GALLERY / name)], tmp_path, tok, max_seq_len=64, verbose=False, plot=False)
     got = [(Path(q["source"]).name, q["line"], q["reason"]) for q in _quarantine(tmp_path)]
     want = EXPECTED[name]
     assert [(n, line) for n, line, _ in got] == [(name, line) for line, _ in want], got
@@ -58,7 +58,7 @@ def test_gallery_file_quarantines_each_bad_record_with_reason_and_line(tok, tmp_
 
 def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
     files = [str(GALLERY / n) for n in sorted(EXPECTED) if n != "malformed_document.json"]
-    m = splits.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False)
+    m = splits.prepare(files, tmp_path, tok, max_seq_len=64, verbose=False, plot=False)
     _invariants(m)
     c = m["counts"]
     assert len(_quarantine(tmp_path)) == c["quarantined"] + c["too_long"] + c["duplicates"]
@@ -67,22 +67,22 @@ def test_whole_gallery_at_once_counts_add_up(tok, tmp_path):
 
 
 def test_duplicates_exact_and_normalized_blank_line_not_a_record(tok, tmp_path):
-    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, tok, verbose=False)
+    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, tok, verbose=False, plot=False)
     assert m["counts"] == {"records": 4, "kept": 2, "quarantined": 0, "duplicates": 2, "too_long": 0}
 
 
 def test_strict_stops_at_first_bad_record_naming_file_and_line(tok, tmp_path):
     with pytest.raises(splits.DataError, match=r"missing_field.jsonl line 2: missing-field: output"):
-        splits.prepare([str(GALLERY / "missing_field.jsonl")], tmp_path, tok, strict=True, verbose=False)
+        splits.prepare([str(GALLERY / "missing_field.jsonl")], tmp_path, tok, strict=True, verbose=False, plot=False)
     with pytest.raises(splits.DataError, match=r"bad_rows.csv line 5: invalid-utf8"):
-        splits.prepare([str(GALLERY / "bad_rows.csv")], tmp_path, tok, strict=True, verbose=False)
+        splits.prepare([str(GALLERY / "bad_rows.csv")], tmp_path, tok, strict=True, verbose=False, plot=False)
     with pytest.raises(splits.DataError, match=r"too_long.jsonl line 2: too-long"):
-        splits.prepare([str(GALLERY / "too_long.jsonl")], tmp_path, tok, max_seq_len=64, strict=True, verbose=False)
+        splits.prepare([str(GALLERY / "too_long.jsonl")], tmp_path, tok, max_seq_len=64, strict=True, verbose=False, plot=False)
 
 
 def test_truncate_keeps_long_records(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", {"instruction": "x", "output": "word " * 200}, GOOD)
-    m = splits.prepare([path], tmp_path / "out", tok, max_seq_len=64, truncate=True, verbose=False)
+    m = splits.prepare([path], tmp_path / "out", tok, max_seq_len=64, truncate=True, verbose=False, plot=False)
     assert m["counts"]["kept"] == 2 and m["counts"]["truncated"] == 1 and m["counts"]["too_long"] == 0
     assert m["token_lengths"]["max"] == 64 and max(r["length"] for r in _rows(tmp_path / "out")) == 64
     _invariants(m)
@@ -91,7 +91,7 @@ def test_truncate_keeps_long_records(tok, tmp_path):
 def test_nothing_usable_still_writes_quarantine(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", {"nope": 1}, {"instruction": "q", "output": ""})
     with pytest.raises(splits.DataError, match="nothing usable: 2 records"):
-        splits.prepare([path], tmp_path / "o", tok, verbose=False)
+        splits.prepare([path], tmp_path / "o", tok, verbose=False, plot=False)
     assert len(_quarantine(tmp_path / "o")) == 2
 
 
@@ -102,7 +102,7 @@ def test_completion_only_labels_every_assistant_turn_ends_with_eos(tok, tmp_path
                          {"role": "assistant", "content": "one"}, {"role": "user", "content": "b ?"},
                          {"role": "assistant", "content": "two"}, {"role": "user", "content": "dangling"}]}
     path = _write(tmp_path / "in.jsonl", conv, GOOD)
-    splits.prepare([path], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False)
+    splits.prepare([path], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False, plot=False)
     rows = _rows(tmp_path / "out")
     for row in rows:
         assert row["input_ids"][-1] == tok.eos_token_id and row["labels"][-1] == tok.eos_token_id
@@ -119,7 +119,7 @@ def test_completion_only_labels_every_assistant_turn_ends_with_eos(tok, tmp_path
 
 def test_train_on_prompt_labels_everything(tok, tmp_path):
     path = _write(tmp_path / "in.jsonl", GOOD, {**GOOD, "instruction": "q"})
-    m = splits.prepare([path], tmp_path / "o", tok, train_on_prompt=True, verbose=False)
+    m = splits.prepare([path], tmp_path / "o", tok, train_on_prompt=True, verbose=False, plot=False)
     assert m["train_on_prompt"] is True
     row = splits.load_split(tmp_path / "o", "train")[0]
     assert row["labels"] == row["input_ids"]
@@ -129,13 +129,13 @@ def test_pad_equal_eos_is_refused_with_the_fix(tok, tmp_path):
     bad = copy.deepcopy(tok)
     bad.pad_token = bad.eos_token
     with pytest.raises(splits.DataError, match="pad token == EOS token.*load_tokenizer"):
-        splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, bad, verbose=False)
+        splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, bad, verbose=False, plot=False)
 
 
 def test_fallback_template_for_base_models(tok, tmp_path):
     plain = copy.deepcopy(tok)
     plain.chat_template = None
-    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, plain, verbose=False)
+    m = splits.prepare([str(GALLERY / "duplicates.jsonl")], tmp_path, plain, verbose=False, plot=False)
     assert m["template"] == "fallback"
     row = splits.load_split(tmp_path, "train")[0]
     text = tok.decode(row["input_ids"])
@@ -229,7 +229,7 @@ def test_column_mapping_and_case_insensitive_detection(tok, tmp_path):
     with pytest.raises(ValueError, match="unrecognised-record"):
         records.to_messages(next(r for _, _, r in readers.read(str(tmp_path / "x.csv"))))
     cols = splits.parse_columns("user=Frage, assistant=antwort")
-    m = splits.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False)
+    m = splits.prepare([str(tmp_path / "x.csv")], tmp_path / "o", tok, columns=cols, verbose=False, plot=False)
     assert m["counts"]["kept"] == 1
     assert records.to_messages({"INSTRUCTION": "i", "Output": "o"})[1] == {"role": "assistant", "content": "o"}
     with pytest.raises(ValueError, match="user=COL"):
@@ -257,8 +257,8 @@ def test_manifest_is_complete_and_deterministic(tok, tmp_path):
     recs = [{**GOOD, "instruction": f"question number {i} ?"} for i in range(40)]
     path = _write(tmp_path / "in.jsonl", *recs)
     m1 = splits.prepare([path], tmp_path / "a", tok, seed=3, verbose=False)
-    m2 = splits.prepare([path], tmp_path / "b", tok, seed=3, verbose=False)
-    m3 = splits.prepare([path], tmp_path / "c", tok, seed=4, verbose=False)
+    m2 = splits.prepare([path], tmp_path / "b", tok, seed=3, verbose=False, plot=False)
+    m3 = splits.prepare([path], tmp_path / "c", tok, seed=4, verbose=False, plot=False)
     assert m1 == m2 and m1["content_hash"] != m3["content_hash"]
     assert m1["splits"] == {"train": 36, "eval": 4} and m1["template"] == "tokenizer"
     assert set(m1["token_lengths"]) >= {"min", "median", "p95", "max"}
@@ -266,7 +266,7 @@ def test_manifest_is_complete_and_deterministic(tok, tmp_path):
     assert m1["batching"]["strategy"] == "length_grouped" and m1["batching"]["batch_size"] == 16
     assert m1["batching"]["tail_ratio_p95_median"] < 2
     assert set(m1["batching"]["real_token_share"]) == {"random", "length_grouped", "packed"}
-    assert (tmp_path / "a" / "lengths.png").stat().st_size > 1000
+    assert (tmp_path / "a" / "lengths.png").stat().st_size > 1000 and not (tmp_path / "b" / "lengths.png").exists()  # plot=False
     assert list(splits.load_split(tmp_path / "a", "eval").features) == splits.SPLIT_COLUMNS
 
 
@@ -289,7 +289,7 @@ def test_system_text_is_merged_where_the_template_refuses_it(tok, tmp_path):
     strict.chat_template = no_system
     conv = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a ?"},
                          {"role": "assistant", "content": "one"}]}
-    m = splits.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False)
+    m = splits.prepare([_write(tmp_path / "in.jsonl", conv, GOOD)], tmp_path / "out", strict, verbose=False, plot=False)
     assert m["counts"]["quarantined"] == 0 and m["role_fixes"]["system_merged"] == 1
     row = next(r for r in _rows(tmp_path / "out") if r["messages"][0]["content"].startswith("be brief"))
     assert row["messages"][0] == {"role": "user", "content": "be brief\n\na ?"}
