@@ -127,7 +127,7 @@ def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
 
 def real_rows() -> list[dict]:
     """The real model's own generations, labelled by hand (bench/real_generations.py): detect and the streamed guard
-    against the labels, on the report half (the tune half beside)."""
+    against the labels, on the report set (new prompts and seeds, labelled before any rule met it; the tune set beside)."""
     from transformers import AutoTokenizer
 
     from bench import pretrained, real_generations
@@ -142,15 +142,15 @@ def real_rows() -> list[dict]:
            for h in ("report", "tune")}
     rep, tune = got["report"], got["tune"]
     what = (f"{real_generations.NAME}: {rep['n']} generations ({rep['loops']} loops, {rep['junk']} junk, "
-            f"{rep['healthy']} healthy) of the report half")
+            f"{rep['healthy']} healthy) of the report set")
     return [
         _row("real: guard precision (stops labelled loop or junk)", rep["guard_precision"], "1.00",
-             f"{what}; false stops {rep['guard_false_stops'] or 'none'}; tune half {tune['guard_precision']}"),
+             f"{what}; false stops {rep['guard_false_stops'] or 'none'}; tune set {tune['guard_precision']}"),
         _row("real: guard recall on loops, stopped before the token limit", rep["guard_loop_recall_early"], ">= 0.90",
              f"missed {rep['guard_missed_loops'] or 'none'}; junk stopped {rep['guard_junk_recall']}; "
-             f"{rep['tokens_saved']} tokens saved; tune half {tune['guard_loop_recall_early']}"),
+             f"{rep['tokens_saved']} tokens saved; tune set {tune['guard_loop_recall_early']}"),
         _row("real: detect precision / recall (whole texts)", f"{rep['detect_precision']} / {rep['detect_recall']}",
-             note=f"false positives {rep['detect_false_positives'] or 'none'}; tune half "
+             note=f"false positives {rep['detect_false_positives'] or 'none'}; tune set "
                   f"{tune['detect_precision']} / {tune['detect_recall']}"),
     ]
 
