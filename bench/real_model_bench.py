@@ -62,6 +62,10 @@ def _row(metric: str, value, target: str = "", note: str = "") -> dict:
     return {"bench": "real_model", "metric": metric, "value": value, "target": target, "note": note}
 
 
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.0f} s"
+
+
 def _ci(block: dict) -> str:
     return f"[{block['ci'][0]:.3f}, {block['ci'][1]:.3f}]"
 
@@ -86,7 +90,7 @@ def sft_rows(out: Path) -> list[dict]:
              f"EOS rate {report['base']['eos_rate']:.3f} -> {report['tuned']['eos_rate']:.3f}"),
         _row("seconds per training step (02, batch 8, CPU)", round(plan.get("step_s", train["seconds"] / train["global_step"]), 2),
              note=f"{train['global_step']} steps in {train['seconds']:.0f} s (evaluations and saves included); "
-                  f"time plan {plan.get('predicted_s', '-')} s predicted, {plan.get('actual_s', '-')} s taken"),
+                  f"time plan {_seconds(plan.get('predicted_s'))} predicted, {_seconds(plan.get('actual_s'))} taken"),
     ]
 
 
@@ -172,11 +176,11 @@ def export_rows(out: Path, work: Path) -> list[dict]:
     rows = []
     exports = [("q8_0", stage(out, "04_export", "export"))]
     if quantize.find_quantize() is not None:
-        params = {"gguf_type": "q4_k_m", "gguf_lora": "False", "force": "True", "output_dir": str(work / "q4"),
+        params = {"gguf_type": "q4_k_m", "gguf_lora": "False", "force": "True",
                   "data_dir": stage(out, "01_data_prep", "data_prep"), "adapter_dir": stage(out, "02_train_qlora", "train_qlora"),
-                  "eval_dir": stage(out, "03_eval", "eval")}
+                  "eval_dir": stage(out, "03_eval", "eval")}  # written to its own run's stage: the harness checks it there
         code, log, _ = harness(["04_export"], work / "q4run", params)
-        exports.append(("q4_k_m", work / "q4") if not code else ("q4_k_m", log))
+        exports.append(("q4_k_m", stage(work / "q4run", "04_export", "export")) if not code else ("q4_k_m", log))
     else:
         rows.append(_row("GGUF q4_k_m", "not run", note="llama-quantize is not built yet (04 builds it: minutes)"))
     for kind, where in exports:
