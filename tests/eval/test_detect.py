@@ -284,7 +284,6 @@ def test_ruler_lines_between_sections_are_healthy_at_every_prefix(doc, char, wid
     prefix while a ruler is being written and for a few characters after it, every ninth in the prose between."""
     text = DOCS[doc] + "\n\n\n" + char * width + "\n\n" + DOCS[doc] + "\n" + char * width + "\n" + DOCS[doc]
     rulers = [range(m.start(), m.end() + 6) for m in re.finditer(re.escape(char) + "+", text) if len(m.group()) == width]
-    assert len(rulers) == 2
     flagged = [k for k in range(10, len(text) + 1)
                if k % (3 if any(k in r for r in rulers) else 9) == 0 and detect(text[:k]).degenerate]
     assert not flagged, (flagged[:1], detect(text[:flagged[0]]).reasons if flagged else None)
