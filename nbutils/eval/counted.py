@@ -8,6 +8,7 @@ whether the copies are exact, a count, or items listed again under the list's ne
 from __future__ import annotations
 
 NUM = "\ue000"  # what a number becomes in the normalized token stream (a private-use character: never real text)
+LIST_MARKS = frozenset((".", ")"))  # after a list item's number: "1. Oranges", "2) 2"
 
 
 def steps_evenly(values: list[str]) -> bool:
@@ -30,5 +31,5 @@ def counted(rev: list[str], size: int, p: int, values: list[str]) -> tuple[bool,
     exact = all(same.values())
     # a list item's number opens a line and is followed by "." or ")": "1. Oranges" (rev[k - 1] comes after rev[k])
     return exact, any(steps.values()), not exact and all(
-        same[k] or steps[k] and rev[(k - 1) % p] in (".", ")") and rev[(k + 1) % p] == "\n" for k in columns), \
+        same[k] or steps[k] and rev[(k - 1) % p] in LIST_MARKS and rev[(k + 1) % p] == "\n" for k in columns), \
         bool(steps) and all(steps.values())

@@ -18,7 +18,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from nbutils.eval.clauses import clause_loop
-from nbutils.eval.counted import NUM, counted
+from nbutils.eval.counted import LIST_MARKS, NUM, counted
 from nbutils.eval.cycle import early_cycle
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
@@ -61,7 +61,6 @@ OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewe
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
 COUNT_SEPARATORS = frozenset((",", ";", "\n"))  # what a count writes between its numbers (or only a space)
-LIST_MARKS = frozenset((".", ")"))  # after a list item's number: "1. 1", "2) 2"
 COUNT_REPEATS, COUNT_CHARS = 10, 1000  # a counted template is a loop from this many items or characters (_enough)
 
 @dataclass
