@@ -216,7 +216,7 @@ def main() -> None:
     for which, prompts in SETS.items():
         ids = {_row_id(p, m, t) for ps in prompts.values() for p in ps for m, t in MODES}
         if ids <= old.keys():
-            rows += [{**old[i], "half": which} for i in sorted(ids, key=list(old).index)]
+            rows += [{**r, "half": which} for i, r in old.items() if i in ids]  # in the file's order
             continue
         rows += [{**r, "label": old.get(r["id"], {}).get("label")} for r in generate_rows(model, tokenizer, which)]
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -174,13 +174,12 @@ def _loop(tail: str, tokens: list[str], m: dict, partial: bool = False, fenced: 
                 nums = [x.group() for x in NUMBER_RE.finditer(tail) if not x.group(1)][:-1 if cut == NUM else None]
             span_nums = nums[max(0, len(nums) - rev[:run + p].count(NUM)):]
             exact, counting, listed, every = counted(rev, run + p, p, span_nums)
-            whole = (run + p) // p * p
-            whole_nums = nums[max(0, len(nums) - rev[:whole].count(NUM)):]
-            if not exact and whole < run + p and counted(rev, whole, p, whole_nums)[0]:
+            if not exact and (whole := (run + p) // p * p) < run + p:
                 # Said otherwise only in the part of a copy before the first whole one ("if n > 3:" before copies of
                 # "if n % 3 == 0 ..."): that part matched as tokens, not as numbers; the whole copies are the loop.
-                run, exact, counting, listed, every = whole - p, True, False, False, False
-                span_nums = whole_nums
+                whole_nums = nums[max(0, len(nums) - rev[:whole].count(NUM)):]
+                if counted(rev, whole, p, whole_nums)[0]:
+                    run, exact, counting, listed, every, span_nums = whole - p, True, False, False, False, whole_nums
         span = sum(len(t) + 1 for t in rev[:run + p]) + sum(len(x) - 1 for x in span_nums)  # one space per token
         words = {t for t in unit if _is_word(t)}
         # a line said again whose line break is all that is left to say counts as said: "X\nX\nX" is three copies
@@ -279,15 +278,15 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
             listed: bool = False, every: bool = False) -> bool:
     """Is a periodic tail long enough to be a loop? Repeats and characters needed, by the kind of unit."""
     p, numbers = len(unit), unit.count(NUM)
-    if every and not words and "\n" in unit and numbers >= 2 and all(
-            t == NUM or t in COUNT_SEPARATORS or t in LIST_MARKS for t in unit):
-        return False  # a count as a numbered list of its numbers ("1. 1 / 2. 2 / 3. 3"): every number steps evenly
     if listed:  # a list's items said again under its next numbers: three whole copies, as lines said again
         return reps >= 3 and span >= 24
     code_ish = _code_ish(unit)
     if not words and numbers:  # a number said again and again, or counted: [29] [30] [31]
-        if counting and all(t == NUM or t in COUNT_SEPARATORS for t in unit):
-            return False  # a count, bare numbers stepping evenly ("1, 2, 3, 4"): what counting to 100 writes
+        # A count, what counting to 100 writes: bare numbers stepping evenly ("1, 2, 3, 4"), or a numbered list of
+        # its numbers ("1. 1 / 2. 2 / 3. 3", every number stepping evenly).
+        if counting and all(t == NUM or t in COUNT_SEPARATORS for t in unit) or every and "\n" in unit and numbers >= 2 \
+                and all(t == NUM or t in COUNT_SEPARATORS or t in LIST_MARKS for t in unit):
+            return False
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
         if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
