@@ -3,11 +3,13 @@
 
     python -m bench.real_generations            # writes tests/data/real_generations.jsonl (labels kept by id)
 
-Two sets, each of its own prompts and seeds: PROMPTS (seed 0) is what the rules may be tuned on ("tune"), and
-REPORT_PROMPTS (seed 1), generated and labelled after that tuning and never tuned on, is what the figures are
-reported on ("report"). Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with its seed), the
-generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its half and a hand label, read
-off the text alone (the prompt's request does not count: "print A 300 times" answered with
+Three sets, each of its own prompts and seed (SETS): the first (PROMPTS, seed 0) is what the rules were tuned on; the
+second (SECOND_PROMPTS, seed 1), generated and labelled after that tuning, was reported on once and then tuned on too
+(its misses named shapes the rules lacked); the third (THIRD_PROMPTS, seed 2), generated and labelled before any rule
+met it, is what the figures are reported on. Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with
+its seed), the generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its set, its half
+("tune" or "report") and a hand label, read off the text alone (the prompt's request does not count: "print A 300
+times" answered with
 A, A, A ... is a loop to the guard and to its label):
 - "loop": the text becomes the same thing over and over: a token, a phrase, a line, a paragraph or a line template
   (identical, or differing only by a counter or a word or two) at least three times in a row, running on to the end,
@@ -30,7 +32,6 @@ NAME = "SmolLM2-135M-Instruct"
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_generations.jsonl"
 MAX_NEW_TOKENS = 200
 MODES = (("greedy", None), ("sampled", 0.7), ("sampled", 1.0))
-SEEDS = {"tune": 0, "report": 1}
 PROMPTS = {
     "question": [
         "What is the capital of France? Answer in one sentence.", "Why is the sky blue?",
@@ -98,8 +99,8 @@ PROMPTS = {
 }
 
 
-# The report set: new prompts of the same kinds, none of them in PROMPTS.
-REPORT_PROMPTS = {
+# The second set: new prompts of the same kinds, none of them in PROMPTS.
+SECOND_PROMPTS = {
     "question": [
         "What is the tallest mountain in the world?", "Why do leaves change color in autumn?",
         "How does a refrigerator keep food cold?", "Who painted the Mona Lisa?", "What is the speed of light?",
@@ -151,7 +152,61 @@ REPORT_PROMPTS = {
         "Write a long product description for running shoes.",
     ],
 }
-SETS = {"tune": PROMPTS, "report": REPORT_PROMPTS}
+# The third set: new prompts of the same kinds again, none of them in the first two.
+THIRD_PROMPTS = {
+    "question": [
+        "What is the largest ocean on Earth?", "Why do we dream?", "How does a rainbow form?",
+        "Who invented the telephone?", "What is gravity?", "How do airplanes stay in the air?",
+        "What is the boiling point of water?",
+    ],
+    "list": [
+        "List 50 birds.", "Name 30 famous painters.", "Give me a list of 40 sports.",
+        "List the first 50 square numbers.", "Write the multiples of 7 up to 350.", "Name 25 rivers of the world.",
+    ],
+    "repeat": [
+        "Repeat the word 'cat' 60 times.", "Say 'ha' forever.", "Write 'ok ok ok' a hundred times.",
+        "Count from 1 to 1000 in steps of 2.", "Type the word 'apple' again and again without stopping.",
+        "Write 'I am happy' fifty times.",
+    ],
+    "creative": [
+        "Write a poem about the rain.", "Write a story about a lost robot.", "Write song lyrics about friendship.",
+        "Write a ghost story.", "Write a nursery rhyme about a frog.", "Describe a busy market in the morning.",
+        "Write a letter from a soldier to his mother.",
+    ],
+    "code": [
+        "Write a Python function that counts the vowels in a string.", "Write a C program that prints a triangle of stars.",
+        "Write a SQL query that joins orders and customers.", "Write a Go function that adds two numbers.",
+        "Write a Python generator that yields the first n squares.", "Write a Dockerfile for a Flask app.",
+    ],
+    "instructions": [
+        "How do I make coffee with a French press?", "How do I learn to swim?", "How do I wash a wool sweater?",
+        "Write a recipe for lemonade.", "How do I study for an exam?", "How do I set up a fish tank?",
+    ],
+    "math": [
+        "What is 999 divided by 3?", "Solve 5x + 2 = 3x + 10.", "What is the area of a circle of radius 3?",
+        "What is 7 factorial?", "List the factors of 60.",
+    ],
+    "other_language": [
+        "Quel est le plus long fleuve de France ?", "¿Cuál es la capital de Argentina?",
+        "Wie backe ich einen Apfelkuchen?", "Qual è il monte più alto d'Italia?",
+    ],
+    "structured": [
+        "Give me a JSON object for a user with name, email and age.", "Make a markdown table of five fruits and colors.",
+        "Write an INI file for a database connection.", "Write a Makefile for a C project.",
+    ],
+    "odd": [
+        "or or or or or", "xyzzy", "???", "Continue: red blue red blue red", "yes", "Write only emojis.",
+        "Tell me a joke.", "Say it again.",
+    ],
+    "longform": [
+        "Write a 1500-word essay about the ocean.", "Explain the history of the printing press in detail.",
+        "Write a detailed guide to training a puppy.", "Describe how electricity reaches a home.",
+        "Write a long review of a restaurant.",
+    ],
+}
+# Each set with its seed and the half it is in: the first set was tuned on, the second was reported on and then
+# tuned on too (its misses named the shapes the rules lacked), the third, generated and labelled after that, is reported.
+SETS = {"first": (PROMPTS, 0, "tune"), "second": (SECOND_PROMPTS, 1, "tune"), "third": (THIRD_PROMPTS, 2, "report")}
 
 
 def _row_id(prompt: str, mode: str, temperature: float | None) -> str:
@@ -159,14 +214,15 @@ def _row_id(prompt: str, mode: str, temperature: float | None) -> str:
 
 
 def generate_rows(model, tokenizer, which: str, batch: int = 16) -> list[dict]:
-    """Every prompt of a set ("tune" or "report") in every mode, MAX_NEW_TOKENS at most, seeded by the set's seed, no
+    """Every prompt of a set (a key of SETS) in every mode, MAX_NEW_TOKENS at most, seeded by the set's seed, no
     guard: what the model writes when nothing stops it."""
     import torch
 
     from nbutils.data import chatformat
 
     stops = chatformat.stop_ids(tokenizer, model)
-    prompts = [(kind, p) for kind, ps in SETS[which].items() for p in ps]
+    given, seed, half = SETS[which]
+    prompts = [(kind, p) for kind, ps in given.items() for p in ps]
     chunks = [[(kind, p, mode, t) for kind, p in prompts[i:i + batch]]  # one mode per batch
               for mode, t in MODES for i in range(0, len(prompts), batch)]
     tokenizer.padding_side = "left"
@@ -176,7 +232,7 @@ def generate_rows(model, tokenizer, which: str, batch: int = 16) -> list[dict]:
                                                add_generation_prompt=True) for _, p, _, _ in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         t = chunk[0][3]
-        torch.manual_seed(1000 * SEEDS[which] + i)
+        torch.manual_seed(1000 * seed + i)
         with torch.no_grad():
             seq = model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=t is not None,
                                  temperature=t, top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id,
@@ -185,7 +241,7 @@ def generate_rows(model, tokenizer, which: str, batch: int = 16) -> list[dict]:
             cut = next((k for k, tok in enumerate(ids) if tok in stops), None)
             ids = ids if cut is None else ids[:cut]
             rows.append({"id": _row_id(p, m, temp), "prompt": p, "kind": kind, "mode": m, "temperature": temp,
-                         "half": which, "ended": "limit" if cut is None else "stop", "token_ids": ids,
+                         "set": which, "half": half, "ended": "limit" if cut is None else "stop", "token_ids": ids,
                          "text": tokenizer.decode(ids, skip_special_tokens=False), "label": None})
         print(f"[generations] {len(rows)}/{len(prompts) * len(MODES)}", flush=True)
     return rows
@@ -213,10 +269,10 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     old = {r["id"]: r for r in map(json.loads, OUT.read_text().splitlines())} if OUT.exists() else {}
     rows = []
-    for which, prompts in SETS.items():
+    for which, (prompts, _, half) in SETS.items():
         ids = {_row_id(p, m, t) for ps in prompts.values() for p in ps for m, t in MODES}
         if ids <= old.keys():
-            rows += [{**r, "half": which} for i, r in old.items() if i in ids]  # in the file's order
+            rows += [{**r, "set": which, "half": half} for i, r in old.items() if i in ids]  # in the file's order
             continue
         rows += [{**r, "label": old.get(r["id"], {}).get("label")} for r in generate_rows(model, tokenizer, which)]
     OUT.parent.mkdir(parents=True, exist_ok=True)
