@@ -22,6 +22,7 @@ from nbutils.eval.counted import LIST_MARKS, NUM, counted
 from nbutils.eval.cycle import early_cycle
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
+from nbutils.eval.shuffled import shuffled_loop
 from nbutils.eval.soup import soup
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
 
@@ -57,6 +58,7 @@ PARTIAL_ESCAPE_RE = re.compile(r"(?:\b0[xX]|\\[xuU]?)$")  # a hex literal or esc
 CUT_CHAR_RE = re.compile("\ufffd{1,3}$")  # a character whose last bytes are not generated yet (a stop, max_new_tokens)
 BLANK_RE = re.compile(r"\n(?:[ \t\r\f]*\n){7,}")  # 7+ blank lines in a row; shipped text has at most 4
 RULER_COLUMNS = 120  # a line of one separator up to this wide is a ruler (72, 78, 80, 100, 120 are common)
+ROW_COPIES = 12  # a line of separators alone said this often is a loop; a box drawn in text is seldom so tall
 OUTPUT_COPIES = 5  # inside a code block, a line said this often is a loop; fewer is a program's sample output
 SEPARATORS = frozenset("-=_*#~.+^/\\|<>:;`'\"·•‧・ー\u0640")  # rulers; tatweel and ー stretch Arabic and Japanese lines
 WHITESPACE_RE = re.compile(r"\s{160,}")  # spaces, tabs and newlines mixed: 160 in a row is no layout
@@ -290,7 +292,8 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
         if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
-            return reps >= 8 and span > 2 * RULER_COLUMNS
+            # or a row of them said again ROW_COPIES times: an empty table's rows ("|   |   |"), however they are spaced
+            return reps >= 8 and span > 2 * RULER_COLUMNS or "\n" in unit and reps >= ROW_COPIES
         return reps >= (16 if "\n" in unit else 8) and span >= 16
     if all(unit[(i + 1) % p] == "%" for i, t in enumerate(unit) if t in words):  # (unit is reversed: % comes next)
         # printf placeholders alone ("--%s, --%s, ... or --%s": dpkg names twelve options), each a different value
@@ -309,9 +312,11 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         return reps >= 8 and span >= 40
     if p <= 4 or len(words) < 3 or (code_ish and span < 160 * reps):
         return reps >= 3 and span >= 24
-    # Two copies of a long unit are a loop; short lines of a list often start alike, so they need half a third
-    # (sentences within a line do not: two copies of 40 characters each are a loop).
-    return span >= 32 and reps >= (2 if span >= (100 if "\n" in unit else 40) * reps else 2.5)
+    # Two copies of a unit of 100 characters are a loop, and two of a pair of sentences of 40 within a line; a shorter
+    # one needs half a third: one sentence said twice ("I'm a service provider, and I'm not a service provider."
+    # again) is emphasis, and lines of a list start alike.
+    pair = "\n" not in unit and sum(t in ".!?" for t in unit) >= 2
+    return span >= 32 and reps >= (2 if span >= (40 if pair else 100) * reps else 2.5)
 
 
 def _tokens(tail: str) -> list[str]:
@@ -363,7 +368,8 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     last, fenced = tail[-1:], text.count("```") % 2 == 1  # the whole text's fences: a window may start inside one
     loop = _cased_loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                        fenced=fenced)
-    if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m) or clause_loop(tail, m)):
+    if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m) or clause_loop(tail, m)
+                     or shuffled_loop(tail, m)):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

@@ -17,33 +17,66 @@ ITEM_RE = re.compile(r"[ \t]*(?:\d{1,3}[.)]|[-*•+])[ \t]")  # a list item's ma
 # Ordinals count like numbers: "The fourth step ..." then "The fifth step ..." is the same item with the next number.
 ORDINAL_RE = re.compile(r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth)\b",
                         re.I)
+# An item's name: its bold opening or what comes before its first colon ("2. **The Tuba**: The tuba is ..."). Said
+# again in its own item, it is a placeholder of the template, as a number is.
+NAME_RE = re.compile(r"\*\*([^*\n]{1,60})\*\*|([^:\n]{1,40}):")
+NAME = "\ue001"  # a name's words in the item's tokens (a private-use character, as detect's NUM: never real text)
+EMPHASIS_RE = re.compile(r"\*\*|__")  # markdown's bold marks: emphasis, not code
+PROSE_MARKS = frozenset(",.;:!?'\"\n")  # what sentences write between their words
 ITEM_WORDS = 12  # items this long (two sentences, or one long one) said again alike are a loop; shorter are steps
-ITEM_EDITS = 2  # tokens changed, inserted or deleted between one item and the next: "a word or two"
+ITEM_EDITS = 2  # tokens changed, inserted or deleted between one item and the next: "a word or two" ...
+ITEM_SHARE = 0.2  # ... or this share of a longer item's tokens (an item of several sentences or lines)
 ITEM_COPIES = 3  # items in a row, each this close to the one before
 ITEM_SYMBOLS = 0.15  # items whose tokens are this share symbols or more are code, markup or links, not sentences
 
 
 def item_loop(tail: str, tokens, m: dict) -> bool:
-    """Do the last ITEM_COPIES whole lines (blank lines aside) of `tail` open with a list item's mark, end with a stop,
-    hold ITEM_WORDS words or more each (symbols under ITEM_SYMBOLS of the tokens), and differ from the line before by ITEM_EDITS
-    tokens at most, numbers and ordinals aside? `tokens` is detect's tokenizer (numbers become one token); the line
-    being written is not judged yet."""
-    lines = [line.rstrip() for line in tail.split("\n")[-4 * ITEM_COPIES:-1] if line.strip()][-ITEM_COPIES:]
-    if len(lines) < ITEM_COPIES or not all(ITEM_RE.match(line) and line[-1] in ".!?" for line in lines):
+    """Are the last ITEM_COPIES items of a list in `tail` (an item: a line opening with a list item's mark, with the
+    lines under it that open with none or with a deeper one) each ITEM_WORDS words or more (symbols under ITEM_SYMBOLS
+    of the tokens), ending with a stop, and different from the item before by ITEM_EDITS tokens at most (or ITEM_SHARE
+    of the longer one's), numbers, ordinals and the item's own name aside? `tokens` is detect's tokenizer (numbers
+    become one token); the line being written is not judged yet."""
+    items = _items(tail.split("\n")[-12 * ITEM_COPIES:-1])[-ITEM_COPIES:]
+    if len(items) < ITEM_COPIES or not all(item.rstrip()[-1:] in ".!?" for item in items):
         return False  # not a list, or its items are no sentences (a changelog's entries, names, links)
-    items = [tokens(ORDINAL_RE.sub("0", line[ITEM_RE.match(line).end():])) for line in lines]  # the marks aside
+    items = [_named(item, tokens) for item in items]
     if any(sum(t[:1].isalpha() for t in item) < ITEM_WORDS or _symbols(item) >= ITEM_SYMBOLS * len(item)
            for item in items):
         return False  # short items, or code and markup
-    if all(_edits(a, b) <= ITEM_EDITS for a, b in zip(items, items[1:])):
+    if all(_edits(a, b) <= max(ITEM_EDITS, ITEM_SHARE * max(len(a), len(b))) for a, b in zip(items, items[1:])):
         m.update(item_copies=len(items))
         return True
     return False
 
 
+def _items(lines: list[str]) -> list[str]:
+    """The list's items among whole `lines`, each with the lines under it (blank lines aside); the items' marks are
+    those least indented. Lines before the first item belong to none."""
+    marked = [len(line) - len(line.lstrip()) for line in lines if ITEM_RE.match(line)]
+    items: list[list[str]] = []
+    for line in lines:
+        if ITEM_RE.match(line) and len(line) - len(line.lstrip()) <= min(marked):
+            items.append([line[ITEM_RE.match(line).end():]])  # the mark aside
+        elif items and line.strip():
+            items[-1].append(line.strip())
+    return ["\n".join(item) for item in items]
+
+
+def _named(item: str, tokens) -> list[str]:
+    """An item's tokens, ordinals as numbers, with the words of its own name (its bold opening, or what comes before
+    its first colon; words of four letters or more) made one placeholder: a template said again with its name
+    swapped ("The tuba is a musical instrument that plays the tuba") is the same item."""
+    said = tokens(ORDINAL_RE.sub("0", EMPHASIS_RE.sub("", item)))
+    if not (name := NAME_RE.match(item)):
+        return said
+    words = {t for t in tokens(name.group(1) or name.group(2)) if len(t) >= 4 and t[:1].isalpha()}
+    return [NAME if t in words else t for t in said]
+
+
 def _symbols(item: list[str]) -> int:
-    """Tokens that are neither words nor numbers (detect's tokens: a number is one private-use character)."""
-    return sum(not t[:1].isalnum() and not "\ue000" <= t[:1] <= "\uf8ff" for t in item)
+    """Tokens that are neither words, numbers nor a sentence's punctuation (detect's tokens: a number is one
+    private-use character): what code, markup and links write."""
+    return sum(not t[:1].isalnum() and not "\ue000" <= t[:1] <= "\uf8ff" and t not in PROSE_MARKS for t in item)
 
 
 def _edits(a: list[str], b: list[str]) -> int:

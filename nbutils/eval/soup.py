@@ -54,6 +54,7 @@ _ONSETS = frozenset("bl br ch cl cr dr dw fl fr gh gl gn gr kl kn kr ph pl pn pr
 OPTION_RE = re.compile(r"(?:^|\s)--?[A-Za-z]")  # an option, in a command or opening a help line: -U, -y, --help
 COLUMN_RE = re.compile(r"\S {3,}\S")  # a gap of three spaces or more inside a line: columns aligned
 MESSAGE_WORDS = 16  # a catalog's message or a title seldom runs longer on one line
+PATTERN_LETTERS = 3  # one-letter words from this few letters ("A B B A") are a pattern, not soup
 WINDOWS = (24, 40)  # words judged at the end of a text: a short soup shows in 24, sparse signs need 40
 # Distinctly German function words: where they are, capitals mark nouns, not soup.
 GERMAN = frozenset("der und nicht ist sind ein eine einen einem einer den dem des mit von im auf für auch sich wird "
@@ -151,6 +152,8 @@ def _judge(c: dict, tokens: list[str], recent: str, m: dict, wide: bool = False,
         return "subword-soup"
     if n < 16 and not (n >= 12 and short >= 0.75 * n):  # a short text, unless it is nearly all fragments
         return None
+    if all(len(w) == 1 for w in words) and len(set(words)) <= PATTERN_LETTERS:
+        return None  # "A B A B B A": a pattern of a few letters, as asked to continue one; no words at all
     bare = c["bare"]
     if bare is None:  # no punctuation in the window: how far back does the bare run go (up to 40 words)?
         bare = n
@@ -253,9 +256,7 @@ def _kind(n: int, span: int, other: int, function: int, short: int, bad: int, ba
     if bare >= 16 and (caps >= 3 or caps >= 1 and function < 0.3 * n):  # capitalized words alone, no punctuation
         return "word-soup"
     if bare >= 36 and function < 0.4 * n:  # 36 words without a comma or a stop, few of them function words
-        return "word-soup"
-    if bare >= 40:  # 40 words and not one comma, stop or line break: no prose runs on so long
-        return "word-soup"
+        return "word-soup"  # (more, and no broken pair: a run-on sentence, as a small model writes one)
     if function < 0.3 * n and (caps >= 4 or caps >= 2 and bad >= 1) and all(  # sparse soup: lone capitals, a
             w.isascii() and w not in GERMAN for w in words):  # broken pair; not where German capitalizes its nouns
         return "word-soup"

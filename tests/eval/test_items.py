@@ -51,3 +51,36 @@ def test_entries_that_are_no_sentences_are_no_list_items_said_again():
     assert item_loop("\n".join(e + "." for e in entries) + "\n", _tokens, {})
     linked = [e + " (`#123 <https://github.com/o/r/pull/123>`_)." for e in entries]
     assert not item_loop("\n".join(linked) + "\n", _tokens, {})
+
+
+# A real model's answer to "Name 20 musical instruments.": each item the one before with its name swapped.
+INSTRUMENTS = ("1. **The Violin**: The violin is a traditional instrument in the classical music tradition. It is "
+               "played with a bow.\n\n" + "".join(
+                   f"{i}. **The {name}**: The {name.lower()} is a musical instrument that plays the {name.lower()}. "
+                   f"It is played with a {pick} pick.\n\n"
+                   for i, (name, pick) in enumerate((("Saxophone", "saxophone"), ("Tuba", "trombone"),
+                                                     ("Cello", "violin")), 2)))
+
+
+def test_items_said_again_with_their_own_name_swapped_are_a_loop():
+    """The name an item opens with (bold, or before a colon) is a placeholder where the item says it again: "The tuba is
+    a musical instrument that plays the tuba" is "The saxophone ..." with one word changed, not three."""
+    assert item_loop(INSTRUMENTS, _tokens, {})
+    assert detect(INSTRUMENTS).reasons == ["loop"]
+    assert not item_loop(INSTRUMENTS.replace("It is played with a trombone pick.", "Its low notes carry a brass band "
+                                             "through a march, and it rests on the player's lap."), _tokens, {})
+
+
+def test_an_item_is_its_line_and_the_lines_under_it():
+    """Steps of several lines ("**Step 2: Choose a Tie**" then its paragraph) are one item each, and a sentence's
+    commas are no code: three such items, each the one before with its number and ordinal changed, are a loop."""
+    steps = "Here's a guide:\n\n" + "".join(
+        f"{i}. **Step {i}: Choose a Tie**\nThe {nth} step is to select a tie. This can be a specific type of tie, such "
+        "as a ribbon, a bow, or a tie that is designed to hold a specific item.\n\n"
+        for i, nth in enumerate(("first", "second", "third"), 1))
+    assert item_loop(steps, _tokens, {})
+    assert not item_loop(steps.rsplit("3. **Step", 1)[0], _tokens, {})  # two items so far
+    varied = steps.replace("select a tie. This can be a specific type of tie, such as a ribbon, a bow, or a tie that "
+                           "is designed to hold a specific item.\n\n3.", "measure the tie against your collar and "
+                           "make sure the wide end hangs well below the narrow one.\n\n3.")
+    assert not item_loop(varied, _tokens, {})
