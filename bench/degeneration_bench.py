@@ -127,7 +127,8 @@ def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
 
 def real_rows() -> list[dict]:
     """The real model's own generations, labelled by hand (bench/real_generations.py): detect and the streamed guard
-    against the labels, on the report set (new prompts and seeds, labelled before any rule met it; the tune set beside)."""
+    against the labels, on the report set (the last set of new prompts and seed, labelled before any rule met it; the
+    sets tuned on beside)."""
     from transformers import AutoTokenizer
 
     from bench import pretrained, real_generations
@@ -141,8 +142,9 @@ def real_rows() -> list[dict]:
     got = {h: labelled.figures([r for r in rows if r["half"] == h], tok, real_generations.MAX_NEW_TOKENS)
            for h in ("report", "tune")}
     rep, tune = got["report"], got["tune"]
+    reported = ", ".join(sorted({r["set"] for r in rows if r["half"] == "report"}))
     what = (f"{real_generations.NAME}: {rep['n']} generations ({rep['loops']} loops, {rep['junk']} junk, "
-            f"{rep['healthy']} healthy) of the report set")
+            f"{rep['healthy']} healthy) of the report set ({reported}; the tune set: {tune['n']})")
     return [
         _row("real: guard precision (stops labelled loop or junk)", rep["guard_precision"], "1.00",
              f"{what}; false stops {rep['guard_false_stops'] or 'none'}; tune set {tune['guard_precision']}"),

@@ -3,6 +3,8 @@
 - `detect`, `soup`, `junk`: whether a generation is degenerate (loops, token soup, unicode junk, empty).
 - `cycle`: `detect`'s rule for a cycle of sentences said again before its second copy is whole.
 - `items`: `detect`'s rule for list items said again with a word or two changed.
+- `lines`: `detect`'s rule for a line said again with a word or two changed, outside a list.
+- `shuffled`: `detect`'s rule for a numbered list's items said again in shuffled order.
 - `clauses`: `detect`'s rule for one clause said again and again, joined differently each time.
 - `counted`: the numbers of a loop's copies, place by place (exact, counting, a list's numbers).
 - `textshape`: characters as layout sees them (combining marks, display width, sentence ends, runs).

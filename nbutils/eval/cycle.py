@@ -21,6 +21,8 @@ WRAP_LETTERS, MARKED_SHARE = 12, 0.15  # Vietnamese marks most syllables; French
 COLUMN_GAP_RE = re.compile(r"\S {3,}\S")  # a row laid out in columns: "-y, --side-by-side    output in two columns"
 INDENTED_RE = re.compile(r"\n(?: {4}|\t)")  # a line indented as code, or a docstring's body inside it
 EARLY_CYCLE_CHARS = 100  # said again verbatim, this much prose is a cycle before its second copy is whole
+VERSE_LINES, VERSE_COLUMNS = 4, 40  # this many lines, none wider, in stanzas: verse
+BLANK_LINE_RE = re.compile(r"\n[ \t]*\n")
 EARLY_CYCLE_MIN = 60  # a shorter cycle in one line or of 2+ lines counts once said again whole, back to back
 WORD_END_RE = re.compile(r"\S*\s+(?=\S)")  # the rest of a word and the spaces before the next (none in CJK text)
 LETTER_RE = re.compile(rf"[^\W\d_]|[{MARKS}]")  # letters and their marks (Devanagari, Thai)
@@ -31,6 +33,7 @@ FRAME_CHARS, FRAME_ALIKE = 32, 0.6  # a template's frame: this many characters b
 # words that have nothing in common (the text before the loop, the cycle's end); a template's messages share them.
 CONTEXT_CHARS, CONTEXT_MIN, CONTEXT_WORDS_ALIKE, CONTEXT_CHARS_ALIKE = 96, 24, 0.12, 0.3
 CONTEXT_WORDS_NONE = 5  # this many content words on each side, none shared: unlike, however alike their letters
+OPENINGS_ALIKE = 0.4  # paragraph openings this alike (content words): a paragraph said again, not a sentence echoed
 CONTEXT_WORDS_FRAMED = 0.5  # sibling paragraphs of one template ("... for mice. / ... for touchpads.") share more
 WORD_RE = re.compile(r"\w+")
 NEXT_PARAGRAPH_RE = re.compile(r"[^\n]*\n[ \t]*\n[^\n]*\S[^\n]*")  # a paragraph's rest, a blank line, a new opening
@@ -77,13 +80,16 @@ def early_cycle(tail: str, m: dict, whole: bool = False) -> bool:
     if _framed(tail, r, q):
         return False  # one frame before both copies, a word changed: a catalog's or a template's pair of messages
     cycle = tail[-r - q:-r]  # the whole cycle as first said: its layout shows before the part said again reaches it
-    if INDENTED_RE.search(cycle) or _wrapped(cycle):
-        return False  # code, a docstring's body, wrapped documentation: siblings share all but their first words
+    if INDENTED_RE.search(cycle) or _wrapped(cycle) or _verse(cycle):
+        return False  # code, a docstring's body, wrapped documentation: siblings share all but their first words;
+        # a poem's or a song's lines: a chorus comes back after a verse
     code = len(CODE_RE.findall(prose))
     # A stop where the text is cut ("array([-1.") is no sentence end yet: a number may go on.
     if code > 0.08 * r and (code > 0.2 * r or not SENTENCE_END_RE.search(again + "\0") and not _margin_lines(again)):
         return False  # code, which repeats its lines and blocks
-    m.update(cycle_chars=q, cycle_said_again=r, cycle_next_paragraph=int(_next_paragraph(tail[len(tail) - q:len(tail) - r + lead])))
+    start = len(tail) - r + lead  # where the part said again starts; its first copy starts q before
+    stuck = _next_paragraph(tail[len(tail) - q:start]) and _openings_alike(tail, start - q, start)
+    m.update(cycle_chars=q, cycle_said_again=r, cycle_next_paragraph=int(stuck))
     return True
 
 
@@ -93,6 +99,27 @@ def _next_paragraph(between: str) -> bool:
     again with a new opening, as a generation stuck on a paragraph does; a document that says a paragraph again does
     so under a heading of its own, or from its first word."""
     return bool(NEXT_PARAGRAPH_RE.fullmatch(between)) and bool(SENTENCE_END_RE.search(between[-3:]))
+
+
+def _openings_alike(tail: str, first: int, again: int) -> bool:
+    """Do the paragraph openings before a cycle's two copies (from each copy's paragraph start to the copy) share
+    OPENINGS_ALIKE of their content words or more? A generation stuck on a paragraph opens it again much as before
+    ("The review is written in a friendly tone." / "The user's review is written in a friendly and professional
+    tone."); a paragraph that goes on to echo one sentence of the one before opens with a sentence of its own."""
+    openings = []
+    for at in (first, again):
+        blank = tail.rfind("\n\n", 0, at)  # the paragraph's start: after its blank line, or the tail's start
+        openings.append(tail[blank + 2 if blank >= 0 else 0:at])
+    return all(openings) and _alike(*map(_content_words, openings)) >= OPENINGS_ALIKE
+
+
+def _verse(cycle: str) -> bool:
+    """Is the cycle stanzas (a blank line between) of VERSE_LINES lines or more, each at most VERSE_COLUMNS wide: a
+    poem's or a song's, whose chorus is said again after a verse? A list's short lines have no blank line between
+    them. The loop rules still judge a chorus when it comes a third time."""
+    lines = [line for line in cycle.split("\n") if line.strip()]
+    return BLANK_LINE_RE.search(cycle) is not None and len(lines) >= VERSE_LINES and all(
+        width(line) <= VERSE_COLUMNS for line in lines)
 
 
 def _short_cycle(cycle: str) -> bool:

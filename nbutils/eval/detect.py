@@ -22,6 +22,7 @@ from nbutils.eval.counted import LIST_MARKS, NUM, counted
 from nbutils.eval.cycle import early_cycle
 from nbutils.eval.items import item_loop
 from nbutils.eval.junk import CJK, unicode_junk
+from nbutils.eval.lines import line_loop
 from nbutils.eval.shuffled import shuffled_loop
 from nbutils.eval.soup import soup
 from nbutils.eval.textshape import MARKS, RUN_RE, SENTENCE_END_RE, width
@@ -289,6 +290,8 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
         if counting and all(t == NUM or t in COUNT_SEPARATORS for t in unit) or every and "\n" in unit and numbers >= 2 \
                 and all(t == NUM or t in COUNT_SEPARATORS or t in LIST_MARKS for t in unit):
             return False
+        if exact and "\n" not in unit and numbers >= 4 and p >= 8:  # a formula said again: "= 7 × 6 × 5 × 4 × 3"
+            return reps >= 3 and span >= 60
         return (exact or counting) and reps >= 10 and span >= 40
     if not words:  # punctuation: ", , , ,"; a ruler of separators is judged by its length, like a character run
         if all(_separator(c) for t in unit if t != "\n" for c in t):  # longer than a ruler (spaces are counted)
@@ -369,7 +372,7 @@ def detect(text: str, lookback: int = LOOKBACK_CHARS) -> Verdict:
     loop = _cased_loop(tail, tokens, m, partial=last.isalnum() or last == "_" or unicodedata.category(last)[0] == "M",
                        fenced=fenced)
     if not loop and (early_cycle(tail, m, whole) or item_loop(tail, _tokens, m) or clause_loop(tail, m)
-                     or shuffled_loop(tail, m)):
+                     or shuffled_loop(tail, m) or line_loop(tail, _tokens, m)):
         loop = "loop"
     if not loop and (p := _char_period(recent)) and not _sample_output(recent, p, fenced):
         loop = "loop" if any(c.isspace() for c in recent[-p:]) else "token-repeat"

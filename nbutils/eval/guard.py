@@ -23,7 +23,8 @@ from transformers import LogitsProcessor, StoppingCriteria
 from nbutils.data.chatformat import derived, stop_ids
 from nbutils.eval.detect import BLANK_RE, PARTIAL_SPECIAL_RE, SPECIAL_RE, TAIL_CHARS, Verdict, detect
 
-GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop
+GUARD_LINE_COPIES = 2  # more copies of a line than this after its first line start: a loop ...
+LONG_COPY_CHARS = 150  # ... or more than one, where each copy is this long: a paragraph said again, not a message
 GUARD_SPECIAL_CHARS = 200  # see settled(): markers alone, this long, are a model saying nothing
 _MARKER_END_RE = re.compile(f"(?:{SPECIAL_RE.pattern})$", re.I)
 BLANK_CHARS = frozenset("ĠĊĉč▁ \t\n\r")  # how byte-level and SentencePiece vocabularies spell whitespace
@@ -91,8 +92,9 @@ def settled(verdict: Verdict, ended: bool = False) -> bool:
     what healthy documents are as they say a paragraph again after a new heading or a message again with a new ending,
     and a loop goes on. It costs a looping row one cycle more; a row that has `ended` is judged as `detect` judges it,
     and so is a cycle whose second copy follows the first's paragraph with nothing between but whole sentences that
-    open the next paragraph (`cycle_next_paragraph`: a generation stuck on a paragraph, not a document saying one again
-    under a heading or from its first word).
+    open the next paragraph much as the first copy's paragraph opened (`cycle_next_paragraph`: a generation stuck on a
+    paragraph, not a document saying one again under a heading or from its first word, nor a paragraph of its own
+    that echoes one sentence of the one before).
     A loop of lines whose first copy starts mid-line stops once GUARD_LINE_COPIES copies follow the first line start
     (gettext catalogs translate two messages alike, after a line that ends the same way), and the
     third copy has begun. A row that has written only special markers and whitespace so far stops once they reach
@@ -105,7 +107,8 @@ def settled(verdict: Verdict, ended: bool = False) -> bool:
     if verdict.reasons == ["special-tokens-only"]:
         return m.get("chars", 0) >= GUARD_SPECIAL_CHARS
     if verdict.reasons == ["loop"] and "loop_line_copies" in m:  # a catalog says a line twice after one alike
-        return m["loop_line_copies"] > GUARD_LINE_COPIES
+        long = m.get("loop_chars", 0) >= LONG_COPY_CHARS * m.get("loop_repeats", 1)  # a paragraph, not a message
+        return m["loop_line_copies"] > (1 if long else GUARD_LINE_COPIES)
     if verdict.reasons == ["loop"] and "cycle_chars" in m:
         return ended or bool(m.get("cycle_next_paragraph"))
     return verdict.degenerate

@@ -43,7 +43,7 @@ def item_loop(tail: str, tokens, m: dict) -> bool:
     if any(sum(t[:1].isalpha() for t in item) < ITEM_WORDS or _symbols(item) >= ITEM_SYMBOLS * len(item)
            for item in items):
         return False  # short items, or code and markup
-    if all(_edits(a, b) <= max(ITEM_EDITS, ITEM_SHARE * max(len(a), len(b))) for a, b in zip(items, items[1:])):
+    if all(token_edits(a, b) <= max(ITEM_EDITS, ITEM_SHARE * max(len(a), len(b))) for a, b in zip(items, items[1:])):
         m.update(item_copies=len(items))
         return True
     return False
@@ -79,7 +79,7 @@ def _symbols(item: list[str]) -> int:
     return sum(not t[:1].isalnum() and not "\ue000" <= t[:1] <= "\uf8ff" and t not in PROSE_MARKS for t in item)
 
 
-def _edits(a: list[str], b: list[str]) -> int:
+def token_edits(a: list[str], b: list[str]) -> int:
     """Tokens of the longer list that the shorter one does not match in order (difflib, no junk heuristic)."""
     matched = sum(block.size for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
     return max(len(a), len(b)) - matched

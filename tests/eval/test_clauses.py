@@ -44,3 +44,19 @@ def test_short_clauses_said_often_are_no_loop():
     """"mix well" and "return False" are what recipes and code say again; a clause needs six words or more."""
     recipe = "Add the flour, mix well. Add the sugar, mix well. Add the milk, mix well. Add the eggs, mix well. Bake"
     assert not clause_loop(recipe, {}) and not detect(recipe).degenerate
+
+
+def test_a_long_clause_said_again_with_a_word_added_is_said_again_a_word_changed_is_another():
+    """A real essay: "The ocean is also home to countless ecosystems that are found nowhere else on earth." then
+    without "also", twice: one clause of ten words or more said three times. "Your team is the best in the world of
+    sports" and "... of dreams" say two things, and a short clause with a word dropped is a step said again."""
+    said = "the ocean is home to countless ecosystems that are found nowhere else on earth"
+    also = said.replace("is home", "is also home")
+    essay = f"It is vast. The ocean is home to whales. {also.capitalize()}. {said.capitalize()}.\n\n{also.capitalize()}. S"
+    assert clause_loop(essay, {}) and detect(essay).reasons == ["loop"]
+    team = ("Your team is the best in the world of sports. They win.\n\nYour team is the best in the world of sports, "
+            "your team is the best in the world of dreams. You")
+    assert not clause_loop(team, {})
+    jack = ("You'll need to get into the jack. You'll need to get the jack, which lifts the car. You'll need to get the "
+            "jack, wh")
+    assert not clause_loop(jack, {})

@@ -297,3 +297,31 @@ def test_a_paragraph_said_again_with_a_new_opening_stops_mid_stream_one_said_aga
     for again in ("\n\n## Battery\n\n" + said, "\n\n" + said):
         verdict = detect("The review is written in a friendly tone. " + said + again[:-10])
         assert "cycle_chars" in verdict.metrics and not settled(verdict) and settled(verdict, ended=True), again
+
+
+def test_a_poems_chorus_said_again_after_a_verse_waits_for_the_loop_rules():
+    """A real model's poem says its chorus again after other stanzas ("Your love, your love, ..."): short lines in
+    stanzas are verse, left to the loop rules (which stop a chorus said a third time); a list's short lines said again
+    without a blank line between are still a cycle."""
+    chorus = "Your love, your love,\nYour love, your love,\nA whisper of love,\nA loving one.\n\n"
+    verse = "The rain of felucca,\nA tender lover,\nA rosy smile,\nA loving one.\n\n"
+    other = "Your love, your love,\nYour love, your love,\nA gentle breeze,\nA gentle breeze.\n\n"
+    poem = "In twilight's cloak, a stream\nOf raindrops dances.\n\n" + chorus + verse + other + chorus + verse[:22]
+    assert not detect(poem).degenerate
+    assert "loop" in detect(poem + verse[22:] + other + chorus + verse + other + chorus).reasons
+
+
+def test_a_sentence_echoed_in_the_next_paragraph_does_not_stop_mid_stream():
+    """A real answer echoes one sentence of a paragraph in the next, which opens with a sentence of its own: not a
+    paragraph said again (its openings share few words), so the guard waits, where a paragraph said again with its
+    opening said much as before stops at once (test above)."""
+    from nbutils.eval.guard import settled
+
+    echoed = ("The air is constantly being compressed and stretched, and when it reaches a certain point, it suddenly "
+              "expands, creating a massive bubble.")
+    text = ("The air is incredibly fragile and prone to collapse when an airplane is in the air. " + echoed +
+            "\n\nThis phenomenon is known as the airfoil effect, where the air is deflected away from the airplane's "
+            "shape. " + echoed[:-30])
+    verdict = detect(text)
+    assert "cycle_chars" in verdict.metrics and verdict.metrics["cycle_next_paragraph"] == 0
+    assert not settled(verdict)

@@ -23,3 +23,13 @@ def test_a_sentence_said_twice_is_not_yet_a_loop_a_third_time_is():
     assert all(detect(text + said[:c]).reasons == ["loop"] for c in range(len(said) // 2 + 2, len(said)))
     alike = "The model is saved to the output folder. The model is saved to the cache folder. The model is saved."
     assert not any(detect(alike[:k]).degenerate for k in range(20, len(alike) + 1))  # sentences that start alike
+
+
+def test_a_formula_said_again_and_again_is_a_loop_from_its_third_copy():
+    """"What is 7 factorial?" answered "7! = 7 × 6 × 5 × 4 × 3 × 2 × 1 = 7 × 6 × 5 ..." to the token limit: numbers
+    and symbols only, so no word marks the loop, but a copy of eight numbers said three times is one."""
+    copy = " = 7 × 6 × 5 × 4 × 3 × 2 × 1"
+    head = "The number of factors of 7 is 7!"
+    assert not detect(head + copy * 2 + " =").degenerate  # a formula written out, then once more
+    assert detect(head + copy * 3 + " =").reasons == ["loop"]  # (the last number may go on: "1" could be "10")
+    assert not detect("Use 10.0.0.1, 10.0.0.1 or 10.0.0.1 as the gateway.").degenerate  # a short one, said thrice

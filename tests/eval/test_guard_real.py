@@ -51,3 +51,23 @@ def test_list_items_under_the_next_numbers_are_judged_at_the_first_check_detect_
     ids, row = _observe(tok, "Countries in Europe:\n" + "".join(f"{n}. Albania (2023)\n" for n in range(1, 30)))
     first = next(k for k in range(8, len(ids), 8) if settled(detect(tok.decode(ids[:k]))))
     assert first % DETECT_EVERY and row["stop_token"] == first - 1 and row["reasons"] == ["counting-loop"], (first, row)
+
+
+def test_a_paragraph_said_again_after_its_first_copy_began_mid_line_stops_as_its_third_copy_begins():
+    """A real model said one paragraph three times, its first copy after another sentence of a paragraph (mid-line).
+    A line said again after a line that ends alike waits for a third copy after the first line start (a catalog's
+    messages); a paragraph of LONG_COPY_CHARS or more a copy stops once the copy after the line start is whole and
+    the next has begun."""
+    from nbutils.eval.guard import LONG_COPY_CHARS
+
+    said = ("The game is played in a grid of 10x10 squares, with each square representing a random number. The "
+            "player's goal is to select a random number from the grid, which is then randomly assigned to their hand.")
+    assert len(said) >= LONG_COPY_CHARS
+    intro = "The game is called Chance. It asks players to make decisions based on random numbers. "
+    text = intro + said + "\n\n" + said + "\n\nThe game is played in a"
+    verdict = detect(text)
+    assert verdict.reasons == ["loop"] and 1 < verdict.metrics["loop_line_copies"] <= 2 and settled(verdict)
+    catalog = "".join(f"Accessible {what} changed, which is used to notify the assistive technology\n"
+                      for what in ("name", "role", "role")) + "Acc"  # a catalog's line said twice after one alike
+    verdict = detect(catalog)
+    assert verdict.reasons == ["loop"] and verdict.metrics["loop_line_copies"] == 2 and not settled(verdict)
