@@ -3,10 +3,9 @@
 
     python -m bench.real_generations            # writes tests/data/real_generations.jsonl (labels kept by id)
 
-Three sets, each of its own prompts and seed (SETS): the first (PROMPTS, seed 0) is what the rules were tuned on; the
-second (SECOND_PROMPTS, seed 1), generated and labelled after that tuning, was reported on once and then tuned on too
-(its misses named shapes the rules lacked); the third (THIRD_PROMPTS, seed 2), generated and labelled before any rule
-met it, is what the figures are reported on. Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with
+Sets of their own prompts and seed (SETS), each generated and labelled by hand before any rule met it: the last is
+what the figures are reported on ("report"); the ones before it ("tune") were each reported on in turn and then tuned
+on (their misses named shapes the rules lacked). Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with
 its seed), the generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its set, its half
 ("tune" or "report") and a hand label, read off the text alone (the prompt's request does not count: "print A 300
 times" answered with
@@ -204,9 +203,62 @@ THIRD_PROMPTS = {
         "Write a long review of a restaurant.",
     ],
 }
-# Each set with its seed and the half it is in: the first set was tuned on, the second was reported on and then
-# tuned on too (its misses named the shapes the rules lacked), the third, generated and labelled after that, is reported.
-SETS = {"first": (PROMPTS, 0, "tune"), "second": (SECOND_PROMPTS, 1, "tune"), "third": (THIRD_PROMPTS, 2, "report")}
+
+# The fourth set: new prompts of the same kinds once more, none of them in the first three.
+FOURTH_PROMPTS = {
+    "question": [
+        "What is the smallest country in the world?", "Why is the ocean salty?", "How does a compass work?",
+        "Who discovered penicillin?", "What is an atom?", "How do fish breathe underwater?", "What is a leap year?",
+    ],
+    "list": [
+        "List 30 insects.", "Name 25 famous writers.", "Give me a list of 40 flowers.", "List the first 30 prime numbers.",
+        "Write the multiples of 9 up to 270.", "Name 20 kitchen tools.",
+    ],
+    "repeat": [
+        "Repeat the word 'sun' 70 times.", "Say 'la la la' forever.", "Write 'go' three hundred times.",
+        "Count down from 100 to 0.", "Type the word 'star' again and again.", "Write 'I can do it' forty times.",
+    ],
+    "creative": [
+        "Write a poem about winter.", "Write a story about a brave mouse.", "Write song lyrics about the city.",
+        "Write a mystery story.", "Write a nursery rhyme about a duck.", "Describe a beach at dawn.",
+        "Write a letter from a dog to its owner.",
+    ],
+    "code": [
+        "Write a Python function that checks whether a string is a palindrome.", "Write a C function that swaps two integers.",
+        "Write a SQL query that counts orders per day.", "Write a Rust function that returns the maximum of a vector.",
+        "Write a Python class for a to-do list.", "Write a GitHub Actions workflow that runs tests.",
+    ],
+    "instructions": [
+        "How do I make tea?", "How do I ride a bicycle?", "How do I iron a shirt?", "Write a recipe for guacamole.",
+        "How do I write a cover letter?", "How do I grow basil indoors?",
+    ],
+    "math": [
+        "What is 64 divided by 8?", "Solve 4x - 3 = 2x + 9.", "What is the perimeter of a square of side 5?",
+        "What is 10 factorial?", "List the divisors of 48.",
+    ],
+    "other_language": [
+        "Quelle est la plus haute montagne d'Europe ?", "¿Cuál es el río más largo del mundo?",
+        "Wie funktioniert ein Kühlschrank?", "Qual è la capitale della Spagna?",
+    ],
+    "structured": [
+        "Give me a JSON object for a car with make, model and year.", "Make a markdown table of five animals and their habitats.",
+        "Write a .gitignore file for a Python project.", "Write a docker-compose file for a web app and a database.",
+    ],
+    "odd": [
+        "if if if if", "qwerty", "...?", "Continue: 1 1 2 3 5 8", "no", "Write only symbols.", "Tell me a riddle.",
+        "Do it again.",
+    ],
+    "longform": [
+        "Write a 1200-word essay about space exploration.", "Explain the history of the bicycle in detail.",
+        "Write a detailed guide to starting a vegetable garden.", "Describe how a computer boots up.",
+        "Write a long review of a novel.",
+    ],
+}
+
+# Each set with its seed and the half it is in. Each set was generated and labelled before any rule met it and
+# reported on; then its misses named shapes the rules lacked, it was tuned on, and the next set was reported on.
+SETS = {"first": (PROMPTS, 0, "tune"), "second": (SECOND_PROMPTS, 1, "tune"), "third": (THIRD_PROMPTS, 2, "tune"),
+        "fourth": (FOURTH_PROMPTS, 3, "report")}
 
 
 def _row_id(prompt: str, mode: str, temperature: float | None) -> str:
