@@ -95,12 +95,12 @@ def _scan(tokens: list[str], windows: tuple[int, ...], cut: bool) -> Iterator[di
         span, chars = span + 1, chars + len(t) + 1
         if first.isalpha() and not "\u3040" <= first <= "\ufaff" and nxt != ":" and not (
                 prev == "'" and t in _CONTRACTED):  # a label (INFO:, Install:) or a contraction is no word
-            if t in FUNCTION_WORDS:
+            if t in FUNCTION_WORDS:  # a word said twice in a row is a broken pair; three times, a chant ("la la la")
                 function += 1
                 if after != "-":  # "an in-memory tree": the next word is part of a compound
                     bad += (nxt in _NOT_AFTER.get(t, ()) and not (after in _COORDINATED and nxt in _CONJ and t in _COORDINATED)
-                            and not (nxt == "at" and _bound(tokens, i + 2, cut))) or (t == nxt and t != "that") or (
-                        nxt == ";" and t in _DET)
+                            and not (nxt == "at" and _bound(tokens, i + 2, cut))) or (
+                        t == nxt and t != "that" and t not in (prev, after)) or (nxt == ";" and t in _DET)
             # isn't, won't; letters after digits that are no whole number (h8300sx, 041f: a number alone is NUM);
             # letters between digits of a hash (e77fd93)
             short += _fragment(t) and nxt != "'" and not prev[:1].isdigit() and not (

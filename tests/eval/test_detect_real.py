@@ -33,3 +33,12 @@ def test_a_formula_said_again_and_again_is_a_loop_from_its_third_copy():
     assert not detect(head + copy * 2 + " =").degenerate  # a formula written out, then once more
     assert detect(head + copy * 3 + " =").reasons == ["loop"]  # (the last number may go on: "1" could be "10")
     assert not detect("Use 10.0.0.1, 10.0.0.1 or 10.0.0.1 as the gateway.").degenerate  # a short one, said thrice
+
+
+def test_a_numbered_list_of_numbers_that_differ_is_a_list_one_value_said_again_is_a_loop():
+    """"List the divisors of 48." answered "1. 1 / 2. 2 / 3. 4 / 4. 5 ... / 14. 8*11 / 15. 10*12": wrong, but every
+    value another, so a list; "1. 5 / 2. 5 / 3. 5 ..." says one value again under the next numbers."""
+    values = ["1", "2", "4", "5", "6", "8", "10", "12", "18", "21", "30", "45", "61", "8*11", "10*12", "12*14"]
+    divisors = "".join(f"{i}. {v}\n" for i, v in enumerate(values, 1))
+    assert not any(detect(divisors[:k]).degenerate for k in range(4, len(divisors) + 1))
+    assert detect("".join(f"{i}. 5\n" for i in range(1, 12))).reasons == ["counting-loop"]

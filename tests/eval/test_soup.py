@@ -315,11 +315,15 @@ def test_a_capitalized_word_after_a_possessive_is_no_lone_capital():
 
 def test_a_run_on_sentence_and_a_pattern_of_letters_are_no_soup():
     """Real answers readers call healthy: a 60-word sentence without a comma whose grammar holds (function words at
-    the rate of speech, no broken pair), and "A B A B B B ..." continuing a pattern; letters at random are fragments."""
+    the rate of speech, no broken pair), "A B A B B B ..." continuing a pattern, "La la la." opening an answer;
+    letters at random are fragments."""
     run_on = ("This has to do with something that is not exempt of homeless funds set aside not to build the structures "
               "that the homeless need to help fight the problem and to support the people that needs help with not "
               "building the structures that can see the illness so that they can fight so much and get money for "
               "having the lift.")
     assert not any(detect(run_on[:k]).degenerate for k in range(40, len(run_on) + 1, 5))
     assert not detect("A B A B B B A B A A A A B B B A B I A A.").degenerate
+    chant = ("La la la. My friend (in Spanish) is referring to the endless, unending, continuous, and unending, a "
+             "metaphor that has been used throughout history to describe a never-ending cycle.")
+    assert not detect(chant).degenerate  # a word three times in a row is a chant, not two broken pairs
     assert detect("Q X Z K A B Q R T U X Z B Y W V J Q.").reasons == ["subword-soup"]
