@@ -255,10 +255,62 @@ FOURTH_PROMPTS = {
     ],
 }
 
+
+# The fifth set: new prompts of the same kinds once more, none of them in the first four.
+FIFTH_PROMPTS = {
+    "question": [
+        "What is the longest river in Africa?", "Why do birds migrate?", "How does a microwave oven heat food?",
+        "Who built the pyramids?", "What is a galaxy?", "How do plants drink water?", "What is a volcano?",
+    ],
+    "list": [
+        "List 30 mammals.", "Name 25 famous composers.", "Give me a list of 40 board games.",
+        "List the first 40 even numbers.", "Write the multiples of 6 up to 300.", "Name 20 tools in a garage.",
+    ],
+    "repeat": [
+        "Repeat the word 'moon' 80 times.", "Say 'bye bye' forever.", "Write 'stop' two hundred times.",
+        "Count down from 50 to 0.", "Type the word 'blue' again and again.", "Write 'I like trains' thirty times.",
+    ],
+    "creative": [
+        "Write a poem about the stars.", "Write a story about a shy giant.", "Write song lyrics about the sea.",
+        "Write a detective story.", "Write a nursery rhyme about a cow.", "Describe a snowy village at night.",
+        "Write a letter from a cat to the moon.",
+    ],
+    "code": [
+        "Write a Python function that merges two sorted lists.", "Write a C function that computes a factorial.",
+        "Write a SQL query that lists employees and their managers.", "Write a Kotlin data class for a user.",
+        "Write a Python decorator that times a function.", "Write a Nginx config for a static site.",
+    ],
+    "instructions": [
+        "How do I boil an egg?", "How do I learn to juggle?", "How do I paint a room?", "Write a recipe for hummus.",
+        "How do I prepare for a marathon?", "How do I care for a cactus?",
+    ],
+    "math": [
+        "What is 81 divided by 9?", "Solve 6x + 4 = 2x + 20.", "What is the area of a triangle with base 6 and height 4?",
+        "What is 5 factorial?", "List the factors of 36.",
+    ],
+    "other_language": [
+        "Quelle est la capitale du Canada ?", "¿Cómo se prepara el gazpacho?", "Warum ist der Himmel nachts dunkel?",
+        "Qual è il lago più grande d'Italia?",
+    ],
+    "structured": [
+        "Give me a JSON object for a movie with title, director and year.", "Make a markdown table of five cities and their countries.",
+        "Write a requirements.txt for a data science project.", "Write a Kubernetes deployment for a web server.",
+    ],
+    "odd": [
+        "but but but but", "asdf", "!?!?", "Continue: x y z x y z x", "maybe", "Write only punctuation.",
+        "Tell me a fun fact.", "Once more.",
+    ],
+    "longform": [
+        "Write a 1000-word essay about music.", "Explain the history of the railway in detail.",
+        "Write a detailed guide to learning a new language.", "Describe how a car engine works.",
+        "Write a long review of a video game.",
+    ],
+}
+
 # Each set with its seed and the half it is in. Each set was generated and labelled before any rule met it and
 # reported on; then its misses named shapes the rules lacked, it was tuned on, and the next set was reported on.
 SETS = {"first": (PROMPTS, 0, "tune"), "second": (SECOND_PROMPTS, 1, "tune"), "third": (THIRD_PROMPTS, 2, "tune"),
-        "fourth": (FOURTH_PROMPTS, 3, "report")}
+        "fourth": (FOURTH_PROMPTS, 3, "tune"), "fifth": (FIFTH_PROMPTS, 4, "report")}
 
 
 def _row_id(prompt: str, mode: str, temperature: float | None) -> str:

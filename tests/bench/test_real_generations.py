@@ -1,0 +1,17 @@
+"""The real model's labelled generations (tests/data/real_generations.jsonl, written by bench/real_generations.py):
+every row has a hand label and sits in the set and half its prompt belongs to, each set whole (every prompt in every
+mode), so the degeneration bench's tune and report figures stand on what the module says they do."""
+
+from collections import Counter
+
+from bench import real_generations as rg
+
+
+def test_every_row_is_labelled_and_in_its_sets_half_and_every_set_is_whole():
+    rows = rg.load()  # refuses rows without a label
+    assert len({r["id"] for r in rows}) == len(rows)
+    where = {p: (name, half) for name, (prompts, _, half) in rg.SETS.items() for ps in prompts.values() for p in ps}
+    assert all((r["set"], r["half"]) == where[r["prompt"]] for r in rows)
+    per_set = Counter(r["set"] for r in rows)
+    assert per_set == {name: len(rg.MODES) * sum(map(len, prompts.values())) for name, (prompts, _, _) in rg.SETS.items()}
+    assert [name for name, (_, _, half) in rg.SETS.items() if half == "report"] == list(rg.SETS)[-1:]  # the last set
