@@ -292,8 +292,8 @@ def _enough(unit: list[str], words: set, reps: float, span: int, exact: bool, co
             return False
         # A numbered list of numbers that differ ("1. 1 / 2. 2 / 3. 4 / 4. 5", "14. 8*11": divisors, wrong ones too) is
         # a list; one value said again under the next numbers was judged above (listed).
-        if not exact and "\n" in unit and any(t in LIST_MARKS for t in unit):
-            return False
+        if not exact and "\n" in unit and any(t in LIST_MARKS for t in unit) and numbers >= 2 * unit.count("\n"):
+            return False  # (a list's number and a value on each line: "(59)" / "(60)" are counted marks, a loop)
         if exact and "\n" not in unit and numbers >= 4 and p >= 8:  # a formula said again: "= 7 × 6 × 5 × 4 × 3"
             return reps >= 3 and span >= 60
         return (exact or counting) and reps >= 10 and span >= 40

@@ -42,3 +42,4 @@ def test_a_numbered_list_of_numbers_that_differ_is_a_list_one_value_said_again_i
     divisors = "".join(f"{i}. {v}\n" for i, v in enumerate(values, 1))
     assert not any(detect(divisors[:k]).degenerate for k in range(4, len(divisors) + 1))
     assert detect("".join(f"{i}. 5\n" for i in range(1, 12))).reasons == ["counting-loop"]
+    assert detect("".join(f"({n})\n" for n in range(59, 102))).reasons == ["counting-loop"]  # marks counted: no list
