@@ -20,10 +20,10 @@ LINE_SHARE = 0.2  # ... or this share of the longer one's tokens, and one of the
 
 def line_loop(tail: str, tokens, m: dict) -> bool:
     """Are the last LINE_COPIES whole lines of `tail` (blank lines aside; the line being written is not judged), none
-    a list's item or a command with an option (`pip install -U typer`), of
-    LINE_WORDS words or more each, each different from the line before by LINE_EDITS tokens at most (or LINE_SHARE of
-    the longer one's), one of them said again as it was, not all alike? `tokens` is detect's tokenizer (numbers become
-    one token, so a line with a new number differs by none)."""
+    a list's item or a command with an option (`pip install -U typer`), of LINE_WORDS words or more each, each
+    different from the line before by LINE_EDITS tokens at most (or LINE_SHARE of the longer one's), one of them said
+    again as it was, not all alike? `tokens` is detect's tokenizer (numbers become one token, so a line with a new
+    number differs by none)."""
     lines = [line for line in tail.split("\n")[-4 * LINE_COPIES:-1] if line.strip()][-LINE_COPIES:]
     if len(lines) < LINE_COPIES or any(ITEM_RE.match(line) or OPTION_RE.search(line) for line in lines):
         return False  # a list's items are judged by items.py (short steps start alike); commands pass options

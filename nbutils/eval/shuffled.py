@@ -1,10 +1,9 @@
-"""Lines said again in shuffled order: `detect`'s rule for a list or a block that cycles through a few items.
+"""Numbered items said again in shuffled order: `detect`'s rule for a list that cycles through a few items.
 
-A small model stuck in a list often goes on naming the same few items in a new order ("Tomatoes, Bell peppers,
-Carrots, Eggplants, Tomatoes, Eggplants ..." under the list's next numbers; a stylesheet's "margin-top",
-"margin-left", "margin-bottom" over and over), so no period repeats and the loop rules never see it. Healthy lists
-name each item once, and code says its short lines (`}`, `pass`, `break`) again among other lines; a key of answers
-("True", "False") cycles through two.
+A small model stuck in a list often goes on naming the same few items in a new order under the list's next numbers
+("8. Tomatoes / 9. Bell peppers / 10. Carrots / 11. Eggplants / 12. Tomatoes ..."), so no period repeats and the
+loop rules never see it. Healthy numbered lists name each item once; code, catalogs and columns of words say their
+lines again among others, and a key of answers ("True", "False") cycles through two.
 """
 
 from __future__ import annotations
