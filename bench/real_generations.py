@@ -4,12 +4,12 @@
     python -m bench.real_generations            # writes tests/data/real_generations.jsonl (labels kept by id)
 
 Sets of their own prompts and seed (SETS), each generated and labelled by hand before any rule met it: the last is
-what the figures are reported on ("report"); the ones before it ("tune") were each reported on in turn and then tuned
-on (their misses named shapes the rules lacked). Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with
-its seed), the generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its set, its half
-("tune" or "report") and a hand label, read off the text alone (the prompt's request does not count: "print A 300
-times" answered with
-A, A, A ... is a loop to the guard and to its label):
+what the figures are reported on ("report"); the first was tuned on from the start, and each after it was reported
+on in turn and then tuned on ("tune": its misses named shapes the rules lacked). Each row: id, prompt, kind, mode
+(greedy, or sampled at a temperature with its seed), the generated token ids and text, whether it ended on a stop
+token or at MAX_NEW_TOKENS, its set, its half ("tune" or "report") and a hand label, read off the text alone (the
+prompt's request does not count: "print A 300 times" answered with A, A, A ... is a loop to the guard and to its
+label):
 - "loop": the text becomes the same thing over and over: a token, a phrase, a line, a paragraph or a line template
   (identical, or differing only by a counter or a word or two) at least three times in a row, running on to the end,
   or for a stretch a reader would call stuck even where the text gets out of it later (a refrain met in turn with
@@ -307,8 +307,8 @@ FIFTH_PROMPTS = {
     ],
 }
 
-# Each set with its seed and the half it is in. Each set was generated and labelled before any rule met it and
-# reported on; then its misses named shapes the rules lacked, it was tuned on, and the next set was reported on.
+# Each set with its seed and the half it is in. Each set after the first was generated and labelled before any rule
+# met it and reported on; then its misses named shapes the rules lacked, it was tuned on, and the next was reported on.
 SETS = {"first": (PROMPTS, 0, "tune"), "second": (SECOND_PROMPTS, 1, "tune"), "third": (THIRD_PROMPTS, 2, "tune"),
         "fourth": (FOURTH_PROMPTS, 3, "tune"), "fifth": (FIFTH_PROMPTS, 4, "report")}
 
