@@ -52,11 +52,12 @@ def item_loop(tail: str, tokens, m: dict) -> bool:
 def _items(lines: list[str]) -> list[str]:
     """The list's items among whole `lines`, each with the lines under it (blank lines aside); the items' marks are
     those least indented. Lines before the first item belong to none."""
-    marked = [len(line) - len(line.lstrip()) for line in lines if ITEM_RE.match(line)]
+    marks = [(ITEM_RE.match(line), len(line) - len(line.lstrip())) for line in lines]
+    top = min((indent for mark, indent in marks if mark), default=0)
     items: list[list[str]] = []
-    for line in lines:
-        if ITEM_RE.match(line) and len(line) - len(line.lstrip()) <= min(marked):
-            items.append([line[ITEM_RE.match(line).end():]])  # the mark aside
+    for line, (mark, indent) in zip(lines, marks):
+        if mark and indent <= top:
+            items.append([line[mark.end():]])  # the mark aside
         elif items and line.strip():
             items[-1].append(line.strip())
     return ["\n".join(item) for item in items]

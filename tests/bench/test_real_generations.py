@@ -15,3 +15,6 @@ def test_every_row_is_labelled_and_in_its_sets_half_and_every_set_is_whole():
     per_set = Counter(r["set"] for r in rows)
     assert per_set == {name: len(rg.MODES) * sum(map(len, prompts.values())) for name, (prompts, _, _) in rg.SETS.items()}
     assert [name for name, (_, _, half) in rg.SETS.items() if half == "report"] == list(rg.SETS)[-1:]  # the last set
+    prompts = [p for prompts, _, _ in rg.SETS.values() for ps in prompts.values() for p in ps]
+    assert len(set(prompts)) == len(prompts)  # each set's prompts are new
+    assert len({seed for _, seed, _ in rg.SETS.values()}) == len(rg.SETS)
