@@ -127,8 +127,8 @@ def stream_sample(healthy: list, bad: list) -> tuple[list, list]:
 
 def real_rows() -> list[dict]:
     """The real model's own generations, labelled by hand (bench/real_generations.py): detect and the streamed guard
-    against the labels, on the report set (the last set of new prompts and seed, labelled before any rule met it; the
-    sets tuned on beside)."""
+    against the labels, on the report set (the last sets of new prompts and seeds, labelled before any rule met them;
+    the sets tuned on beside), and a second reader's labels of the report set against the first's."""
     from transformers import AutoTokenizer
 
     from bench import pretrained, real_generations
@@ -154,7 +154,20 @@ def real_rows() -> list[dict]:
         _row("real: detect precision / recall (whole texts)", f"{rep['detect_precision']} / {rep['detect_recall']}",
              note=f"false positives {rep['detect_false_positives'] or 'none'}; tune set "
                   f"{tune['detect_precision']} / {tune['detect_recall']}"),
-    ]
+    ] + _readers_row([r for r in rows if r["half"] == "report"])
+
+
+def _readers_row(rows: list[dict]) -> list[dict]:
+    """A second reader's labels scored like the guard against the first's, where the report set was read twice."""
+    from bench.degeneration import labelled
+
+    got = labelled.readers(rows)
+    if got is None:
+        return []
+    return [_row("real: a second reader against the first, precision / loop recall",
+                 f"{got['precision']} / {got['loop_recall']}",
+                 note=f"{got['n']} generations read by two readers under the same rules; the same label on {got['agree']}"
+                      f"; labelled otherwise {got['differ'] or 'none'}")]
 
 
 def run() -> list[dict]:

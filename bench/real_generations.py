@@ -4,12 +4,13 @@
     python -m bench.real_generations            # writes tests/data/real_generations.jsonl (labels kept by id)
 
 Sets of their own prompts and seed (SETS, read from tests/data/real_generation_prompts.json), each generated and
-labelled by hand before any rule met it: the last is what the figures are reported on ("report"); the first was
-tuned on from the start, and each after it was reported on in turn and then tuned on ("tune": its misses named
-shapes the rules lacked). Each row: id, prompt, kind, mode (greedy, or sampled at a temperature with its seed), the
-generated token ids and text, whether it ended on a stop token or at MAX_NEW_TOKENS, its set, its half ("tune" or
-"report") and a hand label, read off the text alone (the prompt's request does not count: "print A 300 times"
-answered with A, A, A ... is a loop to the guard and to its label):
+labelled by hand before any rule met it: the last ones, reported on and never tuned on, are what the figures are
+reported on ("report"); the first was tuned on from the start, and each after it up to the report sets was reported
+on in turn and then tuned on ("tune": its misses named shapes the rules lacked). Each row: id, prompt, kind, mode
+(greedy, or sampled at a temperature with its seed), the generated token ids and text, whether it ended on a stop
+token or at MAX_NEW_TOKENS, its set, its half ("tune" or "report") and a hand label, read off the text alone (the
+prompt's request does not count: "print A 300 times" answered with A, A, A ... is a loop to the guard and to its
+label):
 - "loop": the text becomes the same thing over and over: a token, a phrase, a line, a paragraph or a line template
   (identical, or differing only by a counter or a word or two) at least three times in a row, running on to the end,
   or for a stretch a reader would call stuck even where the text gets out of it later (a refrain met in turn with
@@ -17,6 +18,8 @@ answered with A, A, A ... is a loop to the guard and to its label):
 - "junk": the text stops being language a reader can follow: made-up words, tokens glued together, random
   characters or fragments with no sentence make up most of it or its end (nonsense in real sentences is not junk);
 - "healthy": everything else, right or wrong, however odd.
+The report sets were read twice, by two readers under the same rules, each blind to the other: the first's label is
+"label", the second's "second_label" (bench/degeneration/labelled.readers scores their agreement).
 Labels are set by reading each text, never by a detector; regenerating the file keeps the labels of the ids it
 already had, and a new row starts unlabelled (None), which the bench and the tests refuse.
 """
@@ -33,9 +36,11 @@ OUT = DATA / "real_generations.jsonl"
 PROMPTS_FILE = DATA / "real_generation_prompts.json"  # each set's prompts by kind, seed and half
 MAX_NEW_TOKENS = 200
 MODES = (("greedy", None), ("sampled", 0.7), ("sampled", 1.0))
+LABELS = ("loop", "junk", "healthy")
 # The sets, each with its seed and the half it is in, in the order they were made. Each set after the first was
-# generated and labelled before any rule met it and reported on; then its misses named shapes the rules lacked, it
-# was tuned on, and the next was reported on. Each set's prompts are new, of the same kinds as the first's.
+# generated and labelled before any rule met it and reported on; then, up to the report sets, its misses named shapes
+# the rules lacked, it was tuned on, and the next was reported on. Each set's prompts are new, of the same kinds as
+# the first's.
 SETS = {name: (s["prompts"], s["seed"], s["half"])
         for name, s in json.loads(PROMPTS_FILE.read_text(encoding="utf-8")).items()}
 
@@ -79,11 +84,14 @@ def generate_rows(model, tokenizer, which: str, batch: int = 16) -> list[dict]:
 
 
 def load(path: Path = OUT) -> list[dict]:
-    """The saved rows; refuses any without a hand label."""
+    """The saved rows; refuses any without a hand label, or with a second reader's label that is no label."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    missing = [r["id"] for r in rows if r["label"] not in ("loop", "junk", "healthy")]
+    missing = [r["id"] for r in rows if r["label"] not in LABELS]
     if missing:
         raise ValueError(f"{path}: {len(missing)} rows have no hand label (loop, junk or healthy), e.g. {missing[:3]}")
+    odd = [r["id"] for r in rows if r.get("second_label", "healthy") not in LABELS]
+    if odd:
+        raise ValueError(f"{path}: {len(odd)} rows have a second label that is not loop, junk or healthy, e.g. {odd[:3]}")
     return rows
 
 
@@ -105,7 +113,8 @@ def main() -> None:
         if ids <= old.keys():
             rows += [{**r, "set": which, "half": half} for i, r in old.items() if i in ids]  # in the file's order
             continue
-        rows += [{**r, "label": old.get(r["id"], {}).get("label")} for r in generate_rows(model, tokenizer, which)]
+        rows += [{**r, **{k: v for k, v in old.get(r["id"], {}).items() if k in ("label", "second_label")}}
+                 for r in generate_rows(model, tokenizer, which)]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"wrote {len(rows)} rows to {OUT} ({sum(r['label'] is None for r in rows)} without a label)")

@@ -3,7 +3,8 @@
 `figures(rows, tokenizer)` streams each generation's own tokens through the guard as `generate` would and runs
 `detect` on each whole text, then scores both against the labels: "loop" and "junk" are degenerate, "healthy" is
 not. A guard stop counts as early when it comes before the generation's token limit (a loop that ran to the limit
-would have been cut there, saving the rest).
+would have been cut there, saving the rest). `readers(rows)` scores a second reader's labels (rows read twice, by the
+same written rules) the same way against the first's: how far two readers agree bounds how far any rule can.
 """
 
 from __future__ import annotations
@@ -43,3 +44,18 @@ def figures(rows: list[dict], tokenizer, limit: int) -> dict:
         "tokens_saved": sum(len(r["token_ids"]) - stops[id(s)].at_token - 1
                             for s, r in zip(samples, rows) if stops[id(s)].stopped),
     }
+
+
+def readers(rows: list[dict]) -> dict | None:
+    """The second reader's labels (`second_label`, on the rows read twice) judged as the guard is, against the first
+    reader's: the share of the rows it calls loop or junk that the first does too (precision), and the share of the
+    first's loops it calls loop or junk (loop recall). None where no row was read twice."""
+    both = [r for r in rows if r.get("second_label")]
+    if not both:
+        return None
+    said = [r for r in both if r["second_label"] in DEGENERATE]
+    loops = [r for r in both if r["label"] == "loop"]
+    return {"n": len(both), "agree": _share(sum(r["label"] == r["second_label"] for r in both), len(both)),
+            "precision": _share(sum(r["label"] in DEGENERATE for r in said), len(said)),
+            "loop_recall": _share(sum(r["second_label"] in DEGENERATE for r in loops), len(loops)),
+            "differ": [(r["id"], r["label"], r["second_label"]) for r in both if r["label"] != r["second_label"]]}

@@ -1,6 +1,6 @@
 """The real model's labelled generations (tests/data/real_generations.jsonl, written by bench/real_generations.py):
 every row has a hand label and sits in the set and half its prompt belongs to, each set whole (every prompt in every
-mode), so the degeneration bench's tune and report figures stand on what the module says they do."""
+mode), the report sets last and read twice, so the degeneration bench's tune and report figures stand on what the module says they do."""
 
 from collections import Counter
 
@@ -14,7 +14,11 @@ def test_every_row_is_labelled_and_in_its_sets_half_and_every_set_is_whole():
     assert all((r["set"], r["half"]) == where[r["prompt"]] for r in rows)
     per_set = Counter(r["set"] for r in rows)
     assert per_set == {name: len(rg.MODES) * sum(map(len, prompts.values())) for name, (prompts, _, _) in rg.SETS.items()}
-    assert [name for name, (_, _, half) in rg.SETS.items() if half == "report"] == list(rg.SETS)[-1:]  # the last set
+    halves = [half for _, _, half in rg.SETS.values()]
+    assert halves[0] == "tune" and halves[-1] == "report" and sorted(halves, reverse=True) == halves  # report: the last
+    twice = {r["set"] for r in rows if "second_label" in r}
+    assert twice == {name for name, (_, _, half) in rg.SETS.items() if half == "report"}  # each report set read twice ...
+    assert all("second_label" in r for r in rows if r["set"] in twice)  # ... every row of it
     prompts = [p for prompts, _, _ in rg.SETS.values() for ps in prompts.values() for p in ps]
     assert len(set(prompts)) == len(prompts)  # each set's prompts are new
     assert len({seed for _, seed, _ in rg.SETS.values()}) == len(rg.SETS)
