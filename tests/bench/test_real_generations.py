@@ -1,6 +1,7 @@
 """The real model's labelled generations (tests/data/real_generations.jsonl, written by bench/real_generations.py):
 every row has a hand label and sits in the set and half its prompt belongs to, each set whole (every prompt in every
-mode), the report sets last and read twice, so the degeneration bench's tune and report figures stand on what the module says they do."""
+mode), the report sets last and read twice, so the degeneration bench's tune and report figures stand on what the
+module says they do."""
 
 from collections import Counter
 
