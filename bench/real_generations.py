@@ -89,7 +89,7 @@ def load(path: Path = OUT) -> list[dict]:
     missing = [r["id"] for r in rows if r["label"] not in LABELS]
     if missing:
         raise ValueError(f"{path}: {len(missing)} rows have no hand label (loop, junk or healthy), e.g. {missing[:3]}")
-    odd = [r["id"] for r in rows if r.get("second_label", "healthy") not in LABELS]
+    odd = [r["id"] for r in rows if "second_label" in r and r["second_label"] not in LABELS]
     if odd:
         raise ValueError(f"{path}: {len(odd)} rows have a second label that is not loop, junk or healthy, e.g. {odd[:3]}")
     return rows
