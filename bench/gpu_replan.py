@@ -61,8 +61,9 @@ LOSS_OF = {"plain recipe": "plain", "this suite, plain loss": "plain", "this sui
 
 
 def replan_throughput(results: Path) -> list[dict]:
-    """The plan as it is now against the peak of each tokens/s run a GPU run recorded (the widest batch: the
-    longest of bench/throughput_bench.instruction_rows, which every recipe's batches are padded up to)."""
+    """The plan as it is now against the peak of each tokens/s run a GPU run recorded, at the widest batch: the
+    longest of bench/throughput_bench.instruction_rows, which a recipe's batches are padded up to, or the block size
+    (max len) where the suite packed the rows into blocks."""
     from transformers import AutoConfig
 
     from bench import throughput_bench
@@ -76,7 +77,8 @@ def replan_throughput(results: Path) -> list[dict]:
         if not m or not str(peak.get("metric", "")).endswith("peak training memory, GB"):
             continue
         config = AutoConfig.for_model(**real_models.MODELS[m["model"]]["config"])
-        longest = max(r["length"] for r in throughput_bench.instruction_rows(int(m["n"]), config.vocab_size, int(m["len"])))
+        longest = int(m["len"]) if "batches: packed" in row.get("note", "") else \
+            max(r["length"] for r in throughput_bench.instruction_rows(int(m["n"]), config.vocab_size, int(m["len"])))
         loss = LOSS_OF.get(m["name"], m["auto"] or "chunked")
         plan = memory.plan(config, longest, int(m["batch"]), 16, run["setup"]["memory_gb"], loss=loss)
         ratio = float(peak["value"]) / plan["allocated_gb"]
