@@ -77,8 +77,10 @@ def replan_throughput(results: Path) -> list[dict]:
         if not m or not str(peak.get("metric", "")).endswith("peak training memory, GB"):
             continue
         config = AutoConfig.for_model(**real_models.MODELS[m["model"]]["config"])
-        longest = int(m["len"]) if "batches: packed" in row.get("note", "") else \
-            max(r["length"] for r in throughput_bench.instruction_rows(int(m["n"]), config.vocab_size, int(m["len"])))
+        if "batches: packed" in row.get("note", ""):  # every batch is blocks of max len
+            longest = int(m["len"])
+        else:
+            longest = max(r["length"] for r in throughput_bench.instruction_rows(int(m["n"]), config.vocab_size, int(m["len"])))
         loss = LOSS_OF.get(m["name"], m["auto"] or "chunked")
         plan = memory.plan(config, longest, int(m["batch"]), 16, run["setup"]["memory_gb"], loss=loss)
         ratio = float(peak["value"]) / plan["allocated_gb"]

@@ -95,6 +95,13 @@ def load(path: Path = OUT) -> list[dict]:
     return rows
 
 
+def with_labels(row: dict, before: dict) -> dict:
+    """A regenerated row with the hand labels its id had: the first reader's (None where it had none, which `load`
+    refuses by name) and the second's where it was read twice."""
+    second = {"second_label": before["second_label"]} if "second_label" in before else {}
+    return {**row, "label": before.get("label"), **second}
+
+
 def main() -> None:
     """Generate the rows of each set not saved yet and write them all, keeping the rows (and hand labels) of ids seen
     before: the tune set was labelled and tuned on before the report set was generated."""
@@ -113,8 +120,7 @@ def main() -> None:
         if ids <= old.keys():
             rows += [{**r, "set": which, "half": half} for i, r in old.items() if i in ids]  # in the file's order
             continue
-        rows += [{**r, **{k: v for k, v in old.get(r["id"], {}).items() if k in ("label", "second_label")}}
-                 for r in generate_rows(model, tokenizer, which)]
+        rows += [with_labels(r, old.get(r["id"], {})) for r in generate_rows(model, tokenizer, which)]
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"wrote {len(rows)} rows to {OUT} ({sum(r['label'] is None for r in rows)} without a label)")

@@ -3,7 +3,10 @@ every row has a hand label and sits in the set and half its prompt belongs to, e
 mode), the report sets last and read twice, so the degeneration bench's tune and report figures stand on what the
 module says they do."""
 
+import json
 from collections import Counter
+
+import pytest
 
 from bench import real_generations as rg
 
@@ -24,3 +27,15 @@ def test_every_row_is_labelled_and_in_its_sets_half_and_every_set_is_whole():
     prompts = [p for prompts, _, _ in rg.SETS.values() for ps in prompts.values() for p in ps]
     assert len(set(prompts)) == len(prompts)  # each set's prompts are new
     assert len({seed for _, seed, _ in rg.SETS.values()}) == len(rg.SETS)
+
+
+def test_a_regenerated_row_keeps_its_ids_labels_and_a_new_one_starts_unlabelled(tmp_path):
+    row = {"id": "a", "text": "x"}
+    assert rg.with_labels(row, {"label": "loop", "second_label": "junk", "text": "old"}) == \
+        {"id": "a", "text": "x", "label": "loop", "second_label": "junk"}
+    new = rg.with_labels(row, {})
+    assert new == {"id": "a", "text": "x", "label": None}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(new) + "\n")
+    with pytest.raises(ValueError, match="1 rows have no hand label"):
+        rg.load(path)
