@@ -201,26 +201,28 @@ class DegenerationGuard(StoppingCriteria):
             self._done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
             self._checked = self._start
         generated = length - self._start
-        due = generated % self.check_every == 0
-        if not due:  # between checks: set look-ups on the last tokens
+        due, only = generated % self.check_every == 0, None  # at the schedule, every live row is looked at
+        if not due:  # between checks: set look-ups on the last tokens, and only the rows that call for it
             last = input_ids[:, -1].tolist()
-            if not self._long.isdisjoint(last):
-                due = self._many_chars(input_ids)
-            if not due and not self.eos.isdisjoint(last):  # a row that ends now is judged up to its end
-                due = any(t in self.eos and not (r.eos or r.stopped) for t, r in zip(last, self.rows))
+            only = self._many_chars(input_ids, last) if not self._long.isdisjoint(last) else set()
+            if not self.eos.isdisjoint(last):  # a row that ends now is judged up to its end
+                only |= {i for i, (t, r) in enumerate(zip(last, self.rows)) if t in self.eos and not (r.eos or r.stopped)}
+            due = bool(only)
         if due:
-            self._check(input_ids, generated, generated % self.detect_every == 0)
+            self._check(input_ids, generated, generated % self.detect_every == 0, only)
             self._checked = length
         return self._done
 
-    def _many_chars(self, input_ids: torch.LongTensor) -> bool:
-        """Has a live row generated CHECK_CHARS characters that detect has not judged? Asked only at a step that
-        brought a long token: shorter ones cannot add that many between two checks."""
+    def _many_chars(self, input_ids: torch.LongTensor, last: list[int]) -> set[int]:
+        """The live rows whose last token is long and that have generated CHECK_CHARS characters detect has not
+        judged: shorter tokens cannot add that many between two checks. A row's own tokens decide, never another
+        row's, so a row is judged at the same tokens alone and in any batch."""
         chars, recent = self._token_chars, input_ids[:, self._checked:].tolist()
-        return any(not (r.stopped or r.eos) and r.unjudged + sum(chars.get(t, 0) for t in recent[i]) >= CHECK_CHARS
-                   for i, r in enumerate(self.rows))
+        return {i for i, r in enumerate(self.rows) if last[i] in self._long and not (r.stopped or r.eos)
+                and r.unjudged + sum(chars.get(t, 0) for t in recent[i]) >= CHECK_CHARS}
 
-    def _check(self, input_ids: torch.LongTensor, generated: int, full: bool) -> None:
+    def _check(self, input_ids: torch.LongTensor, generated: int, full: bool, only: set[int] | None = None) -> None:
+        """Take every live row's new ids; judge the rows that are due (all at the schedule, else those in `only`)."""
         active = [i for i, r in enumerate(self.rows) if not (r.stopped or r.eos)]
         if not active:
             return
@@ -243,8 +245,8 @@ class DegenerationGuard(StoppingCriteria):
                 row.eos = True  # finished: never checked again, after one last look at what it had not judged
                 if (row.unjudged or row.waiting) and not row.reasons:
                     suspects.append(row)
-            elif full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids) or _id_loop(row.kinds) \
-                    or _long_repeat(row.buf):
+            elif (only is None or i in only) and (full or row.unjudged >= CHECK_CHARS or _id_loop(row.ids)
+                                                  or _id_loop(row.kinds) or _long_repeat(row.buf)):
                 suspects.append(row)
         if not suspects:
             return

@@ -286,60 +286,6 @@ def test_a_row_that_ends_just_after_a_check_is_judged_even_where_its_last_charac
     assert all(_observe(tok, t)[1]["reasons"] == ["loop"] for t in checked_last)
 
 
-def _packed_tokenizer():
-    """A word-level tokenizer whose vocabulary packs 64 dots into one token, as Llama-3's and Qwen2's do."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<eos>": 0, "<bos>": 1, "." * 64: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
-    word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    word.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
-
-
-def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
-    """CHECK_CHARS characters in a few tokens of 64 dots: detect runs at once, not at the next 8-token check, and
-    stops the row as soon as the run is longer than any line of dot leaders; a short run after words is left alone."""
-    from nbutils.eval.detect import detect
-    from nbutils.eval.guard import CHECK_CHARS
-
-    tok = _packed_tokenizer()
-    head, needed = [3, 4, 5, 7], -(-(CHECK_CHARS - 18) // 64)  # "Loading the model " and dots to CHECK_CHARS
-    for dots, stopped_by in ((6, len(head) + needed), (1, None)):  # (before the 8-token check)
-        ids = head + [2] * dots
-        guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=False)
-        seq = torch.tensor([[1] + ids + [0]])
-        for end in range(2, seq.shape[1] + 1):
-            guard(seq[:, :end], None)
-        row = guard.report()[0]
-        assert (row["stop_token"] + 1 if row["reasons"] else None) == stopped_by, row
-        if row["reasons"]:
-            assert detect(tok.decode(ids[:row["stop_token"] + 1])).degenerate and "char-repeat" in row["reasons"]
-
-
-def test_a_row_that_ends_in_a_run_between_two_checks_is_judged_up_to_its_end():
-    """Sixty 'o' in two tokens, then EOS between two checks, where generate makes its last call (a real tokenizer
-    packs such runs): the row ended by itself, so nothing is stopped, but its report says why it is degenerate, as
-    detect does on the whole text."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    from nbutils.eval.detect import detect
-
-    vocab = {"<eos>": 0, "<bos>": 1, "o" * 30: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
-    word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    word.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
-    ids = [3, 4, 5, 6, 3, 4, 5, 6, 6, 2, 2]  # a check at 8 (healthy), EOS at 12: generate's last call
-    assert detect(tok.decode(ids)).degenerate
-    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0)
-    seq = torch.tensor([[1] + ids + [0]])
-    for end in range(2, seq.shape[1] + 1):
-        guard(seq[:, :end], None)
-    row = guard.report()[0]
-    assert "char-repeat" in row["reasons"] and not row["stopped"] and row["eos"] and row["stop_token"] == len(ids)
-
-
 def test_every_stop_is_a_detect_verdict_on_the_prefix_decoded_up_to_it():
     """The guard judges up to the last whole character (a byte-level tokenizer may split one over tokens); the
     decoded prefix ends in U+FFFD there, which detect reads as a character not yet written."""
