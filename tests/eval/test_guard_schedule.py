@@ -7,15 +7,27 @@ import torch
 from nbutils.eval.guard import DegenerationGuard
 
 
-def _packed_tokenizer():
-    """A word-level tokenizer whose vocabulary packs 64 dots into one token, as Llama-3's and Qwen2's do."""
+def _packed_tokenizer(long: str = "." * 64):
+    """A word-level tokenizer whose vocabulary packs a run into one token (id 2), as Llama-3's and Qwen2's pack 64
+    dots."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {"<eos>": 0, "<bos>": 1, "." * 64: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
+    vocab = {"<eos>": 0, "<bos>": 1, long: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
     word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
     word.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
+
+
+def _feed(tok, rows: list[list[int]], stop: bool = False) -> list[dict]:
+    """Stream rows of ids side by side through one guard, token by token as generate calls it, each row ended by EOS
+    (and padded with it, as generate pads finished rows)."""
+    width = max(map(len, rows)) + 1
+    seq = torch.tensor([[1] + ids + [0] * (width - len(ids)) for ids in rows])
+    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=stop)
+    for end in range(2, seq.shape[1] + 1):
+        guard(seq[:, :end], None)
+    return guard.report()
 
 
 def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
@@ -28,25 +40,10 @@ def test_a_run_packed_into_few_tokens_is_judged_by_its_characters():
     head, needed = [3, 4, 5, 7], -(-(CHECK_CHARS - 18) // 64)  # "Loading the model " and dots to CHECK_CHARS
     for dots, stopped_by in ((6, len(head) + needed), (1, None)):  # (before the 8-token check)
         ids = head + [2] * dots
-        guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=False)
-        seq = torch.tensor([[1] + ids + [0]])
-        for end in range(2, seq.shape[1] + 1):
-            guard(seq[:, :end], None)
-        row = guard.report()[0]
+        row = _feed(tok, [ids])[0]
         assert (row["stop_token"] + 1 if row["reasons"] else None) == stopped_by, row
         if row["reasons"]:
             assert detect(tok.decode(ids[:row["stop_token"] + 1])).degenerate and "char-repeat" in row["reasons"]
-
-
-
-def _feed(tok, rows: list[list[int]]) -> list[dict]:
-    """Stream rows of ids side by side through one guard (padded with EOS, as generate pads finished rows)."""
-    width = max(map(len, rows)) + 1
-    seq = torch.tensor([[1] + ids + [0] * (width - len(ids)) for ids in rows])
-    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0, stop=False)
-    for end in range(2, seq.shape[1] + 1):
-        guard(seq[:, :end], None)
-    return guard.report()
 
 
 def test_a_rows_verdict_does_not_depend_on_the_rows_beside_it():
@@ -67,20 +64,10 @@ def test_a_row_that_ends_in_a_run_between_two_checks_is_judged_up_to_its_end():
     """Sixty 'o' in two tokens, then EOS between two checks, where generate makes its last call (a real tokenizer
     packs such runs): the row ended by itself, so nothing is stopped, but its report says why it is degenerate, as
     detect does on the whole text."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
     from nbutils.eval.detect import detect
 
-    vocab = {"<eos>": 0, "<bos>": 1, "o" * 30: 2, "Loading": 3, " the": 4, " model": 5, "\n": 6, " ": 7}
-    word = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
-    word.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=word, eos_token="<eos>", bos_token="<bos>")
+    tok = _packed_tokenizer("o" * 30)
     ids = [3, 4, 5, 6, 3, 4, 5, 6, 6, 2, 2]  # a check at 8 (healthy), EOS at 12: generate's last call
     assert detect(tok.decode(ids)).degenerate
-    guard = DegenerationGuard(tok, prompt_length=1, eos_token_id=0)
-    seq = torch.tensor([[1] + ids + [0]])
-    for end in range(2, seq.shape[1] + 1):
-        guard(seq[:, :end], None)
-    row = guard.report()[0]
+    row = _feed(tok, [ids], stop=True)[0]
     assert "char-repeat" in row["reasons"] and not row["stopped"] and row["eos"] and row["stop_token"] == len(ids)
