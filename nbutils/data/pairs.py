@@ -50,16 +50,6 @@ def shape_of(rec: dict) -> str:
     return "pairs"
 
 
-def _side(value, name: str) -> str:
-    if value is None:
-        raise ValueError(f"missing-field: {name}")
-    if not isinstance(value, str):
-        raise ValueError(f"wrong-type: {name} is {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"empty-field: {name}")
-    return value.strip()
-
-
 def checked_prompt(msgs: list[dict], name: str = "prompt") -> list[dict]:
     """A prompt's turns, refused when empty, without a user turn, or ending with an answer (whatever form it had)."""
     if not msgs:
@@ -76,13 +66,13 @@ def prompt_turns(value, name: str = "prompt") -> list[dict]:
     """A prompt given as a string or a message list, as turns: the same rules for both."""
     if isinstance(value, list):
         return checked_prompt(records.turns(value, name), name)
-    return checked_prompt([{"role": "user", "content": _side(value, name)}], name)
+    return checked_prompt([{"role": "user", "content": records.text_field(value, name)}], name)
 
 
 def _answer(value, name: str) -> tuple[list[dict], str]:
     """(turns before the answer, the answer) of one side: a string, or a message list that ends with the answer."""
     if not isinstance(value, list):
-        return [], _side(value, name)
+        return [], records.text_field(value, name)
     msgs = records.turns(value, name)
     if not msgs:
         raise ValueError(f"empty-field: {name}")
@@ -106,7 +96,7 @@ def _prompt(before: list[dict], given) -> list[dict]:
 
 def _hh_split(transcript, side: str) -> tuple[list[dict], str]:
     """An HH transcript as (prompt messages, last assistant answer)."""
-    _side(transcript, side)  # missing, not a string, or empty: said as such
+    records.text_field(transcript, side)  # missing, not a string, or empty: said as such
     parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
     turns = [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
              for r, t in zip(parts[1::2], parts[2::2])]
@@ -114,7 +104,7 @@ def _hh_split(transcript, side: str) -> tuple[list[dict], str]:
         raise ValueError(f"no-assistant-turn: {side} does not end with an Assistant turn")
     if empty := next((i for i, t in enumerate(turns[:-1], 1) if not t["content"]), None):
         raise ValueError(f"empty-field: {side} turn {empty}")
-    return turns[:-1], _side(turns[-1]["content"], f"{side}'s last Assistant turn")
+    return turns[:-1], records.text_field(turns[-1]["content"], f"{side}'s last Assistant turn")
 
 
 def _label(value) -> bool:

@@ -29,13 +29,18 @@ def recognised(columns, mapping: dict | None = None) -> bool:
 
 def _text(rec: dict, key: str) -> str:
     """A required string field; raises ValueError with the quarantine reason."""
-    if key not in rec or rec[key] is None:
-        raise ValueError(f"missing-field: {key}")
-    value = rec[key]
+    return text_field(rec.get(key), key)
+
+
+def text_field(value, name: str) -> str:
+    """A required string, stripped, wherever it appears (a record's field, a preference side); raises
+    ValueError("<reason-id>: <detail>") naming it: missing-field, wrong-type, empty-field."""
+    if value is None:
+        raise ValueError(f"missing-field: {name}")
     if not isinstance(value, str):
-        raise ValueError(f"wrong-type: {key} is {type(value).__name__}")
+        raise ValueError(f"wrong-type: {name} is {type(value).__name__}")
     if not value.strip():
-        raise ValueError(f"empty-field: {key}")
+        raise ValueError(f"empty-field: {name}")
     return value.strip()
 
 
