@@ -49,9 +49,10 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # (`preference/`; on Kaggle attach 05's output as an input and give its path under `/kaggle/input/`): 05's report
 # stands in for 03's at the gate.
 #
-# **The GGUF** is converted from the merged fp16 model, so it needs `export_merged=True`: with
-# `export_merged=False` (what the memory plan advises when the fp16 base fits nowhere) there is no GGUF either, and
-# the embedded default's toy tokenizer never yields one. **To download** the files: on Kaggle, open the saved
+# **The GGUF** is converted from the merged fp16 model: with `export_merged=False` and `gguf_type` set, the merged
+# model is made in the temp folder for the conversion and not kept. Where the fp16 merge fits nowhere, the memory
+# plan stops the notebook: set `export_merged=False` and `gguf_type=""` (the adapter alone). The embedded default's
+# toy tokenizer never yields a GGUF. **To download** the files: on Kaggle, open the saved
 # version's page, Output tab, `export/` (a file, or the whole output as a zip), or run
 # `kaggle kernels output <your-username>/qlora-04-export -p DIR`; on Colab, the Files pane or a Drive `output_dir`.
 
@@ -128,17 +129,14 @@ base_model = trained.base_model
 memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
                                 int(trained.lora.get("r", 16)))
 print(merge.plan_table(memory_plan, env.rows()))
-if export_merged and memory_plan["device"] is None:
-    raise MemoryError(f"The fp16 merge needs about {memory_plan['needed_gb']:.1f} GiB, more than this machine has "
-                      f"({memory_plan['checked_against']}): set export_merged=False (the adapter alone; no GGUF) and "
-                      "run again, or merge on a machine with more memory.")
+merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and fits nowhere: stop now
 
 # %% [markdown]
 # ## Disk plan
 # Before anything is written: the size of every artifact (from the parameter count and the dtypes),
 # against the free space where it goes and the platform's limit (Kaggle keeps 20 GiB of
 # `/kaggle/working`). The output keeps what fits in the order of value (adapter, GGUF, merged); big
-# intermediates go to the temp folder. An 8B model is 16 GiB merged plus 8.5 GiB as q8_0: on Kaggle the
+# intermediates go to the temp folder. An 8B model is 15 GiB merged plus 8 GiB as q8_0: on Kaggle the
 # merged model then stays in the temp folder instead of filling the disk at the end of the run.
 
 # %%
@@ -246,7 +244,7 @@ if gguf_type:
                                    chats=chats, answers=references, verify_runtime=verify_runtime)
     print(ggufbuild.report(gguf_export))
 else:
-    print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert; it needs export_merged=True)")
+    print("[gguf] skipped: gguf_type is empty (set e.g. gguf_type='q8_0' to convert it from the merged model)")
 
 # %% [markdown]
 # ## Summary

@@ -101,9 +101,9 @@ def _gguf_usage(facts: dict, run: dict) -> tuple[list[str], str]:
 def _files(kind: str) -> list[str]:
     """Where an export's files come from and how to download them from Kaggle; what a GGUF needs."""
     slug = chain.by_notebook("04_export").slug
-    gguf = ("This GGUF was converted from the merged fp16 model: 04 writes one only with `export_merged=True`."
-            if kind == "gguf" else "A GGUF for llama.cpp and Ollama is converted from the merged fp16 model: 04 "
-            "writes one when `export_merged=True` and `gguf_type` is set.")
+    gguf = ("This GGUF was converted from the merged fp16 model (with `export_merged=False`, one made in a temp "
+            "folder and not kept)." if kind == "gguf" else "A GGUF for llama.cpp and Ollama is converted from the "
+            "merged fp16 model: 04 writes one when `gguf_type` is set.")
     return ["## Files", "", f"- Written by 04_export into `export/`. On Kaggle: the saved version's page, Output tab "
             f"(one file, or the whole output as a zip), or `kaggle kernels output <your-username>/{slug} -p DIR`.",
             f"- {gguf}", ""]

@@ -32,6 +32,10 @@ HEADROOM = 1.25  # loading, merging and writing shards need more than the weight
 NOISE_FACTOR, MIN_TOLERANCE = 4.0, 1e-2
 
 
+# What to set where the fp16 merge fits nowhere: a GGUF is converted from the merged model, so it goes too.
+ADAPTER_ONLY = "export the adapter only (export_merged=False, gguf_type=\"\")"
+
+
 def tolerance_for(fp16_noise: float) -> float:
     """The allowed max |logit diff| of the merged model, from the measured fp16 noise of base + adapter."""
     return max(MIN_TOLERANCE, NOISE_FACTOR * fp16_noise)
@@ -152,11 +156,21 @@ def plan_text(plan: dict) -> str:
             f"{'none' if plan['gpu_free_gb'] is None else str(plan['gpu_free_gb']) + ' GiB'} -> merging {where}. "
             f"Free sessions: {sessions}.")
     if plan["device"] is None:
-        text += " Export the adapter only (export_merged=False), or merge on a machine with more memory."
+        text += f" {ADAPTER_ONLY}, or merge on a machine with more memory."
     if plan["weights_gb"] > 8:  # a GGUF f16 beside the merged shards would pass Kaggle's output limit
         text += (" Kaggle keeps at most 20 GB in /kaggle/working: with a GGUF as well, pick a quantized gguf_type "
                  "or push and delete as you go.")
     return text
+
+
+def check_fits(plan: dict, export_merged: bool, gguf_type: str) -> None:
+    """04's stop before anything is written: a merge is wanted (the merged export, or a GGUF, which is converted from
+    the merged model even with export_merged=False) and the memory plan found nowhere to run it."""
+    if plan["device"] is None and (export_merged or gguf_type):
+        wanted = "the merged export" if export_merged else f"the GGUF (gguf_type={gguf_type!r}) is converted from it"
+        raise MemoryError(f"The fp16 merge needs about {plan['needed_gb']:.1f} GiB, more than this machine has "
+                          f"({plan['checked_against']}), and {wanted}: {ADAPTER_ONLY} and run again, or merge on a "
+                          "machine with more memory.")
 
 
 def logits(model, tokenizer, prompts: list[str]) -> list:

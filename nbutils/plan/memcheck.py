@@ -183,4 +183,4 @@ def _largest(plan: dict, param: str) -> str:
     key = {"per_device_batch_size": "largest_batch_that_fits", "eval_batch_tokens": "largest_tokens"}.get(param)
     if key and plan.get(key) is not None:
         return f" (the plan's largest that fits: {plan[key]})"
-    return " (False: the adapter alone)" if param == "export_merged" else ""
+    return " (False, with gguf_type=\"\": the adapter alone)" if param == "export_merged" else ""

@@ -123,3 +123,13 @@ def test_plan_text_says_what_to_do_when_it_does_not_fit():
     small = merge.plan_text(_plan("cpu", 1.0))
     assert "merging in CPU RAM" in small and "export_merged=False" not in small and "20 GB" not in small
     assert "GPU 14.5 GiB -> merging on the GPU" in merge.plan_text({**_plan("cuda", 1.0), "gpu_free_gb": 14.5})
+
+
+@pytest.mark.parametrize("export_merged, gguf_type", [(True, ""), (False, "q8_0"), (True, "q4_k_m")])
+def test_a_merge_that_fits_nowhere_stops_04_whether_the_merged_export_or_a_gguf_wants_it(export_merged, gguf_type):
+    nowhere = {**_plan(None, 13.0), "checked_against": "this machine"}
+    with pytest.raises(MemoryError, match='export_merged=False, gguf_type=""') as err:
+        merge.check_fits(nowhere, export_merged, gguf_type)
+    assert ("GGUF" in str(err.value)) == (not export_merged)  # says why a merge was wanted at all
+    merge.check_fits(nowhere, False, "")  # the adapter alone needs no merge
+    merge.check_fits({**_plan("cpu", 1.0), "checked_against": "this machine"}, export_merged, gguf_type)
