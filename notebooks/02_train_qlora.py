@@ -321,9 +321,8 @@ print(summary["diagnosis"])
 # - Kaggle: open the notebook (Edit), then Add Input > Notebooks > Your Work > this notebook: the output of its
 #   last saved version mounts under `/kaggle/input/`, where the run finds its checkpoints. Save Version > Save &
 #   Run All. 03 and 04 then take this new version as their input.
-# - Colab: files go with the runtime, so before the first run mount Drive (`from google.colab import drive;
-#   drive.mount("/content/drive")`) and set `output_dir` to a folder there; in the new runtime run all with the
-#   same `output_dir` (and give 03 the same folder as `adapter_dir`).
+# - Colab: files go with the runtime, so mount Drive before the first run (Files pane > Mount Drive): the run then
+#   writes under `MyDrive/qlora-notebooks/`; in the new runtime mount it again and run all.
 # - On your machine: run it again with the same `output_dir`.
 #
 # A resume refuses, naming each difference, when a setting that changes the trained weights differs from the

@@ -51,7 +51,8 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # %% [markdown]
 # ## Parameters
 # The model and its 4-bit recipe come from 02's checkpoint: there is no `base_model` here. `smoke=True` trains 4
-# steps on 64 records and holds out 8: the whole notebook in a minute.
+# steps on 64 records and holds out 8 from a `preference_eval` file (else a tenth of the 64): the whole notebook in a
+# minute.
 # `"auto"` lets the notebook choose, as in every notebook; each comment says what it picks.
 
 # %% tags=["parameters"]
@@ -121,8 +122,8 @@ plan = preference.plan_preference(
 # The base loads exactly as 02 trained it (its 4-bit config and precision, from the checkpoint), gets the k-bit
 # preparation (gradient checkpointing with `use_reentrant=False`), and 02's adapter goes on top, trainable, in fp32
 # so the fp16 gradient scaler works on a T4. trl copies that adapter into a second one named "ref" for the frozen
-# reference (DPO, KTO, GRPO with beta > 0): no second model in memory. Built inside a function, as in 02: each
-# training process runs it itself.
+# reference (DPO, KTO, GRPO with beta > 0): no second model in memory. Built inside a function, as in 02 (05 itself
+# trains in one process, on one GPU).
 
 # %%
 from nbutils.train import modeling

@@ -19,6 +19,11 @@ from nbutils.defaults import is_auto
 
 KAGGLE_ROOTS = ("/kaggle/input", "/kaggle/working", "/kaggle/temp")
 COLAB_ROOTS = ("/content", "/content", "/tmp")
+# Each Colab notebook runs in a runtime of its own, whose /content goes with it: with Google Drive mounted (Files pane >
+# Mount Drive) every notebook writes under this folder instead, so the next one, in another runtime, finds its output
+# there, and 02 resumes from its checkpoints in a new runtime.
+COLAB_DRIVE = Path("/content/drive/MyDrive")
+COLAB_DRIVE_FOLDER = "qlora-notebooks"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ def detect_platform(env: dict | None = None) -> Platform:
         run_type = "batch" if run_type_raw.lower() == "batch" else "interactive"
     elif env.get("COLAB_RELEASE_TAG") or "google.colab" in sys.modules:
         name, roots, run_type = "colab", COLAB_ROOTS, "interactive"
+        if COLAB_DRIVE.is_dir():
+            roots = (roots[0], str(COLAB_DRIVE / COLAB_DRIVE_FOLDER), roots[2])
     else:
         base = _repo_root() or Path.cwd()
         name, run_type = "local", "batch" if env.get("PAPERMILL_EXECUTION") else "interactive"
@@ -97,9 +104,12 @@ def find_upstream(stage: str, given: str | os.PathLike = "auto", platform: Platf
         if (path / marker).exists():
             return path
     looked = ", ".join(str(p) for p in candidates[:4])
+    where = (f"on Colab each notebook has a runtime of its own: mount Google Drive (Files pane > Mount Drive) in every "
+             f"notebook, the '{stage}' one too, so each writes to and reads from {COLAB_DRIVE / COLAB_DRIVE_FOLDER}"
+             if platform.name == "colab" else "on Kaggle add its output with 'Add Input'")
     raise FileNotFoundError(
         f"No output of the '{stage}' notebook found (looked for {marker} in {looked}). "
-        f"Run the '{stage}' notebook first; on Kaggle add its output with 'Add Input'."
+        f"Run the '{stage}' notebook first; {where}."
     )
 
 

@@ -1,11 +1,14 @@
 """Where we run and the path helper that finds upstream outputs."""
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from nbutils.chain import MARKERS
+from nbutils.runtime import environment
 from nbutils.runtime.environment import detect_platform, find_upstream, process_start_time, session_start, stage_dir
 
 
@@ -63,3 +66,17 @@ def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
     assert process_start_time() == pytest.approx(started, abs=1)
     monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
     assert session_start(kaggle) == session_start(local) == 1234.5
+
+
+def test_on_colab_with_drive_mounted_every_notebook_writes_to_and_finds_upstream_on_drive(tmp_path, monkeypatch):
+    env = {"COLAB_RELEASE_TAG": "release-colab-2026"}
+    runtime = dataclasses.replace(detect_platform(env), input_root=tmp_path / "content", working_root=tmp_path / "content")
+    with pytest.raises(FileNotFoundError, match=r"own: mount Google Drive .* in every notebook"):
+        find_upstream("data_prep", platform=runtime)  # 01 ran in another runtime, whose /content is not this one's
+    monkeypatch.setattr(environment, "COLAB_DRIVE", tmp_path / "drive" / "MyDrive")
+    (tmp_path / "drive" / "MyDrive").mkdir(parents=True)
+    colab = detect_platform(env)
+    assert colab.working_root == tmp_path / "drive" / "MyDrive" / environment.COLAB_DRIVE_FOLDER
+    written = stage_dir("data_prep", platform=colab)  # 01, in its runtime
+    (written / MARKERS["data_prep"]).write_text("{}")
+    assert find_upstream("data_prep", platform=detect_platform(env)) == written  # 02, in another
