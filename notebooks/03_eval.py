@@ -168,12 +168,11 @@ print(report.model_line("tuned", tuned))
 import pandas as pd
 from IPython.display import Image, display
 
-from nbutils import plots
 from nbutils.eval import metrics as task_metrics
 
 scores = task_metrics.compare(metrics, {"base": [o["text"] for o in base_out], "tuned": [o["text"] for o in tuned_out]},
                               refs, n_boot=n_bootstrap, seed=seed)
-plots.plot_metric_comparison(scores, out / "metrics.png")
+report.metric_chart(scores, out / "metrics.png")
 display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metrics.png")))
 
 # %% [markdown]
@@ -186,8 +185,7 @@ display(pd.DataFrame(task_metrics.summary_rows(scores)), Image(str(out / "metric
 # %%
 COLUMNS = ["model", "prompt", "reference", "output", "verdict"]
 rows = evaluation.sample_rows(prompts, refs, base_out, tuned_out)
-(out / "samples.html").write_text(report.samples_table_html(rows, COLUMNS))
-report.reasons_chart({"base": base["reasons"], "tuned": tuned["reasons"]}, out / "reasons.png")
+report.write_pages(out, rows, COLUMNS, {"base": base["reasons"], "tuned": tuned["reasons"]})
 result = {"n_samples": len(prompts), "guard": guard, "base": base, "tuned": tuned, "metrics": scores,
           "memory_plan": plan.memory, "samples": rows}
 print(f"wrote {evaluation.write_report(out, result, ckpt)} ({len(rows)} sample rows), samples.html and reasons.png")

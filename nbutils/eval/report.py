@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from nbutils.train import atomic
+
 STYLE = (
     "<style>.nbr td,.nbr th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left;"
     "font-family:monospace;white-space:pre-wrap;max-width:28em}.nbr .bad{background:#fde2e2}"
@@ -58,3 +60,19 @@ def reasons_chart(counts: dict[str, dict[str, int]], path: str | Path, title: st
     ax.set_title(title)
     ax.legend()
     return plots.save(fig, path)
+
+
+def metric_chart(scores: dict, path: str | Path):
+    """03's metric chart (plots.plot_metric_comparison), whole under its name or not there: a kill or a full disk
+    mid-write leaves no truncated PNG, as for every file of 02 to 05 (nbutils.train.atomic)."""
+    from nbutils import plots
+
+    with atomic.file(path, "the metric chart") as tmp:
+        return plots.plot_metric_comparison(scores, tmp)
+
+
+def write_pages(out: str | Path, rows: list[dict], columns: list[str], reasons: dict[str, dict[str, int]]) -> None:
+    """03's samples.html (every sample row) and reasons.png (reasons_chart), each written atomically."""
+    atomic.write_text(Path(out) / "samples.html", samples_table_html(rows, columns), "the samples page")
+    with atomic.file(Path(out) / "reasons.png", "the reasons chart") as tmp:
+        reasons_chart(reasons, tmp)

@@ -1,5 +1,7 @@
 """What 03 shows: one line per model, the per-sample table (escaped, tinted by verdict, long text cut), the reasons chart."""
 
+import pytest
+
 from nbutils.eval import report
 
 BLOCK = {"task_metric": 0.0, "eval_loss": 6.146779537200928, "perplexity": 467.2, "n": 48, "degenerate_rate": 0.125,
@@ -40,3 +42,23 @@ def test_reasons_chart_is_written(tmp_path):
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["empty", "loop"]
     report.reasons_chart({"base": {}}, tmp_path / "none.png")  # nothing degenerate: one empty group, no crash
     assert (tmp_path / "none.png").exists()
+
+
+def test_03s_pages_and_charts_are_whole_under_their_names_or_not_there(tmp_path, monkeypatch):
+    rows = [{"prompt": "q", "answer": "a", "verdict": "ok"}]
+    report.write_pages(tmp_path, rows, ["prompt", "answer"], {"base": {"loop": 1}})
+    assert "<table" in (tmp_path / "samples.html").read_text() and (tmp_path / "reasons.png").stat().st_size > 1000
+    scores = {"primary": "exact_match",
+              "metrics": {"exact_match": {"base": {"mean": 0.2, "ci": [0.1, 0.3]}, "tuned": {"mean": 0.8, "ci": [0.7, 0.9]}}}}
+    report.metric_chart(scores, tmp_path / "metrics.png")
+    assert (tmp_path / "metrics.png").stat().st_size > 1000
+
+    def dies_mid_write(counts, path):  # a kill or a full disk after the first bytes
+        open(path, "wb").write(b"\x89PNG")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "reasons_chart", dies_mid_write)
+    (tmp_path / "again").mkdir()
+    with pytest.raises(OSError, match="reasons chart"):
+        report.write_pages(tmp_path / "again", rows, ["prompt", "answer"], {"base": {}})
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == ["samples.html"]  # no partial PNG, no temp name
