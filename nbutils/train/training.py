@@ -235,12 +235,14 @@ def _one_progress_line(trainer) -> None:
 
 
 def lock(output_dir: Path, main: bool = True) -> None:
-    """The main process takes the output_dir lock (again: it is re-entrant); if it is refused, every rank stops (the
+    """The main process takes the output_dir lock (again: it is re-entrant) and removes what killed runs' writers left
+    there (temporary and trash names: the lock says no other run writes); if it is refused, every rank stops (the
     others would wait forever). 02 calls it before loading the model, so a second run is refused in seconds."""
     refused = None
     if main:
         try:
             runlock.acquire(output_dir)
+            atomic.clean(output_dir)
         except runlock.RunLockedError as e:
             refused = e
     if agree(refused is not None):
@@ -264,7 +266,7 @@ def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dic
     found = checkpoints.find_resumable(output_dir)
     if found is not None:
         changed = checkpoints.resume_mismatch(found, settings)
-        longer = [c for c in changed if c.split(":")[0] in checkpoints.EXTENDABLE]
+        longer = checkpoints.extended(found, settings)
         if longer:
             print(f"[train] training longer ({'; '.join(longer)}): the learning-rate schedule is recomputed for the new "
                   "length from here on, so the result differs from a run planned that long from the start")

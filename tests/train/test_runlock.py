@@ -28,3 +28,26 @@ def test_a_second_process_is_refused_naming_the_holder(tmp_path):
         holder.wait()
     runlock.acquire(tmp_path)  # the kernel dropped the killed holder's lock: nothing stale blocks this run
     runlock.release(tmp_path)
+
+
+def test_02s_lock_removes_what_killed_writers_left_and_only_once_it_holds_the_folder(tmp_path):
+    from nbutils.train import training
+
+    left = [tmp_path / "training_summary.tmp-41-0a1b2c3d.json", tmp_path / "learning_curves.tmp-41-0a1b2c3d.png",
+            tmp_path / ".run.lock.tmp-41-0a1b2c3d.json", tmp_path / "trainer" / ".trash-checkpoint-20-0a1b"]
+    kept = [tmp_path / "log_history.json", tmp_path / "trainer" / "checkpoint-20" / "adapter_model.safetensors"]
+    for path in left + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(runlock.RunLockedError):
+            training.lock(tmp_path)
+        assert all(p.exists() for p in left)  # another run holds the folder: its files in flight are its own
+    finally:
+        holder.kill()
+        holder.wait()
+    training.lock(tmp_path)
+    runlock.release(tmp_path)
+    assert not any(p.exists() for p in left) and all(p.exists() for p in kept)
