@@ -209,6 +209,15 @@ def resume_mismatch(checkpoint: Path, settings: dict) -> list[str]:
     return runsettings.differences((checksums.read(checkpoint) or {}).get("settings", {}), settings)
 
 
+def extended(checkpoint: Path, settings: dict) -> list[str]:
+    """The lines of resume_mismatch that train longer: an EXTENDABLE setting raised (max_steps from a set number to a
+    larger one, or more epochs). A shorter run, or max_steps newly set over epochs, stays a mismatch."""
+    old = (checksums.read(checkpoint) or {}).get("settings", {})
+    longer = {k: settings[k] for k in EXTENDABLE if isinstance(old.get(k), (int, float))
+              and isinstance(settings.get(k), (int, float)) and settings[k] > old[k] > 0}
+    return runsettings.differences({k: old[k] for k in longer}, longer)
+
+
 def checkpoint_step(checkpoint: Path) -> int:
     """The global step of a checkpoint, from checksums.json (trainer_state.json must agree: `problems` checks)."""
     return checksums.step(checkpoint)

@@ -312,3 +312,25 @@ def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch
     training.write_summary(tmp_path, result, None)
     assert written == ["learning_curves.png", "log_history.json", MARKERS["train_qlora"]], written
     assert MARKERS["train_qlora"] == "training_summary.json" and not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("before, after, resumes", [({"max_steps": 10}, {"max_steps": 20}, True),
+                                                    ({"num_train_epochs": 1}, {"num_train_epochs": 2}, True),
+                                                    ({"max_steps": 20}, {"max_steps": 10}, False),
+                                                    ({"max_steps": -1}, {"max_steps": 10}, False)])
+def test_resume_trains_longer_but_refuses_a_shorter_length(tmp_path, fake_checkpoint, capsys, before, after, resumes):
+    """Training longer is the one change a resume takes on purpose; a shorter length (or max_steps newly set over
+    epochs, which may be either) is a mismatch like any other, named."""
+    import torch
+
+    trained = runsettings.settings({"training": {"learning_rate": 2e-4, **before}})
+    ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
+    now = runsettings.settings({"training": {"learning_rate": 2e-4, **after}})
+    model = torch.nn.Linear(2, 2)
+    if resumes:
+        assert training._pick_resume(tmp_path, True, 2, now, model, main=True) == ckpt
+        assert "training longer (training." in capsys.readouterr().out
+    else:
+        key = next(iter(after))
+        with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- training.{key}: checkpoint has "):
+            training._pick_resume(tmp_path, True, 2, now, model, main=True)
