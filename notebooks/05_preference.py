@@ -115,7 +115,7 @@ plan = preference.plan_preference(
     preference_data=preference_data, preference_eval=preference_eval, eval_fraction=eval_fraction, seed=seed,
     smoke=smoke, precision=precision, per_device_batch_size=per_device_batch_size, num_generations=num_generations,
     max_completion_length=max_completion_length, max_length=max_length, max_steps=max_steps,
-    learning_rate_value=learning_rate, save_steps=save_steps)
+    learning_rate_value=learning_rate, save_steps=save_steps, keep_checkpoints=keep_checkpoints)
 
 # %% [markdown]
 # ## The policy: 02's adapter on the base it was trained on

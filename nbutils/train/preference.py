@@ -170,8 +170,8 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                     preference_eval: str = "auto", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
                     precision: str = "auto", per_device_batch_size: int = 16, num_generations: int = 4,
                     max_completion_length: int = 16, max_length: int = 256, max_steps="auto",
-                    learning_rate_value="auto", save_steps: int = 8, lora_r: int | None = None,
-                    show: bool = True, split: str | None = None) -> PreferencePlan:
+                    learning_rate_value="auto", save_steps: int = 8, keep_checkpoints: int = 2,
+                    lora_r: int | None = None, show: bool = True, split: str | None = None) -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
 
     split: the split read from a saved HF dataset folder that holds several (named in the table's data row)."""
@@ -194,7 +194,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
                           steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
     plan.problems = problems + fit_problems(method, train, held, preference_data, per_device_batch_size) + \
-        _checks(plan, per_device_batch_size, num_generations)
+        _checks(plan, per_device_batch_size, num_generations, keep_checkpoints)
     if show and int(os.environ.get("RANK", "0")) == 0:
         print(plan.table())
     if plan.problems:
@@ -240,7 +240,7 @@ def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_s
                     f"{evalmemory.BATCH_TOKENS:,} scored at once"}
 
 
-def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]:
+def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 2) -> list[str]:
     found = []
     if plan.method == "grpo" and batch % num_generations:
         found.append(f"per_device_batch_size={batch} is not a multiple of num_generations={num_generations}: GRPO "
@@ -255,8 +255,8 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int) -> list[str]
                      f"{m['estimate_gb']:.1f} GB): {fix}" if m["judge_fits"] else
                      f"the judge pass after training does not fit the {m['gpu_memory_gb']:g} GB GPU (plan "
                      f"{m['estimate_gb']:.1f} GB): lower max_length")
-    need = diskspace.needed_mb(plan.memory["checkpoint_mb"], 2)
-    disk = diskspace.check(plan.out, need, 2)
+    need = diskspace.needed_mb(plan.memory["checkpoint_mb"], keep)  # as 02's plan: keep_checkpoints + 2 checkpoints
+    disk = diskspace.check(plan.out, need, keep)
     return found + ([disk] if disk else [])
 
 

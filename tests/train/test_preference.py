@@ -218,3 +218,16 @@ def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, quara
     assert ("quarantine.jsonl" in summary["files"]) is quarantined and "checkpoint/" in summary["files"]
     assert reports.problems(tmp_path, MARKERS["preference"]) == [] and summary["checkpoint"]["step"] == 4
     assert json.loads((tmp_path / MARKERS["eval"]).read_text())["checkpoint"] == reports.identity(ckpt)
+
+
+def test_05s_plan_checks_the_disk_for_keep_checkpoints_as_02s_does(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nbutils.train import diskspace
+
+    asked = []
+    monkeypatch.setattr(diskspace, "check", lambda out, need, keep: asked.append((need, keep)))
+    plan = SimpleNamespace(method="dpo", eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0})
+    for keep in (2, 5):
+        assert preference._checks(plan, 8, 4, keep) == []
+    assert asked == [(diskspace.needed_mb(10.0, 2), 2), (diskspace.needed_mb(10.0, 5), 5)] and asked[1][0] == 70.0
