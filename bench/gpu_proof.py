@@ -339,8 +339,9 @@ def save(rows: list[dict], setup: Setup, seconds: float, results: Path = machine
 
 
 def _setup(argv: list[str]) -> tuple[Setup, str | None]:
-    """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each); and the
-    results file of --replan (None without it)."""
+    """GPU_SETUP, or part of it: --models NAME[,NAME] and --stages STAGE[,STAGE] (one of STAGES each), --eval-steps and
+    --throughput-rows (a recorded run made with others is rerun alike); and the results file of --replan (None
+    without it)."""
     import argparse
     from dataclasses import replace
 
@@ -349,12 +350,15 @@ def _setup(argv: list[str]) -> tuple[Setup, str | None]:
     parser.add_argument("--stages", default="", help="a comma-separated subset of: " + ", ".join(STAGES))
     parser.add_argument("--replan", metavar="RESULTS", help="no GPU needed: the memory plan as it is now against the "
                                                             "peaks recorded in this results file")
+    parser.add_argument("--eval-steps", type=int, default=GPU_SETUP.eval_steps)
+    parser.add_argument("--throughput-rows", type=int, default=GPU_SETUP.throughput_rows)
     args = parser.parse_args(argv)
     stages = tuple(s for s in args.stages.split(",") if s)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         parser.error(f"unknown stage {unknown[0]!r}: use one of {', '.join(STAGES)}")
-    return replace(GPU_SETUP, models=tuple(args.models.split(",")), stages=stages), args.replan
+    return replace(GPU_SETUP, models=tuple(args.models.split(",")), stages=stages, eval_steps=args.eval_steps,
+                   throughput_rows=args.throughput_rows), args.replan
 
 
 def main(setup: Setup | None = None, argv: list[str] | None = None) -> int:

@@ -56,7 +56,8 @@ WHY = {"liger": "liger-kernel's fused kernels (CUDA with liger-kernel installed)
                   "and gradients without its full logits (pure torch, runs anywhere)",
        "plain": "the full logits, as transformers computes them"}
 # What the chunks cost where the whole logits fit: Qwen2.5-1.5B, batch 4 x up to 1,024 tokens, fp16, an H200
-# (`python -m bench.gpu_proof --stages tokens/s`): chunked 230 and liger 232 target tokens/s, the plain loss 321.
+# (`python -m bench.gpu_proof --stages tokens/s --throughput-rows 128`): chunked 230 and liger 232 target tokens/s,
+# the plain loss 321.
 SLOWER = "chunked 0.72x and liger 0.72x the plain loss's tokens/s on an H200, Qwen2.5-1.5B at batch 4 x 1,024"
 
 

@@ -99,3 +99,10 @@ def test_the_sweep_records_the_loss_each_batch_trained_with_and_replans_with_it(
     rows = gpu_proof.memory_rows("qwen", [{"batch": 1, "plan_gb": 3.0, "peak_gb": 2.9, "fits": True, "loss": "plain"}],
                                  15.0)
     assert rows[0]["loss"] == "plain"
+
+
+def test_a_recorded_run_is_rerun_with_its_own_evaluation_cadence_and_rows():
+    setup, replan = gpu_proof._setup(["--stages", "tokens/s,time plan", "--throughput-rows", "128", "--eval-steps", "10"])
+    assert (setup.throughput_rows, setup.eval_steps, setup.stages, replan) == (128, 10, ("tokens/s", "time plan"), None)
+    default, _ = gpu_proof._setup([])
+    assert (default.throughput_rows, default.eval_steps) == (gpu_proof.GPU_SETUP.throughput_rows, gpu_proof.GPU_SETUP.eval_steps)
