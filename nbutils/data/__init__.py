@@ -1,6 +1,7 @@
 """Raw records to training batches (01_data_prep; 02 reads the splits back).
 
 - `readers`: raw files (JSONL, JSON, CSV, Parquet, HTML, SQL, HF datasets ...) to records, unreadable ones marked Bad.
+- `jsondoc`: one JSON document's records in the shapes people and pandas save (pandas' layouts, keyed by id).
 - `records`: any supported record shape to validated chat messages, or the reason it is quarantined.
 - `chatformat`: the tokenizer's pad, end-of-turn and stop tokens, and its chat template.
 - `splits`: validated, chat-formatted, tokenized train/eval splits and their manifest (`python -m nbutils.data`).

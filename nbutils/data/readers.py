@@ -21,13 +21,14 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import itertools
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils.data import htmlpage, sqldump
+from nbutils.data import htmlpage, jsondoc, sqldump
 from nbutils.data.records import recognised
 
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
@@ -42,6 +43,7 @@ class Bad:
 
 Row = tuple[str, int, "dict | Bad"]
 SNIFF_BYTES = 1 << 20  # what sniffing reads of a file: enough lines to judge, never the whole of a large one
+FIELD_LIMIT = 2**31 - 1  # characters in one CSV field: any text a file holds (the csv module's default is 131,072)
 _DECODER = json.JSONDecoder()
 
 
@@ -73,6 +75,8 @@ def _json_kind(head: bytes, whole: bool, named: str) -> tuple[str, str]:
         return "jsonl", f"{good} of {len(lines)} lines{'' if whole else ' read'} parse on their own"
     if text.lstrip().startswith("["):
         return "json", "a JSON array"
+    if not good and len(lines) > 1 and text.lstrip().startswith("{"):
+        return "json", "JSON values spread over several lines each (pretty-printed), read value by value"
     if len(lines) <= 1:
         return named, "one line"
     return named, (f"neither one JSON document nor JSON lines ({good} of {len(lines)} lines parse): read as {named}, "
@@ -95,6 +99,9 @@ def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
         head, whole = f.read(SNIFF_BYTES), not f.read(1)
     ext = p.suffix.lower().lstrip(".")
     fmt = _EXTENSIONS.get(ext)
+    if fmt != "parquet" and not head.startswith(b"PAR1") and b"\x00" in head[:4096]:  # text never holds NUL
+        raise ValueError(f"{path}: UTF-16 text (Excel's 'Unicode Text', PowerShell's `>`), not UTF-8: save it as "
+                         "UTF-8 (Excel: CSV UTF-8; `iconv -f UTF-16 -t UTF-8 FILE > NEW`) and pass the new file.")
     text = head[:65536].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
     if fmt in ("json", "jsonl"):
         kind, evidence = _json_kind(head, whole, fmt)
@@ -173,11 +180,7 @@ def _json(path: str) -> Iterator[Row]:
     except json.JSONDecodeError:
         yield from _salvage(path, text)
         return
-    if isinstance(data, dict) and not recognised(data):  # {"data": [...]} or {"train": [...]}: the first list
-        data = next((v for v in data.values() if isinstance(v, list)), [data])
-    elif isinstance(data, dict):
-        data = [data]  # one record ({"messages": [...]}): its turns are not records
-    for n, rec in enumerate(data, 1):
+    for n, rec in enumerate(jsondoc.records_in(path, data), 1):
         yield _checked(path, n, rec)
 
 
@@ -219,6 +222,7 @@ def _delimited(path: str, delimiter: str) -> Iterator[Row]:
     text = Path(path).read_bytes().decode("utf-8-sig", "surrogateescape")
     lines = io.StringIO(text, newline="").readlines()  # the physical lines as the csv module counts them
     header = [h.strip() for h in next(csv.reader(lines[:1], delimiter=delimiter), [])]
+    csv.field_size_limit(FIELD_LIMIT)  # the module's own limit (131,072 characters) cut long articles
     at = 1  # lines read so far
     while at < len(lines):
         rows = csv.reader((lines[i] for i in range(at, len(lines))), delimiter=delimiter, strict=True)
@@ -231,10 +235,15 @@ def _delimited(path: str, delimiter: str) -> Iterator[Row]:
                 if len(row) > len(header):
                     yield path, start, Bad(f"malformed-row: {len(row)} fields, the header has {len(header)}")
                     continue
-                yield _checked(path, start, dict(zip(header, row)))  # a short row lacks fields: missing-field later
+                # a short row: the header's other fields are missing (missing-field names the one a record needs)
+                yield _checked(path, start, dict(itertools.zip_longest(header, row)))
             return
         except csv.Error as e:
-            yield path, at + end + 1, Bad(f"malformed-row: {e}")
+            row = lines[at + end].rstrip("\r\n").split(delimiter)
+            if delimiter == "\t" and len(row) == len(header):  # TSV: quotes are text ('"Stop" means halt'), not quoting
+                yield _checked(path, at + end + 1, dict(zip(header, row)))
+            else:
+                yield path, at + end + 1, Bad(f"malformed-row: {e}")
             at += end + 1  # on from the line after the broken row's first
 
 

@@ -107,7 +107,7 @@ def test_a_json_named_file_of_lines_with_a_broken_first_line_is_jsonl(tmp_path):
 
 def test_a_file_that_is_neither_json_nor_jsonl_says_so_and_quarantines_each_line(tmp_path):
     path = tmp_path / "x.jsonl"
-    path.write_text('{"prompt": "a",\n"response": \n')
+    path.write_text('"prompt": "a",\n"response": \n')
     kind, why = readers.sniff_why(str(path))
     assert kind == "jsonl" and "neither one JSON document nor JSON lines (0 of 2 lines parse)" in why
     assert [r.reason.split(":")[0] for _, _, r in readers.read(str(path))] == ["malformed-json"] * 2
@@ -211,3 +211,50 @@ def test_fuzz_damaged_files_never_raise_never_lose_a_good_record_and_counts_add_
         if problem := _fuzz_problem(case, tmp_path / f"in.{case.fmt}"):
             problems.append(f"{case.name} {case.damage}: {problem}\n  {case.data[:300]!r}")
     assert not problems, f"{len(problems)} of 1200 damaged files:\n" + "\n".join(problems[:5])
+
+
+def test_pretty_printed_json_values_in_a_jsonl_are_read_value_by_value(tmp_path):
+    """`jq '.[]' data.json > data.jsonl` writes each record over several lines: read line by line, every line was bad."""
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps({"prompt": "a?", "completion": "A"}, indent=2) + "\n"
+                    + json.dumps({"prompt": "b?", "completion": "B"}, indent=2) + "\n")
+    kind, why = readers.sniff_why(str(path))
+    assert kind == "json" and "pretty-printed" in why
+    assert [rec for _, rec in _rows(path)] == [{"prompt": "a?", "completion": "A"}, {"prompt": "b?", "completion": "B"}]
+
+
+def test_a_csv_field_longer_than_the_csv_modules_limit_is_read_whole(tmp_path):
+    article = "\n".join(f"para, {i} of a long article" for i in range(8000))  # ~230,000 characters, many lines
+    path = tmp_path / "x.csv"
+    path.write_text('instruction,output\nSummarize,"' + article + '"\nNext,"short"\n')
+    assert [(line, rec["output"][:4]) for line, rec in _rows(path)] == [(2, "para"), (8002, "shor")]
+
+
+def test_a_short_csv_row_names_the_field_it_lacks(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("prompt,response\nonly a prompt\nq,a\n")
+    ledger = Ledger()
+    kept = splits.read_records([str(path)], ledger)
+    assert len(kept) == 1 and [q["reason"] for q in ledger.quarantine] == ["missing-field: response"]
+
+
+def test_a_tsv_field_that_starts_with_a_quote_is_text(tmp_path):
+    path = tmp_path / "x.tsv"
+    path.write_text('prompt\tcompletion\n"Stop" means halt\tok\nq\ta\n')
+    assert [rec for _, rec in _rows(path)] == [{"prompt": '"Stop" means halt', "completion": "ok"},
+                                              {"prompt": "q", "completion": "a"}]
+
+
+@pytest.mark.parametrize("name", ["x.csv", "x.jsonl", "x.txt"])
+def test_a_utf16_file_is_refused_naming_it_and_what_to_do(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes('prompt,completion\nq,a\n'.encode("utf-16"))
+    with pytest.raises(ValueError, match=rf"{name}: UTF-16 text .* save it as UTF-8"):
+        readers.sniff_why(str(path))
+
+
+def test_several_lists_in_one_json_object_are_refused_not_one_read(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"train": [{"text": "a"}], "test": [{"text": "b"}]}))
+    with pytest.raises(ValueError, match=r"several lists of records \(train, test\)"):
+        _rows(path)
