@@ -105,6 +105,7 @@ from nbutils.train import modeling
 
 eval_ds = splits.load_split(data_dir, "eval")
 tokenizer = chatformat.load_tokenizer(trained.base_model)
+evaluation.check_guard(guard)  # abort, flag or off, refused now rather than read as flag
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 new_token_limit, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)  # the parameter may say "auto"
 print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new tokens each ({why})")
@@ -218,5 +219,5 @@ from transformers import AutoTokenizer
 from nbutils.eval import chat
 
 chat_tokenizer = AutoTokenizer.from_pretrained(ckpt)  # the checkpoint's tokenizer carries its chat template
-questions = chat.user_prompts(eval_ds, 3) if defaults.is_auto(chat_prompts) else list(chat_prompts)
+questions = chat.questions(eval_ds, chat_prompts)  # auto: the first eval questions
 answers = chat.chat(tuned_model, chat_tokenizer, questions, new_token_limit)

@@ -8,6 +8,15 @@ The degeneration guard stops an answer that loops, so a bad adapter cannot fill 
 from __future__ import annotations
 
 
+def questions(eval_ds, given="auto", n: int = 3) -> list[str]:
+    """03's chat_prompts: "auto" (the first n eval questions, user_prompts), one prompt as a string, or a list."""
+    from nbutils.defaults import is_auto
+
+    if isinstance(given, str):
+        return user_prompts(eval_ds, n) if is_auto(given) else [given]
+    return [str(p) for p in given]
+
+
 def user_prompts(eval_ds, n: int = 3) -> list[str]:
     """The last user message of the first n eval conversations (something the model was tuned for)."""
     out = []

@@ -16,8 +16,27 @@ from nbutils.eval.detect import detect
 from nbutils.train import atomic, evalmemory, reports, runlock
 
 
-def _rows(eval_ds, limit: int | None):
-    return eval_ds if limit is None else eval_ds.select(range(min(limit, len(eval_ds))))
+NO_PROMPT = ("01's eval records have no prompt: each is one text (a `text` field), which cannot be generated from and "
+             "compared with an answer. Give 01 prompt/answer records (instruction/output, prompt/completion, messages "
+             "with a user turn), or name the columns with columns='user=COL,assistant=COL'")
+
+
+def _rows(eval_ds, limit: int | None, show: bool = False) -> list[dict]:
+    """The first `limit` eval records that have a prompt (a user turn before the answer); a record of one text has
+    none (01 keeps it as one answer to train on). Raises ValueError (NO_PROMPT) when no record has one."""
+    rows, seen = [], 0
+    for r in eval_ds:
+        if limit is not None and len(rows) >= limit:
+            break
+        seen += 1
+        if any(m["role"] == "user" for m in r["messages"][:-1]):
+            rows.append(r)
+    if seen and not rows:
+        raise ValueError(NO_PROMPT)
+    if show and len(rows) < seen:
+        print(f"[eval] {seen - len(rows)} of the {seen} eval records read have no prompt (one text each): they count in "
+              "the eval loss, not in generation", flush=True)
+    return rows
 
 
 def prompt_messages(eval_ds, limit: int | None = None) -> list[list[dict]]:
@@ -27,13 +46,21 @@ def prompt_messages(eval_ds, limit: int | None = None) -> list[list[dict]]:
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
-    """Chat-rendered prompts (with the generation prompt) and the reference answers."""
+    """Chat-rendered prompts (with the generation prompt) and the reference answers, of the records that have a
+    prompt (see _rows)."""
     prompts, refs = [], []
-    for r in _rows(eval_ds, limit):
+    for r in _rows(eval_ds, limit, show=True):
         msgs = r["messages"]
         prompts.append(tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True))
         refs.append(msgs[-1]["content"])
     return prompts, refs
+
+
+def check_guard(guard: str) -> str:
+    """03's guard parameter, refused when it is none of off, flag, abort (a typo would otherwise only flag)."""
+    if guard not in ("off", "flag", "abort"):
+        raise ValueError(f"guard={guard!r} is not one of off, flag, abort")
+    return guard
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, batch_size: int = evalmemory.GENERATE_ROWS,
@@ -48,8 +75,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
 
     from nbutils.eval.guard import DegenerationGuard
 
-    if guard not in ("off", "flag", "abort"):
-        raise ValueError(f"guard={guard!r} is not one of off, flag, abort")
+    check_guard(guard)
     breaker = breaker if breaker is not None else (CircuitBreaker() if guard == "abort" else None)
     eos = chatformat.stop_ids(tokenizer, model) if eos_token_id is None else eos_token_id
     stops = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
@@ -151,7 +177,11 @@ def training_probe(eval_ds, tokenizer, n: int):
         return None
     from nbutils import defaults
 
-    prompts, refs = prompts_and_references(eval_ds, tokenizer, n)
+    try:
+        prompts, refs = prompts_and_references(eval_ds, tokenizer, n)
+    except ValueError as e:  # records of one text: training works, there is nothing to probe with
+        print(f"[probe] skipped: {e}", flush=True)
+        return None
     return probe(tokenizer, prompts, defaults.max_new_tokens("auto", tokenizer, refs)[0])
 
 

@@ -149,9 +149,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.tx
 
 def export_sizes(ckpt: str | Path, params: int, adapter: bool, merged: bool, gguf_type: str,
                  gguf_lora: bool) -> tuple[dict[str, int], int]:
-    """Each artifact's bytes in the order of value, and the temp-only intermediate (an f16 GGUF before a k-quant)."""
+    """Each artifact's bytes in the order of value, and the temp-only intermediate (an f16 GGUF before a k-quant).
+    An unknown gguf_type is refused here, before the merge and a llama-quantize build it would cost."""
     from nbutils.export.adapter import LEFT_OUT
 
+    if gguf_type and gguf_type.lower() not in BITS:
+        raise ValueError(f"gguf_type={gguf_type!r} is not a GGUF type 04 writes: one of {', '.join(BITS)}, or \"\" "
+                         "for no GGUF")
     ckpt = Path(ckpt)
     vocab = sum((ckpt / f).stat().st_size for f in TOKENIZER_FILES if (ckpt / f).exists())
     files = [p for p in ckpt.iterdir() if p.is_file() and p.name not in LEFT_OUT]

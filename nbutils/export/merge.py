@@ -253,6 +253,9 @@ def verify(out_dir: str | Path, reference: dict, prompts: list[str], device: str
 def export_merged(base_model: str, adapter_dir: str | Path, out_dir: str | Path, prompts: list[str],
                   device: str = "cpu", tolerance: float | None = None, max_shard_size: str = "2GB") -> dict:
     """Merge, save, reload, compare; raises when the reloaded model's logits are off by more than the tolerance."""
+    if not prompts:  # before the fp16 base loads: the check has nothing to compare on
+        raise ValueError("no check prompts (verify_prompts=0): the merged model is compared with base + adapter on "
+                         "eval prompts before it is kept; set verify_prompts to 1 or more")
     reference = merge_and_save(base_model, adapter_dir, out_dir, prompts, device, max_shard_size)
     result = verify(out_dir, reference, prompts, device, tolerance)
     if not result["ok"]:

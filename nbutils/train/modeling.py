@@ -60,6 +60,9 @@ def load_base(base_model: str, precision: str = "fp32", quantization=None, attn_
         device_map = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     elif device_map == "split":
         device_map = "auto"  # one process, layers spread over all visible GPUs: bigger models, no speed-up
+    if isinstance(quantization, dict) and quantization.get("bnb_4bit_compute_dtype"):
+        # the 4-bit matmuls compute in the precision this machine runs (a bf16-trained adapter on a T4: fp16)
+        quantization = {**quantization, "bnb_4bit_compute_dtype": DTYPES[precision]}
     model = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model,
                              quantization_config=quantization_config(quantization),
                              dtype=getattr(torch, DTYPES[precision]), attn_implementation=attn_implementation,

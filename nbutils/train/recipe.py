@@ -97,6 +97,11 @@ def from_checkpoint(checkpoint: str | Path, base_model: str = "auto", precision:
     precision: "auto" takes the recorded compute dtype where this machine has it (`machine_precision` is
     preflight's: a T4-trained fp16 adapter evaluates in fp32 on a CPU), else the one given."""
     base_model, precision = ("" if is_auto(base_model) else base_model), ("" if is_auto(precision) else precision)
+    if precision and precision not in ("fp32", "fp16", "bf16"):
+        raise ValueError(f"precision={precision!r} is not one of auto, fp32, fp16, bf16")
+    if precision == "bf16" and machine_precision == "fp16":
+        raise ValueError("precision='bf16' on a GPU without bf16 (a T4: compute capability 7.5, bf16 needs 8.0): use "
+                         "'fp16' or 'auto'")
     rc = read_run_config(checkpoint)
     recorded = rc.get("base_model")
     if not recorded:

@@ -39,3 +39,11 @@ def test_user_prompts_and_missing_template(model_and_tokenizer, prepared_data):
             chat.chat(model, tok, ["hi"])
     finally:
         tok.chat_template = template
+
+
+def test_chat_prompts_given_as_one_string_is_one_prompt_not_one_per_character():
+    from datasets import Dataset
+
+    ds = Dataset.from_list([{"messages": [{"role": "user", "content": "q1?"}, {"role": "assistant", "content": "a"}]}])
+    assert chat.questions(ds, "How do I reset it?") == ["How do I reset it?"]
+    assert chat.questions(ds, ["one", "two"]) == ["one", "two"] and chat.questions(ds, "auto") == ["q1?"]

@@ -174,3 +174,25 @@ def test_report_is_written_under_the_chains_marker_naming_its_checkpoint(tmp_pat
     assert path == tmp_path / MARKERS["eval"] and report["n_samples"] == 2 and report["written_by"] == "03_eval"
     assert report["checkpoint"] == {"dir": str(ckpt), "step": 7, "content_hash": reports.content_hash(ckpt)}
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_records_of_one_text_are_left_out_of_generation_and_all_of_them_refused_with_what_to_do(tok, capsys):
+    """A `text` dataset (guanaco's "### Human: ... ### Assistant: ...") is one assistant turn a record: 02 trains on
+    it, but there is no prompt to generate from; apply_chat_template raised on the empty conversation."""
+    from datasets import Dataset
+
+    qa = {"messages": [{"role": "user", "content": "q?"}, {"role": "assistant", "content": "a"}]}
+    text = {"messages": [{"role": "assistant", "content": "### Human: q? ### Assistant: a"}]}
+    prompts, refs = evaluation.prompts_and_references(Dataset.from_list([text, qa, text]), tok)
+    assert refs == ["a"] and "2 of the 3 eval records read have no prompt" in capsys.readouterr().out
+    only_text = Dataset.from_list([text, text])
+    with pytest.raises(ValueError, match="no prompt: each is one text .* prompt/answer records"):
+        evaluation.prompts_and_references(only_text, tok)
+    assert evaluation.training_probe(only_text, tok, 4) is None  # 02 trains on, without its probe
+    assert "[probe] skipped: 01's eval records have no prompt" in capsys.readouterr().out
+
+
+def test_a_guard_value_that_is_none_of_the_three_is_refused_not_read_as_flag():
+    assert evaluation.check_guard("abort") == "abort"
+    with pytest.raises(ValueError, match="guard='Abort' is not one of off, flag, abort"):
+        evaluation.check_guard("Abort")

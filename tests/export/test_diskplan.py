@@ -1,6 +1,8 @@
 """The disk plan: what is kept in the output in the order of value, what goes to the temp folder and why, sizes
 from the checkpoint, and writes that never leave a half-written file under the final name."""
 
+import pytest
+
 from nbutils.export import diskplan
 
 GIB = diskplan.GIB
@@ -86,3 +88,9 @@ def test_move_into_another_folder(tmp_path):
     src.write_bytes(b"GGUF")
     dest = diskplan.move_into(src, tmp_path / "out")
     assert dest.read_bytes() == b"GGUF" and not src.exists() and not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_an_unknown_gguf_type_is_refused_before_any_merge_or_build(tmp_path):
+    with pytest.raises(ValueError, match=r"gguf_type='q4' is not a GGUF type 04 writes: one of f32, f16, bf16, q8_0"):
+        diskplan.export_sizes(tmp_path, 10**6, True, True, "q4", True)
+    assert "gguf" in diskplan.export_sizes(tmp_path, 10**6, True, True, "Q4_K_M", True)[0]  # llama-quantize's spelling

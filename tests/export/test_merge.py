@@ -133,3 +133,9 @@ def test_a_merge_that_fits_nowhere_stops_04_whether_the_merged_export_or_a_gguf_
     assert ("GGUF" in str(err.value)) == (not export_merged)  # says why a merge was wanted at all
     merge.check_fits(nowhere, False, "")  # the adapter alone needs no merge
     merge.check_fits({**_plan("cpu", 1.0), "checked_against": "this machine"}, export_merged, gguf_type)
+
+
+def test_no_check_prompts_is_refused_before_the_base_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr(merge, "merge_and_save", lambda *a, **k: pytest.fail("the base was loaded"))
+    with pytest.raises(ValueError, match="verify_prompts to 1 or more"):
+        merge.export_merged("embedded", tmp_path, tmp_path / "merged", [])

@@ -125,3 +125,16 @@ def test_the_nf4_values_are_written_once_in_the_repository():
     found = [str(p.relative_to(root)) for folder in ("nbutils", "tests", "bench", "tools", "notebooks")
              for p in (root / folder).rglob("*.py") if re.search(r"bnb_4bit_quant_type\s*=\s*[\"']nf4", p.read_text())]
     assert found == ["notebooks/02_train_qlora.py"], found
+
+
+def test_a_recorded_4bit_config_computes_in_the_precision_this_machine_runs(monkeypatch):
+    """A bf16-trained adapter evaluated on a T4 (fp16): its recorded compute dtype bfloat16 would be emulated."""
+    from nbutils.runtime import modelsource
+
+    seen = {}
+    monkeypatch.setattr(modelsource, "load", lambda fn, name, **kw: seen.update(kw) or torch.nn.Linear(1, 1))
+    monkeypatch.setattr(modelsource, "load_config", lambda name: None)
+    monkeypatch.setattr(modeling, "choose_attention", lambda *a: "sdpa")
+    recorded = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16"}
+    modeling.load_base("some/model", "fp16", recorded, device_map="cpu")
+    assert seen["quantization_config"].bnb_4bit_compute_dtype == torch.float16 and seen["dtype"] == torch.float16

@@ -55,3 +55,10 @@ def test_a_damaged_run_config_names_the_file(tmp_path):
     (folder / "run_config.json").write_text("{not json")
     with pytest.raises(recipe.UpstreamMismatch, match=r"run_config.json cannot be read .*re-run 02_train_qlora"):
         recipe.from_checkpoint(folder)
+
+
+@pytest.mark.parametrize("precision, machine, error", [("float16", "fp16", "not one of auto, fp32, fp16, bf16"),
+                                                       ("bf16", "fp16", "GPU without bf16 .* use 'fp16' or 'auto'")])
+def test_a_precision_this_run_cannot_use_is_refused_before_the_model_loads(tmp_path, precision, machine, error):
+    with pytest.raises(ValueError, match=error):
+        recipe.from_checkpoint(_checkpoint(tmp_path), precision=precision, machine_precision=machine)
