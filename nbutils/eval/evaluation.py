@@ -15,7 +15,6 @@ from nbutils.eval.degeneration import CircuitBreaker, summarize
 from nbutils.eval.detect import detect
 from nbutils.train import atomic, evalmemory, reports, runlock
 
-
 NO_PROMPT = ("01's eval records have no prompt: each is one text (a `text` field), which cannot be generated from and "
              "compared with an answer. Give 01 prompt/answer records (instruction/output, prompt/completion, messages "
              "with a user turn), or name the columns with columns='user=COL,assistant=COL'")
