@@ -220,6 +220,8 @@ else:
 pushed = [hub.push(str(disk.path(name)), repo, private=hub_private) for name, repo in repos.items() if disk.path(name)]
 if not repos:
     print("[hub] skipped: hub_repo is empty: set it to '<your-username>/<model-name>' to push")
+for name in (n for n in repos if not disk.path(n)):
+    print(f"[hub] {name} not pushed: it was not written here (see the disk plan)")
 
 # %% [markdown]
 # ## GGUF for llama.cpp and Ollama

@@ -6,6 +6,7 @@ Everything goes through `secrets.redact` before it is written: a card is meant t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from nbutils import chain
@@ -57,8 +58,8 @@ def _front_matter(facts: dict, kind: str) -> str:
     library = {"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers")
     lines = ["---", f"library_name: {library}", "pipeline_tag: text-generation",
              "tags: [qlora, lora, fine-tuned]"]
-    if base and base != "embedded":  # a hub id links the card to its base model
-        lines.append(f"base_model: {base}")
+    if base and re.fullmatch(r"[\w.-]+/[\w.-]+", base) and not base.startswith("."):
+        lines.append(f"base_model: {base}")  # a hub id links the card to its base model; a folder is no id
     return "\n".join(lines + ["---", ""])
 
 

@@ -62,7 +62,9 @@ def targets(hub_repo: str, hub_what: str) -> dict[str, str]:
 
 def push(folder: str, repo_id: str, private: bool = True, token_name: str = TOKEN_NAME,
          commit_message: str = "Upload from the QLoRA notebooks (04_export)") -> str | None:
-    """Create the repo (private unless told otherwise) and upload the folder; the repo URL, or None when skipped."""
+    """Create the repo (private unless told otherwise) and upload the folder; the repo URL, or None when skipped or
+    when the push failed: a read-only token or a network error is said, token scrubbed, and the export goes on (the
+    files are written; a failed push stopping 04 would cost the merge again)."""
     token = get_secret(token_name, required=False)
     why = skip_reason(repo_id, token)
     if why:
@@ -74,8 +76,11 @@ def push(folder: str, repo_id: str, private: bool = True, token_name: str = TOKE
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message)
-    except Exception as e:  # noqa: BLE001 -- re-raised with the token scrubbed from the message
-        raise RuntimeError(redact(f"push of {folder} to {repo_id} failed: {type(e).__name__}: {e}. Check that the token "
-                                  "has write access and the repo name is yours.")) from None
-    print(f"[hub] pushed {folder} to {url} ({'private' if private else 'public'})", flush=True)
+    except Exception as e:  # noqa: BLE001 -- said with the token scrubbed from the message; the export goes on
+        print(redact(f"[hub] push of {folder} to {repo_id} FAILED: {type(e).__name__}: {e}. Check that the token has "
+                     f"write access and the repo name is yours; the files stay in {folder}: push them later with "
+                     f"`huggingface-cli upload {repo_id} {folder}`"), flush=True)
+        return None
+    seen = "asked private" if private else "asked public"
+    print(f"[hub] pushed {folder} to {url} ({seen}; a repo that existed keeps its own visibility)", flush=True)
     return str(url)

@@ -41,6 +41,8 @@ def test_each_kind_says_how_to_load_it_and_only_a_hub_base_is_linked(tmp_path):
     adapter = card.model_card(_facts(tmp_path, "embedded"), "adapter")
     assert "library_name: peft" in adapter and "base_model:" not in adapter  # a local model is no Hub link
     assert 'AutoPeftModelForCausalLM.from_pretrained("this folder")' in adapter
+    kaggle = card.model_card(_facts(tmp_path, "/kaggle/input/llama-3.2/transformers/1b-instruct/1"), "merged")
+    assert "base_model:" not in kaggle.split("---")[1]  # a Kaggle Models folder is no Hub id either
 
 
 def test_every_card_says_how_to_download_it_from_kaggle_and_that_a_gguf_needs_the_merged_model(tmp_path):

@@ -80,7 +80,35 @@ def test_push_to_a_fake_hub_on_localhost(tmp_path, monkeypatch, capsys, hf_token
     assert sent == {"README.md": (tmp_path / "README.md").read_bytes(), "adapter_config.json": b"{}"}
     assert all(c[1] == f"Bearer {hf_token}" for c in FakeHub.calls)  # the token goes to the Hub only
     out = capsys.readouterr().out
-    assert url and "me/model" in url and "(private)" in out and hf_token not in out
+    assert url and "me/model" in url and "(asked private;" in out and hf_token not in out
+
+
+class ReadOnlyHub(FakeHub):
+    """The Hub refusing a read-only token's commit (the usual token for a gated Llama or Gemma)."""
+
+    def do_POST(self):
+        if "/commit/" in self.path:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(403)
+            self.end_headers()
+            return
+        super().do_POST()
+
+
+def test_a_failed_push_is_said_without_the_token_and_the_export_goes_on(tmp_path, monkeypatch, capsys, hf_token):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ReadOnlyHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "adapter_config.json").write_text("{}")
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_TOKEN", hf_token)
+        assert hub.push(str(tmp_path), "me/model") is None
+    finally:
+        server.shutdown()
+    out = capsys.readouterr().out
+    assert "[hub] push of" in out and "FAILED" in out and "huggingface-cli upload me/model" in out and hf_token not in out
 
 
 def test_push_targets():
