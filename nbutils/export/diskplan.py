@@ -182,6 +182,8 @@ def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, me
     out = Path(out).resolve()
     limited = platform.name == "kaggle" and out.is_relative_to(platform.working_root.resolve())
     used = folder_bytes(platform.working_root) if limited else 0
+    if limited:  # an earlier export's artifacts here are replaced, or removed at the end: not what stays under 20 GiB
+        used -= sum(folder_bytes(out / name) for name in ORDER)
     return make_plan(out, platform.temp_root / "export", sizes, KAGGLE_OUTPUT_LIMIT if limited else None, used, extra,
                      "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",))
 

@@ -94,3 +94,20 @@ def test_an_unknown_gguf_type_is_refused_before_any_merge_or_build(tmp_path):
     with pytest.raises(ValueError, match=r"gguf_type='q4' is not a GGUF type 04 writes: one of f32, f16, bf16, q8_0"):
         diskplan.export_sizes(tmp_path, 10**6, True, True, "q4", True)
     assert "gguf" in diskplan.export_sizes(tmp_path, 10**6, True, True, "Q4_K_M", True)[0]  # llama-quantize's spelling
+
+
+def test_a_rerun_on_kaggle_does_not_count_the_earlier_exports_artifacts_against_the_limit(tmp_path, monkeypatch):
+    """The earlier run's merged/ is replaced (or removed at the end): counted as kept, it pushed this run's merged
+    model to the temp folder, gone with the session."""
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    monkeypatch.setenv("NBUTILS_WORKING_ROOT", str(tmp_path / "working"))
+    monkeypatch.setenv("NBUTILS_TEMP_ROOT", str(tmp_path / "temp"))
+    monkeypatch.setattr(diskplan, "KAGGLE_OUTPUT_LIMIT", 100 * 2**20)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "working" / "export"
+    ckpt.mkdir()
+    (ckpt / "adapter_model.safetensors").write_bytes(b"x" * 1000)
+    (out / "merged").mkdir(parents=True)
+    with open(out / "merged" / "model.safetensors", "wb") as f:  # the earlier export's merged model, 60 MiB
+        f.truncate(60 * 2**20)
+    plan = diskplan.for_export(out, ckpt, 20 * 10**6, True, True, "q8_0", False)  # merged 40 MB, q8_0 21 MB
+    assert plan.items["merged"].where == "output" and plan.items["gguf"].where == "output"
