@@ -9,6 +9,7 @@ the conversion is the suite's disk-full error, not a skip.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -119,6 +120,16 @@ def _lora_job(disk: diskplan.DiskPlan, adapter_dir: Path) -> gguf.Job | None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
     return gguf.lora_job(adapter_dir, disk.path("merged"), folder / "adapter-f16.gguf")
+
+
+def rslora(adapter_dir: Path) -> str | None:
+    """Why the adapter cannot be a GGUF LoRA, or None: llama.cpp scales a LoRA by alpha / r, and the converter writes
+    lora_alpha as it is, so an rsLoRA adapter (alpha / sqrt(r)) would run sqrt(r) times too weak."""
+    config = json.loads((adapter_dir / "adapter_config.json").read_text()) if (adapter_dir / "adapter_config.json").exists() else {}
+    if config.get("use_rslora"):
+        return ("trained with use_rslora=True: llama.cpp would apply it at alpha / r instead of alpha / sqrt(r), "
+                f"{config.get('r', 16) ** 0.5:.0f}x too weak; use the merged GGUF, which carries the adapter exactly")
+    return None
 
 
 def _discard(job: gguf.Job | None) -> None:
@@ -233,7 +244,10 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     session = ggufruntime.start(verify_runtime, lambda: _sources(converter), tokenizer, chats, answers or [], texts,
                                 stops, add_bos)
     work.mkdir(parents=True, exist_ok=True)
-    lora_job = _lora_job(disk, Path(adapter_dir)) if lora else None
+    no_lora = rslora(Path(adapter_dir)) if lora else None
+    if no_lora:
+        print(f"[gguf] adapter as GGUF skipped: {no_lora}", flush=True)
+    lora_job = _lora_job(disk, Path(adapter_dir)) if lora and not no_lora else None
     base_job = _base_job(base_model, disk, work, quant_type) if lora_job and isinstance(session, ggufruntime.Session) else None
     base_job, base_why = (None, base_job) if isinstance(base_job, str) else (base_job, None)
     t0 = time.monotonic()
@@ -255,7 +269,7 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
               "verification": check, "runtime": runtime, "verified": runtime.get("ok") is True,
               "unverified": None if runtime.get("ok") is True else runtime["reason"],
               "seconds": {"convert": round(t1 - t0, 1), "checks": round(time.monotonic() - t1, 1)}}
-    result["lora"] = _lora(lora_job, lora_why, Path(adapter_dir))
+    result["lora"] = {"file": None, "reason": no_lora} if no_lora else _lora(lora_job, lora_why, Path(adapter_dir))
     return result
 
 

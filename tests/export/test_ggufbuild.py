@@ -122,3 +122,14 @@ def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path
     assert made == work / "model-q4_k_m.gguf" and made.read_text() == str(tmp_path / "merged") and whys == [None, None]
     assert lora.out.read_text() == str(tmp_path / "adapter") and note == "llama-quantize found"
     assert sorted(p.name for p in work.iterdir()) == ["model-q4_k_m.gguf"]  # no f16, no partial
+
+
+def test_an_rslora_adapter_is_not_written_as_a_gguf_lora_that_llama_cpp_would_scale_wrongly(tmp_path):
+    import json
+
+    from nbutils.export import ggufbuild
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 16, "lora_alpha": 16, "use_rslora": True}))
+    assert "use_rslora=True" in ggufbuild.rslora(tmp_path) and "4x too weak" in ggufbuild.rslora(tmp_path)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 16, "lora_alpha": 16, "use_rslora": False}))
+    assert ggufbuild.rslora(tmp_path) is None
