@@ -87,7 +87,7 @@ out = reports.begin(environment.stage_dir("eval", output_dir), "eval")  # the lo
 data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
 ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
-trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision)
+trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision, data_dir)  # 01's data must be 02's
 print(f"adapter {ckpt} (step {summary['global_step']}) on {trained.base_model}: "
       f"{'4-bit' if trained.quantization else 'full-precision'} base, computing in {trained.precision}")
 

@@ -124,7 +124,7 @@ from nbutils.data import splits
 from nbutils.export import merge
 from nbutils.train import recipe
 
-trained = recipe.from_checkpoint(ckpt, base_model)  # what 02 trained on; another base model is refused
+trained = recipe.from_checkpoint(ckpt, base_model, data_dir=data_dir)  # what 02 trained on; another base or data is refused
 base_model = trained.base_model
 memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
                                 int(trained.lora.get("r", 16)))

@@ -179,7 +179,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
     env, problems = inspect("auto" if defaults.is_auto(precision) else precision, True)
-    rec = recipe.from_checkpoint(ckpt, "auto", precision, env.precision)
+    rec = recipe.from_checkpoint(ckpt, "auto", precision, env.precision, data_dir)
     modelsource.check(rec.base_model)
     tokenizer = chatformat.load_tokenizer(rec.base_model)
     config = modelsource.load_config(rec.base_model)

@@ -92,7 +92,7 @@ def read_run_config(checkpoint: str | Path) -> dict:
 
 
 def from_checkpoint(checkpoint: str | Path, base_model: str = "auto", precision: str = "auto",
-                    machine_precision: str = "fp32") -> Recipe:
+                    machine_precision: str = "fp32", data_dir: str | Path | None = None) -> Recipe:
     """The checkpoint's recipe for 03 and 04. base_model: "auto" takes the recorded one, a different one is refused.
     precision: "auto" takes the recorded compute dtype where this machine has it (`machine_precision` is
     preflight's: a T4-trained fp16 adapter evaluates in fp32 on a CPU), else the one given."""
@@ -111,9 +111,25 @@ def from_checkpoint(checkpoint: str | Path, base_model: str = "auto", precision:
             f"base_model={base_model!r} here, but the adapter in {checkpoint} was trained on {recorded!r} (its "
             "run_config.json): an adapter only fits the weights it was trained on. Leave base_model=\"auto\" to load "
             f"{recorded!r}.")
+    _same_data(checkpoint, rc, data_dir)
     trained = rc.get("precision", "fp32")
     here = precision or (trained if _runs_here(trained, machine_precision) else machine_precision)
     return Recipe(recorded, rc.get("quantization"), here, trained, rc.get("lora") or {})
+
+
+def _same_data(checkpoint, rc: dict, data_dir) -> None:
+    """01's output given to 03, 04 or 05 must be the one the adapter trained on (its manifest's content hash): another
+    run of 01 (another model's tokens, other records) would score nonsense, or hold out records the adapter saw."""
+    if data_dir is None or not rc.get("data_manifest_hash"):
+        return
+    from nbutils.data import splits
+
+    found = splits.load_manifest(data_dir).get("content_hash")
+    if found != rc["data_manifest_hash"]:
+        raise UpstreamMismatch(
+            f"data_dir={str(data_dir)!r} holds other data (content hash {found}) than the adapter in {checkpoint} "
+            f"trained on ({rc['data_manifest_hash']}, its run_config.json): give the output of the 01 run that 02 "
+            "trained on, or train 02 again on this one.")
 
 
 def _runs_here(trained: str, machine: str) -> bool:

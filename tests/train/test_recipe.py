@@ -62,3 +62,17 @@ def test_a_damaged_run_config_names_the_file(tmp_path):
 def test_a_precision_this_run_cannot_use_is_refused_before_the_model_loads(tmp_path, precision, machine, error):
     with pytest.raises(ValueError, match=error):
         recipe.from_checkpoint(_checkpoint(tmp_path), precision=precision, machine_precision=machine)
+
+
+def test_01s_output_must_be_the_data_the_adapter_trained_on(tmp_path):
+    """Another run of 01 in the same folder (another model, other records): refused naming both hashes."""
+    from nbutils.chain import MARKERS
+
+    ckpt = _checkpoint(tmp_path, data_manifest_hash="abc123")
+    data = tmp_path / "data_prep"
+    data.mkdir()
+    (data / MARKERS["data_prep"]).write_text(json.dumps({"content_hash": "abc123"}))
+    assert recipe.from_checkpoint(ckpt, machine_precision="fp16", data_dir=data).base_model
+    (data / MARKERS["data_prep"]).write_text(json.dumps({"content_hash": "fff999"}))
+    with pytest.raises(recipe.UpstreamMismatch, match=r"holds other data \(content hash fff999\) .* \(abc123"):
+        recipe.from_checkpoint(ckpt, machine_precision="fp16", data_dir=data)
