@@ -57,7 +57,7 @@ eval_batch_tokens = "auto"  # padded tokens the eval loss scores at once; auto: 
 guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
 breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations
 breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
-metrics = "auto"  # auto: exact_match, rouge_l and chrf, primary by answer length; or e.g. "rouge_l,chrf" or "mymod:score"
+metrics = "auto"  # auto: exact_match, rouge_l and chrf, primary by answer length; or e.g. "rouge_l,chrf", "auto,mymod:score"
 n_bootstrap = 1000  # resamples for the 95% intervals
 chat_prompts = "auto"  # a list of prompts for the chat at the end; auto: the first eval questions
 

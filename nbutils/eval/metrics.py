@@ -2,8 +2,12 @@
 
 `metrics="auto"` computes all three built-ins (they cost milliseconds) and makes the one that fits the
 references primary: exact match when the answers are short (median <= SHORT_ANSWER_WORDS words), else
-ROUGE-L. A comma-separated list names the metrics instead (the first is primary); `module:function` adds
-a user scorer called as `function(output: str, reference: str) -> float`.
+ROUGE-L. A comma-separated list names the metrics instead (the first is primary; "auto" in it stands for the three
+and auto's primary); `module:function` is a user scorer called as `function(output: str, reference: str) -> float`
+(`"auto,mytask:score"` adds it to the built-ins, `"mytask:score"` alone scores with it alone).
+
+Words are Unicode words, each Chinese or Japanese character one (rouge-score's own tokenizer keeps only a-z and 0-9:
+identical Russian or Chinese answers scored 0).
 
 Every metric is a per-sample score in [0, 1] averaged over samples, so one bootstrap over samples gives
 its confidence interval, and the paired per-sample scores give tuned vs base win/tie/loss counts.
@@ -12,12 +16,28 @@ its confidence interval, and the paired per-sample scores give tuned vs base win
 from __future__ import annotations
 
 import importlib
+import numbers
+import re
 import statistics
 from collections.abc import Callable
 
 SHORT_ANSWER_WORDS = 3
 BUILTIN = ("exact_match", "rouge_l", "chrf")
 TIE_TOLERANCE = 1e-9
+# A word: a run of letters or digits in any script, or one CJK ideograph or kana (those scripts put no spaces).
+WORD_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+")
+
+
+def words(text: str) -> list[str]:
+    """The text's words, lowercased (WORD_RE): what ROUGE-L matches and auto's answer length counts."""
+    return WORD_RE.findall(text.lower())
+
+
+class _Words:
+    """rouge-score's tokenizer interface over `words`."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return words(text)
 
 
 def _norm(text: str) -> str:
@@ -30,10 +50,10 @@ def exact_match(outputs: list[str], references: list[str]) -> list[float]:
 
 
 def rouge_l(outputs: list[str], references: list[str]) -> list[float]:
-    """ROUGE-L F-measure per sample (rouge-score's own tokenizer: lowercased alphanumeric words)."""
+    """ROUGE-L F-measure per sample (rouge-score, over `words`: the same as its own tokenizer on English)."""
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rougeL"])
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Words())
     return [scorer.score(r, o)["rougeL"].fmeasure for o, r in zip(outputs, references)]
 
 
@@ -63,8 +83,11 @@ def load_user_metric(spec: str) -> Callable[[list[str], list[str]], list[float]]
         out = []
         for i, (o, r) in enumerate(zip(outputs, references)):
             value = func(o, r)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's floats and ints are Real
                 raise TypeError(f"metric {spec!r} returned {type(value).__name__} for sample {i}; it must return a number")
+            if not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"metric {spec!r} returned {float(value):g} for sample {i}; a score is in [0, 1] "
+                                 "(scale it): intervals and the chart read it so")
             out.append(float(value))
         return out
 
@@ -79,9 +102,12 @@ def resolve(metrics: str | list[str], references: list[str]) -> tuple[list[str],
         names = list(metrics)
     if not names:
         raise ValueError("metrics is empty: use 'auto', or names from exact_match, rouge_l, chrf, module:function")
-    if names == ["auto"]:
-        words = statistics.median(len(r.split()) for r in references) if references else 0
-        return list(BUILTIN), "exact_match" if words <= SHORT_ANSWER_WORDS else "rouge_l"
+    if "auto" in names:  # the built-ins in its place (auto's primary when it comes first), then the others named
+        length = statistics.median(len(words(r)) for r in references) if references else 0
+        primary = "exact_match" if length <= SHORT_ANSWER_WORDS else "rouge_l"
+        at = names.index("auto")
+        names = list(dict.fromkeys(names[:at] + list(BUILTIN) + names[at + 1:]))
+        return names, names[0] if at else primary
     unknown = [n for n in names if n not in BUILTIN and ":" not in n]
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}: choose from auto, {', '.join(BUILTIN)}, or module:function")

@@ -74,3 +74,25 @@ def test_compare_intervals_and_win_tie_loss(tmp_path):
     assert (tmp_path / "metrics.png").stat().st_size > 1000 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
         "exact_match *", "rouge_l", "chrf"]  # the primary metric starred (the figure itself: tests/test_plots.py)
     assert [r["metric"] for r in metrics.summary_rows(block)][0] == "exact_match (primary)"
+
+
+def test_words_in_any_script_count_and_match():
+    """rouge-score's own tokenizer keeps a-z and 0-9 only: identical Russian or Chinese answers scored 0."""
+    assert metrics.rouge_l(["Москва — столица России"], ["Москва — столица России"]) == [pytest.approx(1.0)]
+    assert metrics.rouge_l(["北京是中国的首都"], ["北京是中国的首都"]) == [pytest.approx(1.0)]
+    assert metrics.rouge_l(["北京是首都"], ["上海是城市"]) == [pytest.approx(0.2)]  # one character of five in common
+    assert metrics.resolve("auto", ["北京是中国的首都。"] * 3)[1] == "rouge_l"  # nine words, not one
+
+
+def test_auto_with_a_user_scorer_adds_it_and_scores_are_numbers_in_0_1(tmp_path, monkeypatch):
+    (tmp_path / "np_scoring.py").write_text("import numpy as np\ndef f(o, r):\n    return np.float32(o == r)\n"
+                                            "def big(o, r):\n    return 5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names, primary = metrics.resolve("auto,np_scoring:f", ["city"])
+    assert names == [*metrics.BUILTIN, "np_scoring:f"] and primary == "exact_match"
+    assert metrics.resolve("np_scoring:f,auto", ["a long answer in a full sentence"]) == (
+        ["np_scoring:f", *metrics.BUILTIN], "np_scoring:f")
+    assert metrics.scorer("np_scoring:f")(["a", "b"], ["a", "c"]) == [1.0, 0.0]  # numpy's float32 is a number
+    with pytest.raises(ValueError, match=r"returned 5 for sample 0; a score is in \[0, 1\]"):
+        metrics.scorer("np_scoring:big")(["a"], ["a"])
+    sys.modules.pop("np_scoring", None)
