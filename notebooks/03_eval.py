@@ -204,8 +204,7 @@ display(HTML(report.samples_table_html(rows[:12], COLUMNS)), Image(str(out / "re
 # ## Base against tuned, side by side
 
 # %%
-pd.DataFrame({m: {k: result[m][k] for k in ("task_metric", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}
-              for m in ("base", "tuned")}).round(4)
+pd.DataFrame({m: report.side_by_side(result[m]) for m in ("base", "tuned")}).round(4)  # the primary metric first
 
 # %% [markdown]
 # ## Chat with your model

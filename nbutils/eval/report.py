@@ -27,8 +27,19 @@ def model_line(name: str, block: dict) -> str:
             f"generations; {block['tokens_generated']} tokens generated, {block['tokens_saved']} saved by the guard")
 
 
-def _cell(text: str, limit: int = 400) -> str:
-    text = text if len(text) <= limit else text[:limit] + " …"
+def side_by_side(block: dict) -> dict:
+    """One model's column of 03's side-by-side table: the primary metric by name first (exact match beside it when
+    the primary is another), then eval loss, degenerate and EOS rates, and the tokens the guard saved."""
+    primary = block.get("primary_metric") or {"name": "exact_match", "value": block["task_metric"]}
+    column = {primary["name"]: primary["value"], "exact_match": block["task_metric"]}
+    return {**column, **{k: block[k] for k in ("eval_loss", "degenerate_rate", "eos_rate", "tokens_saved")}}
+
+
+def _cell(text: str, limit: int = 400, tail: bool = False) -> str:
+    """A cell's text, cut at `limit` characters: its end where the end is what matters (a rendered prompt: the
+    question comes last, after the template's header, a system prompt or earlier turns)."""
+    if len(text) > limit:
+        text = "… " + text[-limit:] if tail else text[:limit] + " …"
     return html.escape(text)
 
 
@@ -39,7 +50,7 @@ def samples_table_html(rows: list[dict], columns: list[str], verdict_key: str = 
     for row in rows:
         verdict = str(row.get(verdict_key, ""))
         css = "bad" if verdict.startswith("degenerate") else "ok" if row.get("correct") else ""
-        cells = "".join(f"<td>{_cell(str(row.get(c, '')))}</td>" for c in columns)
+        cells = "".join(f"<td>{_cell(str(row.get(c, '')), tail=c == 'prompt')}</td>" for c in columns)
         body.append(f'<tr class="{css}">{cells}</tr>')
     return f'{STYLE}<table class="nbr"><tr>{head}</tr>{"".join(body)}</table>'
 

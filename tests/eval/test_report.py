@@ -62,3 +62,15 @@ def test_03s_pages_and_charts_are_whole_under_their_names_or_not_there(tmp_path,
     with pytest.raises(OSError, match="reasons chart"):
         report.write_pages(tmp_path / "again", rows, ["prompt", "answer"], {"base": {}})
     assert sorted(p.name for p in (tmp_path / "again").iterdir()) == ["samples.html"]  # no partial PNG, no temp name
+
+
+def test_a_long_prompt_shows_its_end_where_the_question_is():
+    prompt = "<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date: 2023 " + "x" * 500 + " What is 2+2?"
+    table = report.samples_table_html([{"prompt": prompt, "output": "y" * 500}], ["prompt", "output"])
+    assert "What is 2+2?" in table and "… " + "x" in table and "y" * 400 + " …" in table
+
+
+def test_the_side_by_side_column_leads_with_the_primary_metric():
+    column = report.side_by_side({**BLOCK, "primary_metric": {"name": "rouge_l", "value": 0.41}})
+    assert list(column)[:2] == ["rouge_l", "exact_match"] and column["rouge_l"] == 0.41 and column["tokens_saved"] == 32
+    assert list(report.side_by_side(BLOCK)) == ["exact_match", "eval_loss", "degenerate_rate", "eos_rate", "tokens_saved"]
