@@ -51,22 +51,35 @@ def sentencepiece_beside(merged_dir: Path, base_model: str) -> str | None:
     base = Path(embedded.resolve_model(base_model))
     found = base / SENTENCEPIECE if base.is_dir() else None
     if found is None:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(base_model, SENTENCEPIECE)
-        found = Path(cached) if isinstance(cached, str) else None
+        found = _hub_file(base_model, SENTENCEPIECE)
     if found is None or not found.exists():
         return None
     shutil.copyfile(found, merged_dir / SENTENCEPIECE)
     return str(found)
 
 
+def _hub_file(repo: str, name: str) -> Path | None:
+    """A file of a Hub model: from the cache, else downloaded where the Hub answers (a fresh Kaggle or Colab session
+    has only what loading the model fetched: weights, config and tokenizer.json, never tokenizer.model); None where
+    the repo has no such file or the Hub cannot be reached."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo, name)
+    if isinstance(cached, str):
+        return Path(cached)
+    try:
+        return Path(hf_hub_download(repo, name))
+    except Exception:  # noqa: BLE001 -- no such file, a gated repo without a token, no internet: the converter says
+        return None
+
+
 def refused(why: str) -> str:
     """The converter's last line, with what to do where the suite knows the cause."""
-    if SENTENCEPIECE in why and "not found" in why.lower():
+    if SENTENCEPIECE in why and ("not found" in why.lower() or "missing" in why.lower()):  # Gemma's, Phi-3's words
         return (f"the converter reads this family's SentencePiece vocabulary from {SENTENCEPIECE}, which neither the "
-                f"merged model nor its base model's folder has: put the original model's {SENTENCEPIECE} beside "
-                f"base_model's config.json and run 04 again (the converter said: {why})")
+                f"merged model nor its base model has (its folder, the Hub cache or the Hub): with base_model a folder, "
+                f"put the original model's {SENTENCEPIECE} beside its config.json; with a Hub id, run 04 with the "
+                f"internet on (and an HF_TOKEN for a gated model); then run 04 again (the converter said: {why})")
     if "pre-tokenizer was not recognized" in why:
         return (f"the converter refused this model: {why} (llama.cpp knows a tokenizer's pre-tokenizer by a hash "
                 "of how it splits a test text; a newer llama.cpp may know this one: set llama_cpp_dir to it)")

@@ -76,11 +76,38 @@ def test_the_sentencepiece_file_comes_from_the_base_model_when_missing(tmp_path)
     assert ggufbuild.sentencepiece_beside(merged, str(base)) is None  # already there: left alone
 
 
+def test_a_hub_base_models_sentencepiece_file_is_downloaded_when_the_cache_lacks_it(tmp_path, monkeypatch):
+    """A fresh Kaggle session's cache holds what loading fetched (tokenizer.json), never tokenizer.model."""
+    import huggingface_hub
+
+    from nbutils.export import ggufbuild
+
+    got = tmp_path / "hub" / "tokenizer.model"
+    got.parent.mkdir()
+    got.write_bytes(b"spm")
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name: asked.append((repo, name)) or str(got))
+    (tmp_path / "merged").mkdir()
+    assert ggufbuild.sentencepiece_beside(tmp_path / "merged", "google/gemma-2-2b-it") == str(got)
+    assert asked == [("google/gemma-2-2b-it", "tokenizer.model")] and (tmp_path / "merged" / "tokenizer.model").exists()
+
+    def offline(repo, name):
+        raise OSError("no internet")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    (tmp_path / "merged" / "tokenizer.model").unlink()
+    assert ggufbuild.sentencepiece_beside(tmp_path / "merged", "google/gemma-2-2b-it") is None  # the converter says
+
+
 def test_a_refusal_says_what_to_do_where_the_cause_is_known():
     from nbutils.export import ggufbuild
 
-    spm = ggufbuild.refused("FileNotFoundError: File not found: /x/merged/tokenizer.model")
-    assert "put the original model's tokenizer.model beside base_model's config.json" in spm and "\n" not in spm
+    for said in ("FileNotFoundError: File not found: /x/merged/tokenizer.model",
+                 "Error: Missing /x/merged/tokenizer.model"):  # Gemma's converter, Phi-3's
+        spm = ggufbuild.refused(said)
+        assert "put the original model's tokenizer.model beside its config.json" in spm and "\n" not in spm
+        assert "with a Hub id, run 04 with the internet on" in spm
     bpe = ggufbuild.refused("NotImplementedError: BPE pre-tokenizer was not recognized - update get_vocab_base_pre()")
     assert "BPE pre-tokenizer was not recognized" in bpe and "llama_cpp_dir" in bpe
     assert ggufbuild.refused("disk full") == "the converter refused this model: disk full"
