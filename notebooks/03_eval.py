@@ -133,6 +133,8 @@ plan = evalplan.plan_eval(trained, env, [len(tokenizer(p, add_special_tokens=Fal
 # The base model is expected to do badly here: it is only flagged, never aborted.
 
 # %%
+model = tuned_model = None  # run again in this kernel: the models loaded before go first, not beside the new one
+modeling.free_memory()
 model = modeling.load_base(trained.base_model, trained.precision, trained.quantization, attn_implementation,
                            preferred_attention=env.attention)
 model.eval()

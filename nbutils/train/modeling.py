@@ -72,6 +72,18 @@ def load_base(base_model: str, precision: str = "fp32", quantization=None, attn_
     return model
 
 
+def free_memory() -> None:
+    """Give back what models no longer referenced hold (the Python objects, the GPU's cached blocks): a notebook cell
+    run again drops its earlier models first, else the new one loads beside them and a T4 runs out of memory."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def one_cpu_kernel(model) -> None:
     """Keep bitsandbytes' 4-bit layers on one kernel on a CPU with AVX512-BF16.
 

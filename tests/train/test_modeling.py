@@ -138,3 +138,20 @@ def test_a_recorded_4bit_config_computes_in_the_precision_this_machine_runs(monk
     recorded = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "bfloat16"}
     modeling.load_base("some/model", "fp16", recorded, device_map="cpu")
     assert seen["quantization_config"].bnb_4bit_compute_dtype == torch.float16 and seen["dtype"] == torch.float16
+
+
+def test_free_memory_gives_back_a_model_no_longer_referenced():
+    import gc
+    import weakref
+
+    model = torch.nn.Linear(4, 4)
+    gone = weakref.ref(model)
+    cycle = [model]
+    cycle.append(cycle)  # held only through a reference cycle, as a model in a traceback or a PeftModel wrapper is
+    model = cycle = None
+    gc.disable()
+    try:
+        modeling.free_memory()
+    finally:
+        gc.enable()
+    assert gone() is None
