@@ -82,8 +82,9 @@ def _need(items: dict[str, Item], temp_extra: int) -> tuple[int, int]:
 
 def _fits(plan: DiskPlan) -> bool:
     out, temp = _need(plan.items, plan.temp_extra)
-    if plan.shared:
-        return out + temp - (plan.items["gguf"].size if plan.kept("gguf") else 0) <= min(plan.out_room, plan.temp_room)
+    if plan.shared:  # one disk: everything within its free space, the output alone within its own room (a limit)
+        both = out + temp - (plan.items["gguf"].size if plan.kept("gguf") else 0)  # the GGUF moves, not copied
+        return both <= plan.temp_room and out <= plan.out_room
     return out <= plan.out_room and temp <= plan.temp_room
 
 

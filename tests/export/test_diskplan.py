@@ -111,3 +111,11 @@ def test_a_rerun_on_kaggle_does_not_count_the_earlier_exports_artifacts_against_
         f.truncate(60 * 2**20)
     plan = diskplan.for_export(out, ckpt, 20 * 10**6, True, True, "q8_0", False)  # merged 40 MB, q8_0 21 MB
     assert plan.items["merged"].where == "output" and plan.items["gguf"].where == "output"
+
+
+def test_on_one_disk_kaggles_limit_holds_the_output_alone_not_the_temp_files():
+    """/kaggle/working and /kaggle/temp on one 60 GiB disk: the 20 GiB that stays is the output's; temp files only
+    need the disk's free space. Judged by the smaller of the two, the 8B merge took the output and the GGUF none."""
+    plan = _plan({"adapter": 0.2, "adapter_gguf": 0.1, "gguf": 8.5, "merged": 16.0}, out_room=20, temp_room=60,
+                 shared=True)
+    assert [plan.items[n].where for n in diskplan.ORDER] == ["output", "output", "output", "temp"]
