@@ -6,11 +6,11 @@ Everything goes through `secrets.redact` before it is written: a card is meant t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from nbutils import chain
 from nbutils.chain import MARKERS
+from nbutils.runtime import modelsource
 from nbutils.runtime.secrets import redact
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
@@ -58,7 +58,7 @@ def _front_matter(facts: dict, kind: str) -> str:
     library = {"adapter": "peft", "gguf": "gguf"}.get(kind, "transformers")
     lines = ["---", f"library_name: {library}", "pipeline_tag: text-generation",
              "tags: [qlora, lora, fine-tuned]"]
-    if base and re.fullmatch(r"[\w.-]+/[\w.-]+", base) and not base.startswith("."):
+    if base and modelsource.REPO_ID.match(base):
         lines.append(f"base_model: {base}")  # a hub id links the card to its base model; a folder is no id
     return "\n".join(lines + ["---", ""])
 
