@@ -164,6 +164,15 @@ class Probe(TrainerCallback):
             control.should_save = True
 
 
+class ThisRunsIntervals(TrainerCallback):
+    """A resumed Trainer takes its TrainerState from the checkpoint, eval, save and logging intervals included (only
+    a warning says so), so a smoke run's every 5 steps would rule the real run resumed from it, and a save_steps
+    raised to fit the time budget would change nothing. This run's arguments set them again before the first step."""
+
+    def on_train_begin(self, args, state, control, **kw):
+        state.compute_steps(args, state.max_steps)
+
+
 class StartEvalRng(TrainerCallback):
     """eval_on_start leaves the random state as it found it. Its DataLoader draws a seed from torch's global
     generator, which would shift every later draw (the training data's order): a run that evaluates its start would

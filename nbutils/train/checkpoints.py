@@ -214,7 +214,8 @@ def extended(checkpoint: Path, settings: dict) -> list[str]:
     larger one, or more epochs). A shorter run, or max_steps newly set over epochs, stays a mismatch."""
     old = (checksums.read(checkpoint) or {}).get("settings", {})
     longer = {k: settings[k] for k in EXTENDABLE if isinstance(old.get(k), (int, float))
-              and isinstance(settings.get(k), (int, float)) and settings[k] > old[k] > 0}
+              and isinstance(settings.get(k), (int, float)) and settings[k] > old[k] > 0
+              and not (k == "training.num_train_epochs" and runsettings.epochs_ignored(old, settings))}
     return runsettings.differences({k: old[k] for k in longer}, longer)
 
 

@@ -79,7 +79,11 @@ def message(folder: Path, need_mb: float, keep: int | None = None, detail: str =
 
 
 def check(folder: Path, need_mb: float, keep: int | None) -> str | None:
-    """A clear problem line when the filesystem holding `folder` has less free space than needed, else None."""
+    """A clear problem line when the filesystem holding `folder` has less free space than needed, or when `keep`
+    would keep every checkpoint (the need then grows with the run and no plan bounds it), else None."""
+    if keep is None or keep < 1:
+        return (f"keep_checkpoints={keep} keeps every checkpoint, so a long run fills the disk one save at a time: "
+                "set 1 or more (1 keeps only the newest that verifies)")
     if free_mb(folder) < need_mb:
         return message(folder, need_mb, keep, " before training starts, so no hours are lost on a save that fails")
     return None

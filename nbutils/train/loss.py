@@ -229,14 +229,26 @@ def kind_of(trainer) -> str:
 
 
 def trainer_class(kind: str = "chunked"):
-    """transformers' Trainer, or for kind 'chunked' its subclass whose loss is `chunked_cross_entropy` on lm_head's
-    input (same value and gradients, no full logits); 'liger' is transformers' Trainer with use_liger_kernel."""
+    """transformers' Trainer counting real tokens in packed batches, and for kind 'chunked' its subclass whose loss is
+    `chunked_cross_entropy` on lm_head's input (same value and gradients, no full logits); 'liger' is the first with
+    use_liger_kernel."""
     from transformers import Trainer
 
-    if kind != "chunked":
-        return Trainer
+    class RealTokensTrainer(Trainer):
+        """Counts the tokens seen ("non_padding") by the token ids, not the attention mask, where the mask is a
+        packed batch's 4D block mask: its sum is every allowed (query, key) pair, hundreds of times the tokens, or
+        with eager's additive mask a large negative number, and the time plan and tokens/s read that count."""
 
-    class ChunkedLossTrainer(Trainer):
+        def _track_num_input_tokens(self, inputs):
+            mask = inputs.get("attention_mask")
+            if mask is not None and mask.dim() != 2:  # transformers counts the ids that are not the pad token then
+                inputs = {k: v for k, v in inputs.items() if k != "attention_mask"}
+            return super()._track_num_input_tokens(inputs)
+
+    if kind != "chunked":
+        return RealTokensTrainer
+
+    class ChunkedLossTrainer(RealTokensTrainer):
         """Trainer computing the causal-LM loss without full logits (see nbutils.train.loss)."""
 
         chunked_loss = True

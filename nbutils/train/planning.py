@@ -145,9 +145,10 @@ def _memory_rows(plan: dict) -> dict:
     return rows
 
 
-def memory_problem(plan: dict, mode: str) -> str | None:
+def memory_problem(plan: dict, mode: str, chunk_hint: bool = True) -> str | None:
     """The plan's verdict as a problem naming what to change and the largest value that fits (None: it fits, or
-    several GPUs hold it together, or there is no GPU to check)."""
+    several GPUs hold it together, or there is no GPU to check). `chunk_hint`: the chunked loss is open to this model
+    and not already asked for, so naming it can help."""
     if not plan.get("gpu_memory_gb") or plan["fits"] or (mode == "split" and plan.get("split_fits", False)):
         return None
     batch, gpu = plan["batch_size"], f"the {plan['gpu_memory_gb']:g} GB GPU"
@@ -155,7 +156,7 @@ def memory_problem(plan: dict, mode: str) -> str | None:
         return (f"per_device_batch_size={batch} does not fit {gpu} (plan {plan['estimate_gb']:.1f} GB at "
                 f"{plan['seq_len']} tokens, {plan['loss']} loss): the largest that fits is "
                 f"{plan['largest_batch_that_fits']}" + (" (or chunked_loss=\"auto\": the whole logits are most of it)"
-                                                        if plan["loss"] == "plain" else ""))
+                                                        if plan["loss"] == "plain" and chunk_hint else ""))
     return (f"not even per_device_batch_size=1 fits {gpu} at {plan['seq_len']} tokens (plan {plan['estimate_gb']:.1f} "
             f"GB at batch {batch}): at batch {batch} the longest sequence that fits is {plan['longest_seq_that_fits']} "
             "(max_seq_len in 01), or use a smaller model")
@@ -187,7 +188,8 @@ def steps_per_epoch(n_rows: int, per_device_batch_size: int, grad_accum: int, wo
     """Optimizer steps in one pass over n_rows, counted as the Trainer does: each process's share in batches, then
     one step every grad_accum batches."""
     batches = math.ceil(math.ceil(n_rows / max(1, world_size)) / max(1, per_device_batch_size))
-    return max(1, batches // max(1, grad_accum))
+    # the Trainer's last step of an epoch takes the batches left over (fewer than grad_accum), so it rounds up
+    return max(1, math.ceil(batches / max(1, grad_accum)))
 
 
 def epoch_warning(max_steps: int, per_epoch: int, n_rows: int) -> str | None:
@@ -203,6 +205,14 @@ def _budget_why(value) -> str:
     if not defaults.is_auto(value):
         return "given"
     return f"auto: {limits.for_platform().platform}'s session limit less {limits.MARGIN_MIN:g} min for the save"
+
+
+def planned_length(manifest: dict) -> int:
+    """The longest row 02 trains on: the longest record, or the block that records pack into when 01's plan packs
+    (a packed row fills up to its block size whatever the longest record is)."""
+    if manifest["batching"]["strategy"] == "packed":
+        return max(manifest["batching"]["block_size"], manifest["token_lengths"]["max"])
+    return manifest["token_lengths"]["max"]
 
 
 def train_rows(train_ds, batching_plan: dict) -> int:
@@ -228,7 +238,7 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     model_config = modelsource.load_config(name)
     batch, batch_why = batch_size(per_device_batch_size, manifest)
     gpu, gpu_why = memory.planning_gpu(env.gpu_memory_gb)
-    seq = manifest["token_lengths"]["max"]
+    seq = planned_length(manifest)
     whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain")
     # the whole logits only on a GPU that holds them: on a CPU the chunks are the faster (3.96x at a 128k vocabulary,
     # `python -m bench throughput_bench`), and the T4 a dry run plans for fits whenever anything does
@@ -273,10 +283,14 @@ def _checks(plan: RunPlan, grad_accum: int, num_epochs: float, resume: bool) -> 
               "save_steps": plan.save_steps}
     found = [] if plan.max_steps > 0 else [f"max_steps={plan.max_steps}: use \"auto\" (num_epochs passes over the data) "
                                            "or a positive number of steps"]
-    found += argcheck.problems(values, n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
+    # rows as the Trainer batches them: packed blocks hold several records each
+    found += argcheck.problems(values, n_train=train_rows(plan.train_ds, plan.manifest["batching"]),
+                               gpu_capability=plan.env.gpu_capability,
                                resume=resume, max_seq_len=plan.manifest["max_seq_len"],
                                model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))
     plan.checkpoint_need_mb = diskspace.needed_mb(plan.memory["checkpoint_mb"], plan.keep_checkpoints)
     disk = diskspace.check(plan.out, plan.checkpoint_need_mb, plan.keep_checkpoints)
-    too_big = memory_problem(plan.memory, plan.launch.mode)
+    # auto already took the chunks where they help; a model they cannot serve (Gemma-2's soft-capped logits) gets none
+    chunk_hint = not defaults.is_auto(plan.loss_setting) and lm_loss.unsupported(plan.model_config) is None
+    too_big = memory_problem(plan.memory, plan.launch.mode, chunk_hint)
     return found + ([disk] if disk else []) + ([too_big] if too_big else [])

@@ -61,11 +61,48 @@ def settings_hash(values: dict) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _lora_default(name: str):
+    """The installed peft's default for a LoraConfig field, as settings hold it; MISSING where peft has no such field
+    (it was dropped since the checkpoint was written)."""
+    import dataclasses
+
+    from peft import LoraConfig
+
+    field = next((f for f in dataclasses.fields(LoraConfig) if f.name == name), None)
+    if field is None:
+        return MISSING
+    if field.default is not dataclasses.MISSING:
+        return plain(field.default)
+    return plain(field.default_factory()) if field.default_factory is not dataclasses.MISSING else MISSING
+
+
+MISSING = "<missing>"
+
+
+def epochs_ignored(old: dict, new: dict) -> bool:
+    """True when both runs set a positive max_steps: the Trainer then ignores num_train_epochs (02 and 05 always set
+    it; "auto" is num_epochs passes counted in steps, so a change of num_epochs shows as one of max_steps)."""
+    return all((d.get("training.max_steps") or 0) > 0 for d in (old, new))
+
+
+def _same(key: str, a, b, old: dict, new: dict) -> bool:
+    """Whether a setting that differs on its face changes nothing: the Trainer reads num_train_epochs only without a
+    positive max_steps, and a LoRA field one peft version has and the other lacks is the same at its default (peft
+    adds fields in most releases; an image updated between runs must resume)."""
+    if key == "training.num_train_epochs":
+        return epochs_ignored(old, new)
+    if key.startswith("lora.") and MISSING in (a, b):
+        given = b if a == MISSING else a
+        default = _lora_default(key.removeprefix("lora."))
+        return given == default if default != MISSING else given in (None, False, [], {}, "")
+    return False
+
+
 def differences(old: dict, new: dict) -> list[str]:
     """Settings that differ between a checkpoint and this run, one line each ('missing' when only one has it)."""
     out = []
     for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
-        if a != b:
+        a, b = old.get(key, MISSING), new.get(key, MISSING)
+        if a != b and not _same(key, a, b, old, new):
             out.append(f"{key}: checkpoint has {a!r}, this run {b!r}")
     return out

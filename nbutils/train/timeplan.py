@@ -368,15 +368,19 @@ def predict(log: TimeLog, *, total_steps: int, eval_steps: int, save_steps: int,
 
 def suggestions(plan: TimePlan, per_step: float, fixed: float, eval_steps: int, save_steps: int,
                 batch_size: int) -> list[str]:
-    """What to change so the run fits this session, each with the figure it gives."""
-    out = [f"max_steps={plan.stop_step} fits this session"]
+    """What to change so the run fits this session, each with the figure it gives. The calibration saved a checkpoint
+    of this run, which a resume holds to its length and batch: those two changes start over (resume=False); the
+    evaluation and save intervals are this run's own on a resume too."""
+    out = [f"max_steps={plan.stop_step} fits this session (a shorter run than this one: with resume=False)"]
     evals = plan.n_evals * plan.eval_s
     if evals >= 0.1 * plan.rest_s and eval_steps:
         out.append(f"eval_steps={2 * eval_steps}, save_steps={2 * save_steps} saves about {duration(evals / 2)}")
     half = (fixed + (plan.step_s - fixed) / 2) / plan.step_s
     fit = plan.done_step + int((plan.stop_step - plan.done_step) / max(half, 1e-9))
+    # a step on half the rows trains on half the data: with max_steps="auto" an epoch then has twice the steps
     out.append(f"per_device_batch_size={max(1, batch_size // 2)} (or a max_seq_len half as long, in 01) makes a step "
-               f"about {1 - half:.0%} shorter: about {min(fit, plan.total_steps)} steps fit")
+               f"about {1 - half:.0%} shorter: about {min(fit, plan.total_steps)} of these {plan.total_steps} steps "
+               "fit, each on half the rows (with resume=False)")
     out.append(f"or let it stop and save at step {plan.stop_step}: running 02 again with this output attached resumes "
                f"it ({plan.sessions} sessions in all)")
     return out

@@ -35,7 +35,7 @@ from nbutils.chain import MARKERS
 from nbutils.runtime import limits
 from nbutils.train import atomic, checkpoints, curves, diskspace, faultpoints, recipe, reports, runlock, runsettings, timeplan
 from nbutils.train import loss as lm_loss
-from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StartEvalRng, StopReason, TimeBudget, agree
+from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StartEvalRng, StopReason, ThisRunsIntervals, TimeBudget, agree
 from nbutils.train.modeling import unwrap
 
 __all__ = ["TrainResult", "Run", "write_summary", "save_checkpoint"]
@@ -111,7 +111,7 @@ class Run:
         self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
         self.probe = Probe(probe, self.stop, uncounted=self.timelog.forced) if probe is not None else None
         self.budget = TimeBudget(limits.budget_min(time_budget_min), self.stop, session_start, clock)  # "auto": limits.py
-        self.callbacks = [StartEvalRng(), MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
+        self.callbacks = [ThisRunsIntervals(), StartEvalRng(), MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
                           *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
                           *(callbacks or []), self.timelog]
         self.finished, self.resume_step, self.result, self.is_main, self.time_plan = False, None, None, True, None

@@ -115,3 +115,18 @@ def test_peak_memory_measures_nothing_without_a_gpu(monkeypatch, capsys):
     peak.on_step_end(None, _state(1), None)
     peak.on_train_end(None, _state(1), None)
     assert peak.steps == 1 and peak.peak_gb is None and peak.run_peak_gb is None and capsys.readouterr().out == ""
+
+
+def test_a_resumed_run_evaluates_and_saves_at_its_own_intervals(tmp_path):
+    """The Trainer's resume loads the checkpoint's TrainerState, the smoke run's every 5 steps included; this run's
+    arguments set them again before the first step, as a fresh run gets them."""
+    from transformers import TrainerState, TrainingArguments
+
+    smoke = TrainerState(eval_steps=5, save_steps=5, logging_steps=5, max_steps=10)
+    smoke.save_to_json(str(tmp_path / "trainer_state.json"))
+    state = TrainerState.load_from_json(str(tmp_path / "trainer_state.json"))  # what the Trainer does on resume
+    state.max_steps = 1234
+    args = TrainingArguments(output_dir=str(tmp_path), eval_steps=20, save_steps=40, logging_steps=10, use_cpu=True,
+                             report_to=[])
+    callbacks.ThisRunsIntervals().on_train_begin(args, state, _control())
+    assert (state.eval_steps, state.save_steps, state.logging_steps) == (20, 40, 10)

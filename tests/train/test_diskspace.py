@@ -44,3 +44,10 @@ def test_check_names_the_folder_and_what_to_do(tmp_path):
     line = diskspace.check(missing, 1e12, 2)
     assert line.startswith(f"disk full at {missing}: needs ~976562500.00 GiB, ") and "keep_checkpoints (now 2)" in line
     assert diskspace.says_no_space("OSError: [Errno 28] No space left on device") and not diskspace.says_no_space("ok")
+
+
+@pytest.mark.parametrize("keep", [0, None, -1])
+def test_keeping_every_checkpoint_is_refused_before_training(tmp_path, keep):
+    """0 or None would keep every checkpoint: the disk need grows with the run, which no plan bounds."""
+    assert f"keep_checkpoints={keep} keeps every checkpoint" in diskspace.check(tmp_path, 1.0, keep)
+    assert diskspace.check(tmp_path, 1.0, 1) is None

@@ -161,3 +161,23 @@ def test_a_batch_that_does_not_fit_is_refused_naming_the_largest_that_does(prepa
     fits = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=largest,
                              chunked_loss=False, max_steps=20, show=False)
     assert fits.memory["fits"]
+
+
+@pytest.mark.parametrize("rows, batch, accum, steps", [(40, 4, 4, 3), (100, 16, 4, 2), (432, 16, 4, 7), (432, 16, 1, 27)])
+def test_an_epoch_is_counted_as_the_trainer_counts_it_remainder_step_included(rows, batch, accum, steps):
+    """The Trainer's last step of an epoch takes the batches left over: 10 batches at accumulation 4 are 3 steps."""
+    assert planning.steps_per_epoch(rows, batch, accum, world_size=1) == steps
+
+
+def test_packed_rows_are_planned_at_their_block_not_the_longest_record():
+    """Packed rows fill up to the block size whatever the longest record: the memory plan must size that row."""
+    packed = {"batching": {"strategy": "packed", "block_size": 2048}, "token_lengths": {"max": 896}}
+    assert planning.planned_length(packed) == 2048
+    assert planning.planned_length({**packed, "batching": {"strategy": "length_grouped"}}) == 896
+
+
+def test_the_chunked_loss_is_named_as_a_way_out_only_where_it_can_help():
+    plan = {"gpu_memory_gb": 15.0, "fits": False, "batch_size": 16, "estimate_gb": 21.0, "seq_len": 512,
+            "loss": "plain", "largest_batch_that_fits": 5}
+    assert 'chunked_loss="auto"' in planning.memory_problem(plan, "single")
+    assert 'chunked_loss' not in planning.memory_problem(plan, "single", chunk_hint=False)  # Gemma-2, or auto already

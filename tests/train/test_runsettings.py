@@ -62,3 +62,25 @@ def test_package_versions_and_smoke_do_not_refuse_a_resume():
     later = {**RUN, "smoke": True, "versions": {"torch": "2.7.0", "peft": "0.21.2"}, "time_budget_min": 600}
     assert runsettings.settings(RUN) == runsettings.settings(later)
     assert runsettings.settings(RUN) != runsettings.settings({**RUN, "training": {"max_steps": 7, "learning_rate": 1e-4}})
+
+
+def test_a_lora_field_one_peft_lacks_is_the_same_at_its_default():
+    """peft adds LoraConfig fields in most releases: a checkpoint from an older peft (the field missing) resumes
+    under a newer one while the field is at its default, and is refused once it is not."""
+    new = runsettings.settings({**RUN, "lora": runsettings.lora_settings(_lora())})
+    older = {k: v for k, v in new.items() if k != "lora.use_dora"}  # a peft from before the field
+    assert new["lora.use_dora"] is False and runsettings.differences(older, new) == []
+    dora = runsettings.settings({**RUN, "lora": runsettings.lora_settings(_lora(use_dora=True))})
+    assert runsettings.differences(older, dora) == ["lora.use_dora: checkpoint has '<missing>', this run True"]
+    gone = {**new, "lora.a_field_peft_dropped": None}  # dropped since: only an unset value is the same
+    assert runsettings.differences(gone, new) == []
+    assert runsettings.differences({**new, "lora.a_field_peft_dropped": 4}, new) != []
+
+
+def test_num_train_epochs_counts_only_where_max_steps_does_not_set_the_length():
+    """The Trainer reads num_train_epochs only without a positive max_steps (02 and 05 always set one)."""
+    def run(**training):
+        return runsettings.settings({**RUN, "training": {"learning_rate": 2e-4, **training}})
+
+    assert runsettings.differences(run(max_steps=500, num_train_epochs=3.0), run(max_steps=500, num_train_epochs=1.0)) == []
+    assert runsettings.differences(run(max_steps=-1, num_train_epochs=3.0), run(max_steps=-1, num_train_epochs=1.0)) != []

@@ -272,6 +272,9 @@ def test_packed_plan_trains(prepared_data, tmp_path):
                                           **{**PARAMS, "max_steps": 6, "per_device_batch_size": 4})
     assert session.result.global_step == 6 and math.isfinite(session.result.eval_loss)
     assert len(splits.load_split(prepared_data, "train")) > 6 * 4  # packed rows: fewer than the examples
+    # tokens seen are tokens (what the time plan and tokens/s read), not the sum of the 4D block mask's pairs
+    seen = session.result.trainer.state.num_input_tokens_seen
+    assert 6 * 4 * 16 < seen <= 6 * 4 * 256, seen
 
 
 @trains
@@ -334,3 +337,15 @@ def test_resume_trains_longer_but_refuses_a_shorter_length(tmp_path, fake_checkp
         key = next(iter(after))
         with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- training.{key}: checkpoint has "):
             training._pick_resume(tmp_path, True, 2, now, model, main=True)
+
+
+def test_num_epochs_changed_under_a_set_max_steps_resumes_as_the_same_run(tmp_path, fake_checkpoint, capsys):
+    """With max_steps set the Trainer ignores num_train_epochs: a change of it neither refuses the resume nor is
+    announced as training longer."""
+    import torch
+
+    trained = runsettings.settings({"training": {"max_steps": 500, "num_train_epochs": 1}})
+    ckpt = fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=trained)
+    now = runsettings.settings({"training": {"max_steps": 500, "num_train_epochs": 3}})
+    assert training._pick_resume(tmp_path, True, 2, now, torch.nn.Linear(2, 2), main=True) == ckpt
+    assert "training longer" not in capsys.readouterr().out
