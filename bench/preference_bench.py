@@ -45,9 +45,7 @@ def held_out_reward(model, tokenizer, rows: list[dict], seed: int = 0) -> list[f
     """Mean reward per held-out prompt, sampled and scored as 05 scores GRPO's held-out reward."""
     from nbutils.eval import judge, rewards
 
-    prompts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
-    return judge.sampled_rewards(model, tokenizer, prompts, [r["answer"] for r in rows], rewards.load(REWARDS),
-                                 SAMPLES, COMPLETION, seed)
+    return judge.sampled_rewards(model, tokenizer, rows, rewards.load(REWARDS), SAMPLES, COMPLETION, seed)
 
 
 def one_run(guard: bool, rows: list[dict], held_out: list[dict] | None = None, seed: int = 0,

@@ -5,7 +5,8 @@ Shapes read (JSONL/JSON/CSV/Parquet ... through `readers`, so every record keeps
 - pairs as message lists (UltraFeedback-binarized, trl's conversational shape): "chosen" and "rejected" are whole
   conversations (or only the answer turns, with "prompt" a message list or a string); the shared turns are the prompt;
 - Anthropic HH transcripts: "chosen" and "rejected" are "\\n\\nHuman: ... \\n\\nAssistant: ..." strings; everything up
-  to the last "\\n\\nAssistant:" is the prompt, and it must be the same in both;
+  to the last "\\n\\nAssistant:" is the prompt, and it must be the same in both; or (Dahoas/full-hh-rlhf) a "prompt"
+  in that markup, "\\n\\nHuman: ... \\n\\nAssistant:", with the answers alone in "chosen" and "rejected";
 - unpaired KTO rows: {"prompt", "completion", "label"} (label true for a desirable completion).
 
 Every record read ends up in one place (`nbutils.data.ledger`): kept, quarantined (source, line, reason in
@@ -19,6 +20,7 @@ as 01 rendered SFT data: the prompt with the generation prompt, each answer thro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -42,10 +44,12 @@ def shape_of(rec: dict) -> str:
     if not {"chosen", "rejected"} <= keys:
         raise ValueError(f"unrecognised-record: keys {', '.join(sorted(keys))[:80]} (want prompt/chosen/rejected, "
                          "chosen/rejected transcripts, or prompt/completion/label)")
-    chosen = rec.get("chosen")
+    chosen, prompt = rec.get("chosen"), rec.get("prompt")
     if isinstance(chosen, list):
         return "messages"
-    if "prompt" not in keys and isinstance(chosen, str) and HH_TURN.search(chosen):
+    if isinstance(chosen, str) and HH_TURN.search(chosen) and prompt is None:
+        return "hh"
+    if isinstance(prompt, str) and HH_TURN.search(prompt):  # Dahoas/full-hh-rlhf: the prompt holds the turns
         return "hh"
     return "pairs"
 
@@ -63,9 +67,11 @@ def checked_prompt(msgs: list[dict], name: str = "prompt") -> list[dict]:
 
 
 def prompt_turns(value, name: str = "prompt") -> list[dict]:
-    """A prompt given as a string or a message list, as turns: the same rules for both."""
+    """A prompt given as a string (in HH markup: its turns) or a message list, as turns: the same rules for all."""
     if isinstance(value, list):
         return checked_prompt(records.turns(value, name), name)
+    if isinstance(value, str) and HH_TURN.search(value):
+        return _hh_prompt(value, name)
     return checked_prompt([{"role": "user", "content": records.text_field(value, name)}], name)
 
 
@@ -94,12 +100,27 @@ def _prompt(before: list[dict], given) -> list[dict]:
     return msgs
 
 
+def _hh_turns(transcript, name: str) -> list[dict]:
+    """An HH string ("\\n\\nHuman: ... \\n\\nAssistant: ...") as turns; what precedes the first marker is dropped."""
+    records.text_field(transcript, name)  # missing, not a string, or empty: said as such
+    parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
+    return [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
+            for r, t in zip(parts[1::2], parts[2::2])]
+
+
+def _hh_prompt(text: str, name: str = "prompt") -> list[dict]:
+    """A prompt in HH markup as turns: the empty "Assistant:" it ends with is the cue for the answer, not a turn."""
+    turns = _hh_turns(text, name)
+    if turns and turns[-1]["role"] == "assistant" and not turns[-1]["content"]:
+        turns = turns[:-1]
+    if empty := next((i for i, t in enumerate(turns, 1) if not t["content"]), None):
+        raise ValueError(f"empty-field: {name} turn {empty}")
+    return checked_prompt(turns, name)
+
+
 def _hh_split(transcript, side: str) -> tuple[list[dict], str]:
     """An HH transcript as (prompt messages, last assistant answer)."""
-    records.text_field(transcript, side)  # missing, not a string, or empty: said as such
-    parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
-    turns = [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
-             for r, t in zip(parts[1::2], parts[2::2])]
+    turns = _hh_turns(transcript, side)
     if not turns or turns[-1]["role"] != "assistant":
         raise ValueError(f"no-assistant-turn: {side} does not end with an Assistant turn")
     if empty := next((i for i, t in enumerate(turns[:-1], 1) if not t["content"]), None):
@@ -126,11 +147,13 @@ def normalize(rec: dict) -> dict:
         before, completion = _answer(rec["completion"], "completion")
         return {"shape": shape, "prompt": _prompt(before, rec.get("prompt")), "completion": completion,
                 "label": _label(rec["label"])}
-    if shape == "hh":
+    if shape == "hh" and HH_TURN.search(str(rec["chosen"])):  # transcripts (a prompt in HH markup beside answers: below)
         (p1, chosen), (p2, rejected) = _hh_split(rec["chosen"], "chosen"), _hh_split(rec["rejected"], "rejected")
         if p1 != p2:
             raise ValueError("prompt-mismatch: the chosen and rejected transcripts differ before their last answer")
         prompt = checked_prompt(p1)
+        if rec.get("prompt") is not None and prompt_turns(rec["prompt"]) != prompt:
+            raise ValueError("prompt-mismatch: the prompt field is not the transcripts' turns before their answer")
     else:
         (c_before, chosen), (r_before, rejected) = _answer(rec["chosen"], "chosen"), _answer(rec["rejected"], "rejected")
         if c_before != r_before:
@@ -231,6 +254,17 @@ def unpaired(rows: list[dict]) -> list[dict]:
         base = {k: v for k, v in r.items() if k not in ("chosen", "rejected")}
         out += [{**base, "completion": r["chosen"], "label": True}, {**base, "completion": r["rejected"], "label": False}]
     return out
+
+
+# A row's content: where it was read (source file, line) is not.
+CONTENT_KEYS = ("prompt", "chosen", "rejected", "completion", "label", "answer")
+
+
+def content_hash(rows: list[dict]) -> str:
+    """SHA-256 (16 hex digits) of the rows' content, in order: what 05's resume compares for the rows it trains on (a
+    file fixed with the same number of records trains another policy)."""
+    text = json.dumps([{k: r[k] for k in CONTENT_KEYS if k in r} for r in rows], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def split(rows: list[dict], eval_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:

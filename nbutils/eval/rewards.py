@@ -1,7 +1,9 @@
 """GRPO reward functions, named in 05 as `module:function`, and the guard's penalty.
 
-A reward function takes trl's keywords: `completions` (strings, or message lists for chat prompts) and the dataset's
-other columns (here `answer`, the reference answer 01 kept), and returns one float per completion. The examples fit
+A reward function takes trl's keywords: `prompts` and `completions` (strings; message lists for chat prompts),
+`completion_ids`, the dataset's other columns (here `answer`, the reference answer 01 kept) and trl's `trainer_state`,
+`log_extra`, `log_metric`; it returns one float per completion (None: no opinion). `total` calls it the same way for
+05's held-out reward, so a function that trains also judges. The examples fit
 the embedded task (one short answer word) and any task with short reference answers:
 - `correct`: 1 when the completion is the reference answer (case and spacing aside), else 0;
 - `well_formed`: 0.5 for one short line that says no word twice, else 0 (the reward that is not zero from step one,
@@ -67,7 +69,22 @@ def load(specs: str) -> list:
     return funcs
 
 
-def total(funcs, completions, answers) -> list[float]:
-    """The summed reward of each completion, as GRPO sums its reward functions (weights of 1)."""
-    per = [f(completions=completions, answer=answers) for f in funcs]
-    return [sum(values) for values in zip(*per)]
+def _ignore(*_, **__) -> None:
+    """trl's log_extra and log_metric outside a trainer: nothing to log to."""
+
+
+def total(funcs, prompts: list, completions: list, completion_ids: list[list[int]], columns: dict[str, list],
+          trainer_state=None) -> list[float]:
+    """The summed reward of each completion, each function called with the keywords and shapes trl's GRPOTrainer uses
+    (`_calculate_rewards`: prompts, completions, completion_ids, every other column, trainer_state, log_extra,
+    log_metric) and summed as trl sums them (weights of 1; None or NaN counts nothing, as trl's nansum)."""
+    n = len(completions)
+    sums = [0.0] * n
+    for f in funcs:
+        values = f(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns,
+                   trainer_state=trainer_state, log_extra=_ignore, log_metric=_ignore)
+        if len(values) != n:
+            raise ValueError(f"reward {getattr(f, '__name__', f)!r} returned {len(values)} rewards for {n} completions: "
+                             "return one number (or None) per completion")
+        sums = [s + (float(v) if v is not None and v == v else 0.0) for s, v in zip(sums, values)]  # nansum
+    return sums

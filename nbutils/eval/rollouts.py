@@ -6,6 +6,8 @@ stopping criteria: a row the guard stops is cut after its last token before the 
 on), so it is scored as written (the `not_degenerate` reward's penalty) and trained on at that length, and the
 batch ends once every row has stopped or said EOS. Per step, trl's log gets `guard/stopped_share` (rollouts the
 guard stopped) and `guard/tokens_saved` (max_completion_length less the tokens of each stopped rollout, summed).
+`guard_stats` (05's summary, the bench) counts training rollouts only: an evaluation's rollouts (the run's final
+eval loss samples its own) train nothing.
 It lives in nbutils.eval because it runs the guard (train may not import eval).
 """
 
@@ -55,6 +57,17 @@ def cut(completion_ids: list[list[int]], report: list[dict]) -> tuple[list[list[
 ROLLOUT_CHECK_EVERY, ROLLOUT_DETECT_EVERY = 4, 8
 
 
+def _tally(trainer, completion_ids, stopped: int = 0, saved: int = 0) -> None:
+    """Add one batch of training rollouts to trainer.guard_stats; an evaluation's (model in eval mode) are left out."""
+    if not trainer.model.training:
+        return
+    stats = trainer.guard_stats = dict(trainer.guard_stats)  # per instance, not the class's
+    stats["rollouts"] += len(completion_ids)
+    stats["stopped"] += stopped
+    stats["tokens"] += sum(len(c) for c in completion_ids)
+    stats["tokens_saved"] += saved
+
+
 def guarded(trainer_class, check_every: int = ROLLOUT_CHECK_EVERY, detect_every: int = ROLLOUT_DETECT_EVERY):
     """A subclass of trl's GRPOTrainer (`trainer_class`) whose rollouts run under the degeneration guard."""
 
@@ -79,11 +92,7 @@ def guarded(trainer_class, check_every: int = ROLLOUT_CHECK_EVERY, detect_every:
             n = max(1, len(completion_ids))
             self._metrics[mode]["guard/stopped_share"].append(len(stopped) / n)
             self._metrics[mode]["guard/tokens_saved"].append(float(saved))
-            stats = self.guard_stats = dict(self.guard_stats)  # per instance, not the class's
-            stats["rollouts"] += len(completion_ids)
-            stats["stopped"] += len(stopped)
-            stats["tokens"] += sum(len(c) for c in completion_ids)
-            stats["tokens_saved"] += saved
+            _tally(self, completion_ids, len(stopped), saved)
 
     GuardedGRPOTrainer.__name__ = GuardedGRPOTrainer.__qualname__ = f"Guarded{trainer_class.__name__}"
     return GuardedGRPOTrainer
@@ -97,9 +106,7 @@ def counted(trainer_class):
 
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
-            stats = self.guard_stats = dict(self.guard_stats)
-            stats["rollouts"] += len(completion_ids)
-            stats["tokens"] += sum(len(c) for c in completion_ids)
+            _tally(self, completion_ids)
             return completion_ids, logprobs
 
     return CountedGRPOTrainer
@@ -115,3 +122,15 @@ def for_guard(trainer_class, guard: str):
         raise ValueError(f"guard={guard!r}: 05 takes \"flag\" (rollouts under the degeneration guard) or \"off\"; "
                          "\"abort\" is 03's (it ends an evaluation that degenerates)")
     return guarded(trainer_class) if guard == "flag" else counted(trainer_class)
+
+
+def settings(args, reward_functions: str, guard: str) -> dict:
+    """GRPO's settings that decide what its rollouts are and how they score, for the run's record (a resume refuses a
+    change, naming it): the reward functions, the group, the completion length, the sampling temperature and the
+    scaling of rewards from trl's config `args`, and 05's guard. {} for the other methods' configs."""
+    if not hasattr(args, "num_generations"):
+        return {}
+    specs = [s.strip() for s in reward_functions.split(",") if s.strip()]
+    return {"grpo.reward_functions": specs, "grpo.num_generations": args.num_generations,
+            "grpo.max_completion_length": args.max_completion_length, "grpo.temperature": args.temperature,
+            "grpo.scale_rewards": str(args.scale_rewards), "grpo.guard": guard}

@@ -23,6 +23,7 @@ from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
 from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, recipe, reports, runlock
+from nbutils.train import loss as lm_loss
 
 METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
@@ -66,15 +67,24 @@ class PreferencePlan:
     def precision(self) -> str:
         return self.recipe.precision
 
+    @property
+    def judge_batch_tokens(self) -> int:
+        """Padded positions the judge pass scores at once (answer log-probabilities, the eval loss): what the plan
+        found fits with the loss the model's scoring uses."""
+        return self.memory.get("judge_batch_tokens", evalmemory.BATCH_TOKENS)
+
     def held_out_rows(self) -> list[dict]:
         """Held-out rows in the method's shape: KTO trains on unpaired rows, so its eval loss reads them unpaired."""
         return prefdata.unpaired(self.eval_rows) if self.method == "kto" else self.eval_rows
 
     def record(self, **extra) -> dict:
-        """What every checkpoint records beyond the model and the trainer (the resume compares it)."""
+        """What every checkpoint records beyond the model and the trainer (the resume compares it): the training rows'
+        content (a file fixed with the same number of records trains another policy), and extra (the notebook's
+        beta, GRPO's rollout settings ...)."""
         return {"base_model": self.recipe.base_model, "precision": self.precision, "method": self.method,
                 "sft_settings_hash": self.sft_settings_hash,
                 "data_counts": {k: v for k, v in self.counts.items() if k != "inputs"},  # where the files lie is no setting
+                "preference_data_hash": prefdata.content_hash(self.train_rows),
                 "versions": dict(self.env.versions), **extra}
 
     def rows(self) -> dict:
@@ -187,8 +197,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                                     eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)
     r = int(lora_r or rec.lora.get("r", 16))
     gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
-    mem = memory.plan_preference(config, method, max_length, per_device_batch_size, r, num_generations,
-                                 max_completion_length, gpu, judge_pass(config, method, r, max_length))
+    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, max_completion_length, gpu)
     lr, lr_why = learning_rate(learning_rate_value, config)
     steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
@@ -227,17 +236,34 @@ def fit_problems(method: str, train: list[dict], held: list[dict], preference_da
     return found
 
 
-def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4) -> dict:
+def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4,
+               tokens: int = evalmemory.BATCH_TOKENS) -> dict:
     """The judge pass after training (nbutils.eval.judge): the SFT adapter loaded beside the trained one, then 03's
     generation (a batch of prompts; GRPO's held-out reward samples reward_samples completions for each of a batch
-    of prompts) and the scoring of answers, batched by tokens; prompts and answers at most max_length tokens each."""
+    of prompts) and the scoring of answers, `tokens` padded positions at a time, with the loss the scoring uses for
+    this model: in chunks, or from its whole logits where they are not lm_head's output (Gemma-2's soft-capping:
+    `loss.unsupported`), as 03 plans it; prompts and answers at most max_length tokens each."""
     shape = memory.Shape.from_config(model_config)
+    loss = "plain" if lm_loss.unsupported(model_config) else "chunked"
     rows = max(evalmemory.GENERATE_ROWS, evalmemory.SAMPLED_PROMPTS * reward_samples if method == "grpo" else 0)
-    moment = max(evalmemory.generation(shape, rows, max_length, max_length),
-                 evalmemory.scoring(shape, evalmemory.BATCH_TOKENS))
-    return {"bytes": evalmemory.adapters(shape, lora_r) + moment,
+    moment = max(evalmemory.generation(shape, rows, max_length, max_length), evalmemory.scoring(shape, tokens, loss))
+    return {"bytes": evalmemory.adapters(shape, lora_r) + moment, "tokens": tokens, "loss": loss,
             "what": f"judged against the SFT adapter: {rows} x ({max_length} + {max_length}) tokens generated, "
-                    f"{evalmemory.BATCH_TOKENS:,} scored at once"}
+                    f"{tokens:,} scored at once ({loss} logits)"}
+
+
+def plan_memory(model_config, method: str, max_length: int, batch: int, lora_r: int, num_generations: int,
+                max_completion_length: int, gpu_memory_gb: float | None) -> dict:
+    """memory.plan_preference with the judge pass scoring as many padded positions at once as fit beside the
+    trained model (at most evalmemory.BATCH_TOKENS, at least one max_length row: 03's "auto"), recorded as
+    judge_batch_tokens for the judge's cells."""
+    def plan_at(tokens: int) -> dict:
+        return memory.plan_preference(model_config, method, max_length, batch, lora_r, num_generations,
+                                      max_completion_length, gpu_memory_gb,
+                                      judge_pass(model_config, method, lora_r, max_length, tokens=tokens))
+
+    tokens, _ = evalmemory.batch_tokens("auto", lambda n: plan_at(n).get("judge_fits", True), max_length)
+    return {**plan_at(tokens), "judge_batch_tokens": tokens}
 
 
 def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 2) -> list[str]:
@@ -247,6 +273,11 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 
                      "compares the completions of one prompt within a batch")
     if plan.method != "grpo" and not plan.eval_rows:
         found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
+    if not plan.train_rows:  # trl would stop on a bare StopIteration at its first batch
+        prompts = len({json.dumps(r["prompt"]) for r in plan.eval_rows})
+        found.append(f"no training rows: the held-out side took all {len(plan.eval_rows)} (held out by prompt, and they "
+                     f"share {prompts} prompt{'s' * (prompts != 1)}): give preference_eval (a held-out file), lower "
+                     "eval_fraction, or add records with other prompts")
     m = plan.memory
     if m.get("gpu_memory_gb") and not m["fits"]:
         fix = (f"the largest that fits is {m['largest_batch_that_fits']}" if m["largest_batch_that_fits"] else
@@ -260,24 +291,46 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 
     return found + ([disk] if disk else [])
 
 
+def _live(params: dict, key: str, name: str, what: str):
+    """The model's parameter of adapter `name` for an adapter file's key (the file's names carry no adapter name)."""
+    live = key.replace(".weight", f".{name}.weight")
+    found = [p for n, p in params.items() if n.endswith(live)]
+    if len(found) != 1:
+        raise AssertionError(f"the {what} adapter {name!r} has no tensor for {key}")
+    return found[0]
+
+
 def check_reference(model, sft_checkpoint: Path, name: str = "ref") -> str:
     """Prove the trainer's reference adapter is 02's adapter, frozen: every tensor equal to the file's."""
     from safetensors.torch import load_file
 
     saved = load_file(str(Path(sft_checkpoint) / "adapter_model.safetensors"))
     params = dict(model.named_parameters())
-    compared = 0
     for key, value in saved.items():
-        live = key.replace(".weight", f".{name}.weight")
-        found = [p for n, p in params.items() if n.endswith(live)]
-        if len(found) != 1:
-            raise AssertionError(f"the reference adapter {name!r} has no tensor for {key}")
-        if found[0].requires_grad:
+        live = _live(params, key, name, "reference")
+        if live.requires_grad:
             raise AssertionError(f"the reference adapter {name!r} trains ({key}): it must stay frozen")
-        if not bool((found[0].detach().float().cpu() == value.float()).all()):
+        if not bool((live.detach().float().cpu() == value.float()).all()):
             raise AssertionError(f"the reference adapter {name!r} differs from {sft_checkpoint} at {key}")
-        compared += 1
-    return f"[reference] adapter {name!r}: {compared} tensors equal to {sft_checkpoint.name}'s, frozen"
+    return f"[reference] adapter {name!r}: {len(saved)} tensors equal to {sft_checkpoint.name}'s, frozen"
+
+
+def judged_policy(model, run, ckpt: Path, name: str = "default") -> str:
+    """Make the policy adapter hold the final checkpoint's weights before the judge scores it. After a NaN stop the
+    final checkpoint is a copy of the last good Trainer checkpoint (training.save_final) while the model in memory
+    holds the weights of the step that stopped: the report would describe weights other than the checkpoint it
+    names. Other stops saved the model itself: nothing to do."""
+    if getattr(run.result, "stopped_reason", None) != "nan":
+        return ""
+    import torch
+    from safetensors.torch import load_file
+
+    saved = load_file(str(Path(ckpt) / "adapter_model.safetensors"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for key, value in saved.items():
+            _live(params, key, name, "policy").copy_(value)
+    return f"[judge] NaN stop: the policy adapter {name!r} reloaded from {ckpt} ({len(saved)} tensors), the checkpoint judged"
 
 
 def prepare_kbit(model):

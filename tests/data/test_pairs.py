@@ -178,3 +178,31 @@ def test_kto_rows_take_message_lists_as_prompts_and_completions(tok, tmp_path):
            "completion": [{"role": "assistant", "content": "city"}], "label": 1}
     [row], ledger = pairs.read([_file(tmp_path, rec)], tok, 128)
     assert ledger.shapes == {"kto": 1} and row["label"] is True and row["completion"].strip().startswith("city")
+
+
+def test_an_hh_prompt_column_is_read_as_turns_not_as_one_user_turn_of_markup(tok, tmp_path):
+    """Dahoas/full-hh-rlhf: the prompt holds the Human/Assistant turns, chosen and rejected the answers alone."""
+    dahoas = {"prompt": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: what kind of word is oslo ?\n\nAssistant:",
+              "chosen": " city", "rejected": " food"}
+    transcripts = {k: dahoas["prompt"] + dahoas[k] for k in ("chosen", "rejected")}
+    row = pairs.normalize(dahoas)
+    assert row["prompt"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                             {"role": "user", "content": "what kind of word is oslo ?"}]
+    assert (row["shape"], row["chosen"], row["rejected"]) == ("hh", "city", "food")
+    [a], ledger = pairs.read([_file(tmp_path, dahoas)], tok, 256)
+    [b], _ = pairs.read([_file(tmp_path, transcripts)], tok, 256)
+    assert "Human:" not in a["prompt"] and (a["prompt"], a["chosen"]) == (b["prompt"], b["chosen"])
+    assert ledger.shapes == {"hh": 1}
+    kto = pairs.normalize({"prompt": "\n\nHuman: q ?\n\nAssistant:", "completion": "city", "label": True})
+    assert kto["prompt"] == [{"role": "user", "content": "q ?"}]
+    with pytest.raises(ValueError, match="^prompt-mismatch: the prompt field is not the transcripts'"):
+        pairs.normalize({"prompt": "\n\nHuman: other ?\n\nAssistant:", **transcripts})
+    with pytest.raises(ValueError, match="^empty-field: prompt turn 1"):
+        pairs.normalize({"prompt": "\n\nHuman: \n\nAssistant:", "chosen": "a", "rejected": "b"})
+
+
+def test_content_hash_follows_the_rows_content_not_where_they_were_read():
+    rows = [{"prompt": "p", "chosen": "a", "rejected": "b", "source": "x.jsonl", "line": 1}]
+    moved = [{**rows[0], "source": "y.jsonl", "line": 7}]
+    swapped = [{**rows[0], "chosen": "b", "rejected": "a"}]
+    assert pairs.content_hash(rows) == pairs.content_hash(moved) != pairs.content_hash(swapped)

@@ -106,3 +106,95 @@ def test_answer_logps_keep_their_order_whatever_batches_the_tokens_make(two_adap
     together = judge.answer_logps(model, tok, [row["prompt"]] * 3, answers)
     alone = [judge.answer_logps(model, tok, [row["prompt"]], [a], batch_tokens=1)[0] for a in answers]
     assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) == 3
+
+
+def test_answers_are_tokenized_as_trls_dpo_tokenizes_them_for_training(twin):
+    """Phi-3.5's SentencePiece merges across the prompt's end: trl's DPO tokenizes prompt + answer whole and splits
+    at the common prefix (training sees 'Par', 'is', and EOS appended after <|end|>); the judge scores those tokens,
+    not '▁Paris' from the answer tokenized alone."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+    from trl import DPOTrainer
+
+    from nbutils.data import chatformat, pairs
+
+    tok = chatformat.load_tokenizer(str(twin("phi-3.5-mini")))
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt, chosen = pairs.render(tok, question, "Paris is the capital.")
+    rejected = pairs.render(tok, question, "London.")[1]
+    args = SimpleNamespace(dataset_num_proc=None, max_length=None, truncation_mode="keep_start")
+    data = Dataset.from_list([{"prompt": prompt, "chosen": chosen, "rejected": rejected}])
+    trl = DPOTrainer._prepare_dataset(SimpleNamespace(_tokenizer=tok), data, tok, args, "train")[0]
+    context, (c, r) = judge.trl_ids(tok, prompt, [chosen, rejected])
+    assert (context, c, r) == (trl["prompt_ids"], trl["chosen_ids"], trl["rejected_ids"])
+    assert tok.convert_ids_to_tokens(c)[:2] == ["Par", "is"] and c[-1] == tok.eos_token_id
+
+
+def test_answer_logps_score_trls_tokens_in_batches_of_the_tokens_given(two_adapters, monkeypatch):
+    model, tok = two_adapters
+    row = _rows(tok)[0]
+    context, [answer] = judge.trl_ids(tok, row["prompt"], [row["chosen"]])
+    want = judge.score_ids(model, tok.pad_token_id, [(context, answer)])
+    asked = []
+    real = judge.score_ids
+    monkeypatch.setattr(judge, "score_ids", lambda *a, **kw: asked.append(a[3] if len(a) > 3 else None) or real(*a))
+    assert judge.answer_logps(model, tok, [row["prompt"]], [row["chosen"]]) == pytest.approx(want)
+    judge.held_out_figures(model, tok, _rows(tok), 0.1, batch_tokens=96)
+    assert asked[1:] == [96] * 4  # chosen and rejected, under both adapters: the plan's batch, not 16,384
+
+
+def test_held_out_intervals_use_the_notebooks_bootstrap_and_the_line_flags_few_pairs(two_adapters, monkeypatch):
+    model, tok = two_adapters
+    asked = []
+    monkeypatch.setattr(judge.metrics, "bootstrap_ci", lambda xs, n=1000, seed=0: asked.append((n, seed)) or [0.0, 1.0])
+    pair = _rows(tok)[0]
+    kto = {"prompt": pair["prompt"], "completion": pair["chosen"], "label": True}
+    figs = judge.held_out_figures(model, tok, [pair, kto], 0.1, n_boot=77, seed=5)
+    assert asked == [(77, 5)] * 3 and figs["preference"]["bootstrap"] == {"n": 77, "seed": 5}
+    block = {"task_metric": 0.0}
+    line = judge.summary_line("dpo", {"base": block, "tuned": block, **figs})
+    assert "on 1 held-out pairs (only 1 pairs: too few for the interval to mean much)" in line
+    assert "(only 1 rows: too few" in line
+    many = {**figs["preference"], "n_pairs": judge.FEW}
+    assert "too few" not in judge.summary_line("dpo", {"base": block, "tuned": block, "preference": many})
+
+
+def test_the_held_out_reward_calls_a_trl_style_reward_function_as_trl_does(two_adapters):
+    """GRPO's rows are chat prompts: trl passes prompts (message lists), completions (assistant message lists),
+    completion_ids and the columns; a function that trains on them judges the held-out reward unchanged."""
+    model, tok = two_adapters
+    rows = [{"prompt": [{"role": "user", "content": "what kind of word is oslo ?"}], "answer": "city"},
+            {"prompt": [{"role": "user", "content": "what kind of word is bread ?"}], "answer": "food"}]
+    seen = []
+
+    def strict(prompts, completions, completion_ids, answer, trainer_state, **kw):
+        assert all(isinstance(p, list) and p[0]["role"] == "user" for p in prompts)
+        assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in completions)
+        assert all(isinstance(i, list) and all(isinstance(t, int) for t in i) for i in completion_ids)
+        seen.append(answer)
+        return [1.0] * len(completions)
+
+    got = judge.sampled_rewards(model, tok, rows, [strict], samples=2, max_new_tokens=4, seed=0)
+    assert got == [1.0, 1.0] and seen == [["city", "city", "food", "food"]]
+
+
+def test_task_figures_score_the_eval_loss_in_the_plans_batches(monkeypatch):
+    asked = []
+
+    def score(model, tok, ds, prompts, refs, new_tokens, guard, **kw):
+        asked.append(kw["batch_tokens"])
+        return {"task_metric": 0.0}, [{"text": "r"}]
+
+    class Model:
+        active_adapter = "default"
+
+        def set_adapter(self, name):
+            self.active_adapter = name
+
+    monkeypatch.setattr(judge.evaluation, "prompts_and_references", lambda ds, tok, limit: (["p"], ["r"]))
+    monkeypatch.setattr(judge.evaluation, "score", score)
+    monkeypatch.setattr(judge.evaluation, "sample_rows", lambda *a: [])
+    monkeypatch.setattr(judge.metrics, "compare", lambda *a: {})
+    judge.task_figures(Model(), None, None, 1, 4, 10, 0, batch_tokens=3840)
+    assert asked == [3840, 3840]

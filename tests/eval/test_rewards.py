@@ -22,8 +22,55 @@ def test_not_degenerate_penalises_loops_only():
 def test_load_names_and_sums_the_functions():
     funcs = rewards.load(rewards.DEFAULT)
     assert [f.__name__ for f in funcs] == ["correct", "well_formed", "not_degenerate"]
-    assert rewards.total(funcs, ["city", "pet " * 40], ["city", "pet"]) == [1.5, -1.0]
+    assert rewards.total(funcs, ["a", "b"], ["city", "pet " * 40], [[1], [2]], {"answer": ["city", "pet"]}) == [1.5, -1.0]
     with pytest.raises(ValueError, match="module:function"):
         rewards.load("correct")
     with pytest.raises(ValueError, match="has no function nope"):
         rewards.load("nbutils.eval.rewards:nope")
+
+
+def _trl_kwargs(inputs, prompts, completions, completion_ids) -> dict:
+    """The keywords trl's GRPOTrainer._calculate_rewards passes a reward function (trl itself, on a stand-in trainer)."""
+    from types import SimpleNamespace
+
+    import torch
+    from trl import GRPOTrainer
+
+    seen = {}
+
+    def record(**kw):
+        seen.update(kw)
+        return [0.0] * len(kw["completions"])
+
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(device=torch.device("cpu"), is_main_process=True),
+                              reward_funcs=[record], reward_processing_classes=[None], reward_func_names=["record"],
+                              state=SimpleNamespace(global_step=0), args=SimpleNamespace(report_to=[]),
+                              _log_completion_extra=None, _log_metric=None, environments=None)
+    GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, completion_ids)
+    return seen
+
+
+def test_total_calls_a_reward_function_with_trls_keywords_and_shapes():
+    """A reward function written for trl (prompts=, completions= as message lists, completion_ids=, the columns,
+    trainer_state=) judges 05's held-out reward too: total passes what trl passes in training."""
+    inputs = [{"prompt": [{"role": "user", "content": "kind of oslo ?"}], "answer": "city"}] * 2
+    prompts = [r["prompt"] for r in inputs]
+    completions = [[{"role": "assistant", "content": "city"}], [{"role": "assistant", "content": "food"}]]
+    trl = _trl_kwargs(inputs, prompts, completions, [[5, 2], [6]])
+    ours = {}
+
+    def strict(prompts, completions, completion_ids, answer, trainer_state, log_extra, log_metric, **kw):
+        ours.update(prompts=prompts, completions=completions, completion_ids=completion_ids, answer=answer,
+                    trainer_state=trainer_state, log_extra=log_extra, log_metric=log_metric, **kw)
+        return [float(c[0]["content"] == a) for c, a in zip(completions, answer)]
+
+    got = rewards.total([strict, rewards.correct], prompts, completions, [[5, 2], [6]], {"answer": ["city", "city"]})
+    assert got == [2.0, 0.0] and set(ours) == set(trl)
+    assert all(ours[k] == trl[k] for k in ("prompts", "completions", "completion_ids", "answer"))
+
+
+def test_total_sums_as_trl_none_and_nan_count_nothing_and_a_wrong_length_says_what_to_return():
+    half = lambda completions, **_: [None, float("nan")]  # noqa: E731
+    assert rewards.total([half, rewards.well_formed], ["p", "p"], ["city", "city"], [[1], [1]], {}) == [0.5, 0.5]
+    with pytest.raises(ValueError, match="return one number"):
+        rewards.total([lambda completions, **_: [1.0]], ["p", "p"], ["a", "b"], [[1], [2]], {})

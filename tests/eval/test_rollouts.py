@@ -34,3 +34,28 @@ def test_guarded_grpo_stops_looping_rollouts_and_counts_the_tokens_it_saved(monk
     assert len(guarded["held_out"]) == 2 and all(-1.0 <= r <= 0.5 for r in guarded["held_out"])  # 05's held-out reward
     assert guarded["tokens"] + guarded["tokens_saved"] <= guarded["rollouts"] * preference_bench.COMPLETION
     assert len(guarded["rewards"]) == 2
+
+
+@pytest.mark.parametrize("wrap", [rollouts.guarded, rollouts.counted])
+def test_guard_stats_count_training_rollouts_not_an_evaluations(wrap):
+    """The run's final evaluation samples rollouts of its own (16 held-out prompts x 4): they train nothing, so
+    05's summary and the bench count the training ones only; trl's eval log still gets the guard's figures."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    class Trainer:
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            return [[1, 2, 3], [4, 5]], None
+
+    trainer = wrap(Trainer)()
+    trainer.max_completion_length, trainer._metrics = 8, defaultdict(lambda: defaultdict(list))
+    for training in (True, False):
+        trainer.model = SimpleNamespace(training=training)
+        if wrap is rollouts.guarded:
+            trainer._count([[1, 2, 3], [4, 5]], [3])
+        else:
+            trainer._generate_single_turn(None)
+    assert trainer.guard_stats["rollouts"] == 2 and trainer.guard_stats["tokens"] == 5
+    if wrap is rollouts.guarded:
+        assert trainer.guard_stats["stopped"] == 1 and trainer.guard_stats["tokens_saved"] == 5
+        assert trainer._metrics["eval"]["guard/stopped_share"] == [0.5]

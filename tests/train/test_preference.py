@@ -227,7 +227,106 @@ def test_05s_plan_checks_the_disk_for_keep_checkpoints_as_02s_does(tmp_path, mon
 
     asked = []
     monkeypatch.setattr(diskspace, "check", lambda out, need, keep: asked.append((need, keep)))
-    plan = SimpleNamespace(method="dpo", eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0})
+    plan = SimpleNamespace(method="dpo", train_rows=[{}], eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0})
     for keep in (2, 5):
         assert preference._checks(plan, 8, 4, keep) == []
     assert asked == [(diskspace.needed_mb(10.0, 2), 2), (diskspace.needed_mb(10.0, 5), 5)] and asked[1][0] == 70.0
+
+
+GEMMA2_2B = dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=256, vocab_size=256000)
+
+
+def test_05s_judge_pass_plans_gemma2s_whole_logits_and_scores_batches_that_fit_a_t4():
+    """Gemma-2's soft-capped logits are scored whole (loss.unsupported), as 03 plans them: 16,384 positions of a
+    256k vocabulary are about 40 GB, so the judge scores the fewest batches that fit the T4 beside the trained model."""
+    from transformers import Gemma2Config
+
+    from nbutils.train import evalmemory
+
+    gemma = Gemma2Config(**GEMMA2_2B, final_logit_softcapping=30.0)
+    assert preference.judge_pass(gemma, "dpo", 16, 256)["loss"] == "plain"
+    assert preference.judge_pass(gemma, "dpo", 16, 256)["bytes"] > 30 * memory.GB
+    mem = preference.plan_memory(gemma, "dpo", 256, 2, 16, 4, 16, 15.0)
+    tokens = mem["judge_batch_tokens"]
+    assert mem["judge_fits"] and 256 <= tokens < evalmemory.BATCH_TOKENS and tokens % 256 == 0
+    assert f"{tokens:,} scored at once (plain logits)" in mem["what"]
+    unbounded = preference.plan_memory(Gemma2Config(**GEMMA2_2B, final_logit_softcapping=None), "dpo", 256, 2, 16, 4,
+                                       16, 15.0)
+    assert unbounded["judge_batch_tokens"] == evalmemory.BATCH_TOKENS and "(chunked logits)" in unbounded["what"]
+
+
+def test_an_empty_training_set_is_a_plan_problem_not_trls_stop_iteration(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nbutils.data import pairs
+    from nbutils.train import diskspace
+
+    monkeypatch.setattr(diskspace, "check", lambda out, need, keep: None)
+    rows = [{"prompt": "one prompt", "chosen": f"a{i}", "rejected": "b"} for i in range(5)]
+    train, held = pairs.split(rows, 0.1, seed=0)  # held out by prompt: the one prompt goes, with every row
+    assert (len(train), len(held)) == (0, 5)
+    plan = SimpleNamespace(method="dpo", train_rows=train, eval_rows=held, out=tmp_path, memory={"checkpoint_mb": 1.0})
+    [problem] = preference._checks(plan, 8, 4)
+    assert "no training rows: the held-out side took all 5" in problem and "share 1 prompt)" in problem
+    assert "give preference_eval" in problem and "lower eval_fraction" in problem
+
+
+def _record(rows, method="dpo", **extra):
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(recipe=SimpleNamespace(base_model="embedded"), precision="fp32", method=method,
+                           sft_settings_hash="h", counts={"records": len(rows)}, train_rows=rows,
+                           env=SimpleNamespace(versions={}))
+    return preference.PreferencePlan.record(plan, beta=0.1, **extra)
+
+
+def test_a_resume_on_other_data_of_the_same_size_or_other_grpo_settings_is_refused_naming_it():
+    """The record holds the training rows' content and GRPO's rollout settings: a file fixed with the same number of
+    records (chosen and rejected swapped), or another reward, group or length, is a difference the resume names."""
+    from trl import GRPOConfig
+
+    from nbutils.eval import rollouts
+    from nbutils.train import runsettings
+
+    rows = [{"prompt": "p", "chosen": "a", "rejected": "b", "source": "x.jsonl", "line": 1}]
+    swapped = [{**rows[0], "chosen": "b", "rejected": "a"}]
+    moved = [{**rows[0], "source": "elsewhere/x.jsonl"}]
+    same = runsettings.settings(_record(rows))
+    assert runsettings.differences(same, runsettings.settings(_record(moved))) == []
+    [line] = runsettings.differences(same, runsettings.settings(_record(swapped)))
+    assert line.startswith("preference_data_hash: checkpoint has")
+
+    def grpo(reward="nbutils.eval.rewards:correct", guard="flag", **kw):
+        args = GRPOConfig(output_dir="unused", num_generations=4, max_completion_length=16, use_cpu=True, **kw)
+        return runsettings.settings(_record(rows, "grpo", **rollouts.settings(args, reward, guard)))
+
+    assert runsettings.differences(grpo(), grpo()) == []
+    changed = {line.split(":")[0] for line in runsettings.differences(grpo(), grpo(
+        "nbutils.eval.rewards:well_formed", "off", temperature=0.7))}
+    assert changed == {"grpo.reward_functions", "grpo.guard", "grpo.temperature"}
+    assert rollouts.settings(object(), "x:y", "flag") == {}  # DPO, ORPO and KTO configs: nothing of GRPO's
+
+
+def test_after_a_nan_stop_the_judge_scores_the_checkpoints_adapter_not_the_weights_in_memory(tmp_path):
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import save_file
+
+    from nbutils.train import modeling
+
+    model = get_peft_model(modeling.load_base("embedded"), LoraConfig(r=4, target_modules=["q_proj"]))
+    good = {k.replace(".default", ""): torch.full_like(v, 0.25) for k, v in model.named_parameters() if ".default." in k}
+    save_file(good, str(tmp_path / "adapter_model.safetensors"))  # the last good checkpoint save_final copied
+    for name, p in model.named_parameters():
+        if ".default." in name:
+            p.data.fill_(float("nan"))  # the step that stopped
+    assert preference.judged_policy(model, SimpleNamespace(result=SimpleNamespace(stopped_reason="max_steps")),
+                                    tmp_path) == ""
+    assert next(p for n, p in model.named_parameters() if ".default." in n).isnan().all()  # saved from memory: as is
+    line = preference.judged_policy(model, SimpleNamespace(result=SimpleNamespace(stopped_reason="nan")), tmp_path)
+    assert f"reloaded from {tmp_path} ({len(good)} tensors)" in line
+    live = {n: p for n, p in model.named_parameters() if ".default." in n}
+    assert len(live) == len(good) and all(bool((p == 0.25).all()) and p.requires_grad for p in live.values())
