@@ -1,5 +1,7 @@
 # Kaggle and Colab targets. Included from the Makefile, which defines $(PY) and `setup`.
 # Nothing here talks to Kaggle except kaggle-push, which needs credentials and says so without them.
+# The wheelhouse's Python: this machine's (3.11), which the twins and kaggle-wheelhouse-check install it into. Kaggle's
+# image runs the Python in kaggle-image/freezes/kaggle.txt's header (3.12): build the upload with KAGGLE_PYTHON=3.12.
 KAGGLE_PYTHON ?= 3.11
 
 .PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
@@ -13,7 +15,7 @@ kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb
 kaggle-push: setup  ## bundle, then push 01 -> 02 -> 03 -> 04 -> 05, waiting for each run (KAGGLE_PUSH_WAIT=0 to not wait)
 	$(PY) -m nbutils.kaggle push
 
-kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for Kaggle's Python (no torch); seconds when only nbutils changed
+kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for $(KAGGLE_PYTHON) (no torch); seconds when only nbutils changed
 	KAGGLE_PYTHON=$(KAGGLE_PYTHON) $(PY) -m nbutils.kaggle dataset
 
 # Proof that the dataset alone is enough: the notebooks' bootstrap cell, no network, in a fresh venv with only

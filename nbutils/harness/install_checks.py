@@ -279,17 +279,22 @@ def unpinned_problems(name: str, cell: int, lines: list[str], commands: list[Ins
 
 
 def stale_problems(name: str, cell: int, lines: list[str], commands: list[InstallCommand], plat: Platform,
-                   state: Installs) -> list[Problem]:
-    """stale-import: this cell changes a package an earlier cell imported."""
+                   state: Installs, here: dict[str, tuple[int, str]] | None = None) -> list[Problem]:
+    """stale-import: this cell changes a package an earlier cell imported, or a line above it in this cell (`here`:
+    this cell's imports, module -> (1-based line, condition))."""
     out = []
     for cmd in commands:
         for pkg in cmd.packages:
             module = module_of(pkg.name) if pkg.name else None
-            if module in state.imported_at and not unchanged(pkg, cmd, plat):
-                at, at_line, _ = state.imported_at[module]
+            above = (here or {}).get(module or "")
+            if above is not None and above[0] - 1 >= cmd.line:
+                above = None  # imported below the install: it loads the new version
+            if (module in state.imported_at or above) and not unchanged(pkg, cmd, plat):
+                at, at_line, _ = state.imported_at.get(module) or (cell, *above)
+                where = f"cell {at}" if at != cell else "this cell"
                 line = line_of(cmd, lines, [pkg.spec])
                 out.append(Problem("stale-import", name, cell,
-                                   f"{quote(lines, line)} installs {pkg.spec} after cell {at} imported {module} "
+                                   f"{quote(lines, line)} installs {pkg.spec} after {where} imported {module} "
                                    f"(line {at_line}): the kernel keeps the module it loaded, so the run goes on "
                                    f"with the old {module}{runs_because(cmd, plat)}",
                                    "move this install into the first code cell, above every import",

@@ -13,20 +13,33 @@ from pathlib import Path
 
 from nbutils.harness import install_checks as ic
 from nbutils.harness.branches import CellWalker, python_source
-from nbutils.harness.conditions import CellReach, Evaluator
-from nbutils.harness.install_lines import install_commands, shell_lines
-from nbutils.harness.platforms import platform
+from nbutils.harness.conditions import CellReach, Evaluator, dotted
+from nbutils.harness.install_lines import install_commands, logical_lines, shell_lines
+from nbutils.harness.platforms import FACTS, Platform, platform
 from nbutils.harness.problems import Problem
 from nbutils.runtime.secrets import SECRET_SHAPES
 
 # The notebooks' own install step installs whatever the platform lacks, dependencies included.
 INSTALL_CALL = re.compile(r"\bensure_packages\s*\(")
-BLOCKING_RE = re.compile(r"\b(input|getpass\.getpass|getpass|notebook_login|interpreter_login|drive\.mount)\s*\(")
-# A quoted path that exists on one machine only: home dirs, drive letters, or any absolute path outside
-# the Kaggle/Colab roots and the system folders every Linux image has.
-SHARED_ROOTS = ("kaggle", "content", "tmp", "dev", "proc", "sys", "usr", "etc", "bin", "lib", "sbin")
+# Calls that wait for a person (matched on the parsed cell: a comment or an install line naming them is no call).
+BLOCKING_NAMES = ("input", "getpass")  # the builtin, `from getpass import getpass`
+BLOCKING_LAST = ("getpass", "notebook_login", "interpreter_login")  # getpass.getpass, huggingface_hub.notebook_login
+# A path that exists on one machine only: home dirs, drive letters, or an absolute path outside the system folders
+# every Linux image has and outside the linted platform's own (platforms.FACTS paths: /kaggle on Kaggle, /content on
+# Colab, /root on both). The other platform's folders are flagged: /kaggle/input does not exist on Colab.
+SYSTEM_ROOTS = ("tmp", "dev", "proc", "sys", "usr", "etc", "bin", "lib", "sbin")
+PATH_TEXT = re.compile(r"""~/[^"'\s]*|/[A-Za-z0-9_.-]+/[^"'\s]*|[A-Za-z]:[\\/][^"']*""")
 ABS_PATH_RE = re.compile(r"""["'](~/[^"'\s]*|/[A-Za-z0-9_.-]+/[^"'\s]*|[A-Za-z]:[\\/][^"']*)["']""")
 SHELL_PATH_RE = re.compile(r"""(?:^|[\s=])(~/\S+|/[A-Za-z0-9_.-]+/\S*|[A-Za-z]:[\\/]\S*)""")
+# Calls that only look for a path (call -> the argument that names it): another platform's folder there is probed,
+# not used; os.environ.get's default is one the environment overrides (the install cell's NBUTILS_INPUT_ROOT).
+PROBES = {"os.path.exists": 0, "os.path.isdir": 0, "os.path.isfile": 0, "os.path.lexists": 0, "glob.glob": 0,
+          "glob.iglob": 0, "os.environ.get": 1, "os.getenv": 1}
+PATH_PROBES = ("exists", "is_dir", "is_file")  # Path(p).exists()
+# Non-Python tools that reach the network from a `!` line: the harness's offline guard patches Python's sockets
+# only (sandbox.py), so on an internet-off run these would succeed here and fail on Kaggle.
+NETWORK_TOOL = re.compile(r"(?:^|[\s;&|(`])(curl|wget|aria2c|git\s+(?:clone|fetch|pull|ls-remote|submodule)|"
+                          r"apt(?:-get)?\s+(?:-\S+\s+)*(?:install|update))\b|/dev/(?:tcp|udp)/")
 SHOWN_CELLS = 8  # cells listed by number in a message about many
 KNOB_TEXT = 80  # a longer string assigned in a cell is a prompt or a template, not a setting
 
@@ -37,15 +50,22 @@ def _python_only(source: str) -> str:
     return "\n".join("" if i in shell else ln for i, ln in enumerate(source.splitlines()))
 
 
-def imported_packages(source: str, reach: CellReach | None = None) -> dict[str, tuple[int, str]]:
-    """Top-level package -> (1-based line, condition or '') of its first import in a cell; imports in branches that
-    never run on the platform are skipped."""
+def _tree(source: str) -> ast.Module | None:
+    """The cell parsed with its shell and magic lines as placeholders (same line numbers); None if it is not Python."""
     try:
-        tree = ast.parse(python_source(source) or "")
+        return ast.parse(python_source(source) or "")
     except SyntaxError:
+        return None
+
+
+def imported_packages(source: str, reach: CellReach | None = None) -> dict[str, tuple[int, str]]:
+    """Top-level package -> (1-based line, condition or '') of its first import in a cell, by line; imports in
+    branches that never run on the platform are skipped."""
+    tree = _tree(source)
+    if tree is None:
         return {}
     names: dict[str, tuple[int, str]] = {}
-    for node in ast.walk(tree):
+    for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):  # the first by line, not by depth
         if isinstance(node, ast.Import):
             found = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -59,49 +79,153 @@ def imported_packages(source: str, reach: CellReach | None = None) -> dict[str, 
     return dict(sorted(names.items(), key=lambda kv: kv[1][0]))
 
 
-def machine_paths(source: str) -> list[str]:
-    """Paths in a cell (quoted in Python, bare in `!` lines) that only exist on the author's machine."""
-    found = [m.group(1) for m in ABS_PATH_RE.finditer(_python_only(source))]
-    for ln in source.splitlines():
-        if ln.lstrip().startswith("!"):
-            found += [m.group(1) for m in SHELL_PATH_RE.finditer(ln.lstrip()[1:])]
-    return [p for p in found if not (p.startswith("/") and p.split("/")[1] in SHARED_ROOTS)]
+def path_exists(path: str, plat: Platform) -> bool | None:
+    """Does the platform have this path? Its facts' nearest folder decides; None where they say nothing."""
+    known = [(k, there) for k, there in plat.paths.items() if path == k or path.startswith(k.rstrip("/") + "/")]
+    return max(known, key=lambda kv: len(kv[0]))[1] if known else None
+
+
+def _platform_path(path: str) -> bool:
+    """Is it a folder some platform has (or under one)? Then a probe of it is how a notebook tells platforms apart."""
+    return any(path_exists(path, platform(name)) for name in FACTS)
+
+
+def _probed(tree: ast.AST) -> set[int]:
+    """ids of the nodes a probe call only looks at (PROBES, Path(p).exists())."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        call, at = node, PROBES.get(dotted(node.func))
+        if at is None and isinstance(node.func, ast.Attribute) and node.func.attr in PATH_PROBES \
+                and isinstance(node.func.value, ast.Call) and dotted(node.func.value.func) in ("Path", "pathlib.Path"):
+            call, at = node.func.value, 0
+        if at is not None and len(call.args) > at:
+            out |= {id(n) for n in ast.walk(call.args[at])}
+    return out
+
+
+def _python_paths(source: str, reach: CellReach) -> list[tuple[str, int, bool]]:
+    """(path, 1-based line, probed) for each path-shaped string the cell's Python can run on the platform."""
+    tree = _tree(source)
+    if tree is None:  # not parsed: every quoted path-shaped text counts, as written
+        text = _python_only(source)
+        return [(m.group(1), _line_of(text, m.start()) or 1, False) for m in ABS_PATH_RE.finditer(text)]
+    probed = _probed(tree)
+    return [(n.value, n.lineno, id(n) in probed) for n in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and PATH_TEXT.fullmatch(n.value)
+            and not reach.at(n.lineno - 1).never]
+
+
+def machine_paths(source: str, plat: Platform | None = None, reach: CellReach | None = None) -> list[tuple[str, int]]:
+    """(path, 1-based line) of the paths in a cell (strings in Python, bare in `!` lines) that the platform (default
+    Kaggle) lacks: the author's machine's, or another platform's used outside a probe."""
+    plat, reach = plat or platform("kaggle"), reach or CellReach()
+    found = _python_paths(source, reach)
+    for n, ln in enumerate(source.splitlines()):
+        if ln.lstrip().startswith("!") and not reach.at(n).never:
+            found += [(m.group(1), n + 1, False) for m in SHELL_PATH_RE.finditer(ln.lstrip()[1:])]
+    return [(p, line) for p, line, probed in found if not (p.startswith("/") and p.split("/")[1] in SYSTEM_ROOTS)
+            and not path_exists(p, plat) and not (probed and _platform_path(p))]
+
+
+def blocking_calls(source: str, reach: CellReach) -> list[tuple[str, int]]:
+    """(call, 1-based line) of each call that waits for a person and can run on the platform."""
+    tree = _tree(source)
+    if tree is None:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        name = dotted(node.func) if isinstance(node, ast.Call) else ""
+        if name and (name in BLOCKING_NAMES or name.rsplit(".", 1)[-1] in BLOCKING_LAST or name.endswith("drive.mount")) \
+                and not reach.at(node.lineno - 1).never:
+            found.append((name, node.lineno))
+    return sorted(found, key=lambda f: f[1])
+
+
+def widget_imports(source: str, reach: CellReach) -> list[int]:
+    """1-based lines that import or use a widget-only progress bar (tqdm.notebook, ipywidgets) and can run; none
+    when the cell also imports tqdm.auto (the usual fallback: `try: tqdm.auto ... except: tqdm.notebook`)."""
+    tree = _tree(source)
+    if tree is None:
+        return []
+    widget, auto = [], False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            names = [dotted(node)]
+        else:
+            continue
+        auto |= any(n.startswith("tqdm.auto") for n in names)
+        if any(n.startswith(("tqdm.notebook", "ipywidgets")) for n in names) and not reach.at(node.lineno - 1).never:
+            widget.append(node.lineno)
+    return [] if auto else sorted(set(widget))
+
+
+def offline_problems(name: str, cells: list[dict], platform_name: str = "kaggle") -> list[Problem]:
+    """network-access, before an internet-off run: `!` lines that reach the network with a tool that is not Python
+    (curl, wget, git clone, apt-get), which the run's guard does not stop (it refuses Python's connections only)."""
+    walker, problems = CellWalker(Evaluator(platform(platform_name))), []
+    for i, cell in enumerate(cells):
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        if cell.get("cell_type") != "code":
+            continue
+        reach = walker.walk(src)
+        for start, text, _, shell in logical_lines(src):
+            command = re.sub(r"(?:^|\s)#.*$", "", text.lstrip().lstrip("!"))  # a shell comment names no tool it runs
+            if shell and not reach.at(start).never and (m := NETWORK_TOOL.search(command)):
+                problems.append(Problem("network-access", name, i, f"`{text.strip()[:80]}` reaches the network with "
+                                        f"{(m.group(1) or '/dev/tcp').split()[0]}, which is not Python: the harness's "
+                                        "guard cannot stop it, and with the internet off on Kaggle the line fails",
+                                        "ship what it fetches as an input (a dataset or model), or enable internet in "
+                                        "kernel-metadata", line=start + 1,
+                                        condition=" and ".join(reach.at(start).unless) or None))
+    return apply_allowances(problems, cells)
 
 
 def _install_problems(name: str, i: int, src: str, reach: CellReach, ev: Evaluator, state: ic.Installs,
-                      cells: list[str], base: Path | None) -> list[Problem]:
-    """The install checks of one cell (install_checks.py), on the installs that can run on the platform."""
+                      cells: list[str], base: Path | None, imports: dict[str, tuple[int, str]]) -> list[Problem]:
+    """The install checks of one cell (install_checks.py), on the installs that can run on the platform; `imports`:
+    this cell's own, for an install below an import in the same cell."""
     commands = [c for c in install_commands(src, base, reach, ev) if not c.reach.never]
     lines, plat = src.splitlines(), ev.platform
     call = INSTALL_CALL.search(_python_only(src))
     installer = src[:call.start()].count("\n") if call and not reach.at(src[:call.start()].count("\n")).never else None
-    return (ic.stale_problems(name, i, lines, commands, plat, state)
+    return (ic.stale_problems(name, i, lines, commands, plat, state, imports)
             + ic.unpinned_problems(name, i, lines, commands, plat, state)
             + ic.import_problems(name, i, lines, commands, installer, plat, state, cells)
             + ic.hidden_output_problems(name, i, lines, commands))
 
 
-def _line_problems(name: str, i: int, src: str, reach: CellReach) -> list[Problem]:
+def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform) -> list[Problem]:
     """background-process, blocking-input, absolute-path, widget-progress, secret-in-source."""
     problems = []
+    unless = {n + 1: " and ".join(reach.at(n).unless) or None for n in range(len(src.splitlines()) + 1)}  # 1-based
     for n, ln in enumerate(src.splitlines()):
         s = ln.strip()
         if s.startswith("!") and s.endswith("&") and not s.endswith("&&") and not reach.at(n).never:
             problems.append(Problem("background-process", name, i, f"`{s[:60]}` runs in the background: a background "
                                     "run ends, or the next cell starts, while it still runs",
                                     "run it in the foreground, or start it with subprocess.Popen and wait", line=n + 1))
-    if m := BLOCKING_RE.search(_python_only(src)):
-        problems.append(Problem("blocking-input", name, i, f"{m.group(1)}() waits for a person; a batch run has none",
+    for call, line in blocking_calls(src, reach)[:1]:
+        problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
                                 "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters",
-                                line=_line_of(src, m.start())))
-    for path in machine_paths(src):
-        problems.append(Problem("absolute-path", name, i, f"path {path!r} exists only on one machine",
-                                "use nbutils.runtime.environment paths (working/input roots) or a parameter",
-                                line=_line_of(src, src.find(path))))
-    if (m := re.search(r"\btqdm\.notebook\b|from\s+tqdm\.notebook\b|\bipywidgets\b", src)) and "tqdm.auto" not in src:
+                                line=line, condition=unless.get(line)))
+    for path, line in machine_paths(src, plat, reach):
+        there = path_exists(path, plat) is False
+        problems.append(Problem("absolute-path", name, i, f"path {path!r} does not exist on {plat.label}" if there
+                                else f"path {path!r} exists only on one machine",
+                                "use nbutils.runtime.environment paths (working/input roots) or a parameter"
+                                + (", or a branch for the platform that has it" if there else ""),
+                                line=line, condition=unless.get(line)))
+    for line in widget_imports(src, reach)[:1]:
         problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
                                 "use tqdm.auto (falls back to text) or nbutils' progress callback",
-                                line=_line_of(src, m.start())))
+                                line=line, condition=unless.get(line)))
     for label, rx in SECRET_SHAPES.items():
         if m := rx.search(src):
             problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
@@ -130,9 +254,10 @@ def check_cells(name: str, cells: list[dict], base: Path | None = None, platform
             continue
         src = sources[i]
         reach = walker.walk(src)
-        problems += _install_problems(name, i, src, reach, ev, state, sources, base)
-        problems += _line_problems(name, i, src, reach)
-        for module, (line, cond) in imported_packages(src, reach).items():
+        imports = imported_packages(src, reach)
+        problems += _install_problems(name, i, src, reach, ev, state, sources, base, imports)
+        problems += _line_problems(name, i, src, reach, ev.platform)
+        for module, (line, cond) in imports.items():
             state.imported_at.setdefault(module, (i, line, cond))
     return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1, p.line or 0))
 

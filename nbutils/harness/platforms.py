@@ -102,6 +102,8 @@ def admits(spec_text: str, version: str) -> bool | None:
 # reading COLAB_RELEASE_TAG as Colab because the Kaggle image sets it; unslothai/unsloth#3869 (2026-01) saw Kaggle
 # sessions with both KAGGLE_* and COLAB_* keys.
 COLAB_BASE = "Kaggle's image is built on Colab's and sets COLAB_RELEASE_TAG (Kaggle/kagglehub#230)"
+# Both run notebooks as root with HOME=/root (pip warns "Running pip as the 'root' user" in both logs; the Hub's
+# cache is /root/.cache/huggingface there), so a path under /root exists on either.
 FACTS = {
     "kaggle": {
         "label": "Kaggle", "gpu_stack": True,
@@ -111,13 +113,13 @@ FACTS = {
                     "KAGGLE_URL_BASE": "Kaggle's kernels set KAGGLE_URL_BASE",
                     "KAGGLE_DATA_PROXY_TOKEN": "Kaggle's kernels set KAGGLE_DATA_PROXY_TOKEN",
                     "COLAB_RELEASE_TAG": COLAB_BASE},
-        "paths": {"/kaggle": True, "/kaggle/input": True, "/kaggle/working": True, "/kaggle/temp": True},
+        "paths": {"/kaggle": True, "/kaggle/input": True, "/kaggle/working": True, "/kaggle/temp": True, "/root": True},
     },
     "colab": {
         "label": "Colab", "gpu_stack": True,
         "env": {"COLAB_RELEASE_TAG": None, "COLAB_GPU": None, "COLAB_BACKEND_VERSION": None},
         "env_why": {v: f"Colab's runtime sets {v}" for v in ("COLAB_RELEASE_TAG", "COLAB_GPU", "COLAB_BACKEND_VERSION")},
         "env_absent": ("KAGGLE_",),
-        "paths": {"/content": True, "/kaggle": False, "/kaggle/input": False, "/kaggle/working": False},
+        "paths": {"/content": True, "/kaggle": False, "/kaggle/input": False, "/kaggle/working": False, "/root": True},
     },
 }

@@ -1,7 +1,8 @@
 """papermill-check: run notebooks the way a Kaggle background run does, and stricter (the command line: cli.py).
 
-Each notebook runs in a fresh kernel inside a sandbox (sandbox.py) with the internet off and a time budget; the
-static checks (nbchecks.py) run first; `run_twins` runs them again in each Kaggle image twin (twin.py).
+Each notebook runs in a fresh kernel inside a sandbox (sandbox.py), the internet as its kernel metadata says unless
+the caller turns it off (`check` does, with a time budget: chainrun.py); the static checks (nbchecks.py) run first;
+`run_twins` runs them again in each Kaggle image twin (twin.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from unittest import mock
 
 from nbutils import chain
 from nbutils.harness import sandbox
-from nbutils.harness.nbchecks import apply_allowances, check_notebook
+from nbutils.harness.nbchecks import apply_allowances, check_notebook, offline_problems
 from nbutils.harness.problems import Problem
 from nbutils.harness.results import Result
 from nbutils.harness.shared_install import SharedInstall, setup_cells
@@ -175,6 +176,8 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
     result = Result(name, executed=str(executed_path))
+    if not internet:  # what the sandbox's socket guard cannot see: curl, wget, git in `!` lines
+        result.problems += offline_problems(name, original.cells)
     deadline = time.monotonic() + time_budget if time_budget else None
     kwargs = {"timeout_func": lambda cell: max(1, int(deadline - time.monotonic()))} if deadline else {}
     # The embedded default was built outside (an input, like a Kaggle dataset); the kernel only reads it.

@@ -6,7 +6,10 @@
 - Upstream outputs are copied in as read-only inputs, as Kaggle mounts them under /kaggle/input/<slug>/;
   root ignores chmod, so the harness also fingerprints the input root before and after the run.
 - Internet off: hub offline variables, pip without an index, and a sitecustomize on the kernel's
-  path that refuses non-loopback connections (also in pip and other child processes) and logs them.
+  path that refuses non-loopback connections and logs them, in the kernel and in the Python processes it starts
+  (pip, `!python ...`). Tools that are not Python (`!curl`, `!wget`, `!git clone`, bash's /dev/tcp) do not load
+  it and are not stopped: the runner reports them from the source before an internet-off run
+  (nbchecks.offline_problems).
 - An IPython startup file records, per cell, shell commands that failed while the cell went on, and
   after a cell that ran pip: loaded modules whose distribution pip replaced (stale-module), changed
   distributions that no longer import in a fresh interpreter (broken-import), and `pip check`'s

@@ -1,6 +1,6 @@
 """Kaggle and Colab: kernel metadata, push-ready bundles, the nbutils dataset, and the one-click badges.
 
-Every URL comes from `nbutils.runtime.settings` (REPOSITORY, BRANCH, KAGGLE_OWNER; env overrides there).
+Every URL comes from `nbutils.runtime.settings` (REPOSITORY, ref(), KAGGLE_OWNER; env overrides there).
 
     python -m nbutils.kaggle metadata          # (re)write kaggle-metadata/<slug>/kernel-metadata.json
     python -m nbutils.kaggle bundle            # build/kaggle/<slug>/ ready for `kaggle kernels push -p`
@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         wheels = list(dest.glob("*.whl"))
         print(f"{dest}: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.0f} MiB for Python "
               f"{dataset.KAGGLE_PYTHON}. Upload: kaggle datasets create -p {dest} (later: kaggle datasets version -p {dest} -m ...)")
+        if dataset.KAGGLE_PYTHON != dataset.image_python():
+            print(f"note: Kaggle's image runs Python {dataset.image_python()} (kaggle-image/freezes/kaggle.txt) and this "
+                  f"wheelhouse is for {dataset.KAGGLE_PYTHON} (what this machine's twins and wheelhouse check install): "
+                  f"for the upload, build it with KAGGLE_PYTHON={dataset.image_python()} make kaggle-dataset")
     elif cmd == "wheelhouse-check":
         from nbutils.kaggle.wheelhouse_check import wheelhouse_check
 

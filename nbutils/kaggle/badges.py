@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _blob_path(stem: str) -> str:
-    return f"{settings.repository()}/blob/{settings.branch()}/notebooks/{chain.by_notebook(stem).notebook}.ipynb"
+    # The install cell's own reference, not a branch: the notebook opened must be the one its nbutils was tagged with.
+    return f"{settings.repository()}/blob/{settings.ref()}/notebooks/{chain.by_notebook(stem).notebook}.ipynb"
 
 
 def colab_url(stem: str) -> str:

@@ -24,11 +24,25 @@ from nbutils.runtime.packages import EXTRA_PINS, NUMPY1_PINS, PINS, is_torch_sta
 ROOT = Path(__file__).resolve().parents[2]
 
 
+METADATA_FILE = "dataset-metadata.json"
+
+
 def _dump(obj: dict) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
-KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")  # the Kaggle image's Python
+# The Python the wheelhouse is built for. 3.11 by default: this machine's twins and `make kaggle-wheelhouse-check`
+# run 3.11 and install the wheelhouse with --no-index, and one built for another Python has none of the compiled
+# wheels they need (numpy, pandas, pyarrow ...). Kaggle's image runs image_python() (its freeze's header): the
+# dataset to upload is built with KAGGLE_PYTHON set to that, and `python -m nbutils.kaggle dataset` says so.
+KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")
+
+
+def image_python() -> str:
+    """The Python of Kaggle's image, read from kaggle-image/freezes/kaggle.txt (the one source the lint reads too)."""
+    from nbutils.harness.platforms import platform
+
+    return ".".join(map(str, platform("kaggle").python))
 # Kaggle's image is Ubuntu 22.04 (glibc 2.35): every manylinux tag up to 2_35 runs there
 # (pip does not expand manylinux_2_X to older tags by itself, so they are listed).
 PLATFORMS = tuple(f"{tag}_x86_64" for tag in ("manylinux2014", "manylinux_2_17", "manylinux_2_24", "manylinux_2_27",
@@ -134,6 +148,7 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
                 if old.name != fresh.name:
                     old.unlink()
             os.replace(fresh, dest / fresh.name)  # atomic: a run reading the dataset never finds it without a wheel
+        _write_metadata(dest)
         return dest
     if dest.exists():
         shutil.rmtree(dest)
@@ -160,24 +175,34 @@ def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str 
         "numpy1_requested": numpy1, "numpy1_closure": dict(sorted(closure1.items())),
     }))
     llamacpp.pack(dest)
-    (dest / "dataset-metadata.json").write_text(_dump(dataset_metadata()))
     _share_wheelhouse(dest, specs, python_version)
+    _write_metadata(dest)
     return dest
+
+
+def _write_metadata(dest: Path) -> None:
+    """dataset-metadata.json for today's owner, written on every build: a wheelhouse kept from an earlier build (or
+    taken from the cache) must not carry the owner of that build (`your-kaggle-username` before KAGGLE_USERNAME)."""
+    (dest / METADATA_FILE).write_text(_dump(dataset_metadata()))
 
 
 def _share_wheelhouse(dest: Path, specs: list[str], python_version: str) -> None:
     """One download per set of pins on a machine: a checkout without a current wheelhouse takes the one in the suite's
     cache (a fresh clone, as CI makes), and a current one fills the cache when it holds none for these pins."""
-    cached = embedded.cache_root() / "kaggle-wheelhouse"
-    here, there = (_wheelhouse_current(p, specs, python_version) for p in (dest, cached))
-    if there and not here:
-        _copy_wheelhouse(cached, dest)
-    elif here and not there:
+    # One cache per Python: a build for Kaggle's Python (the upload) must not replace the one this machine's twins
+    # install. The single folder of earlier versions is still read.
+    cached = embedded.cache_root() / f"kaggle-wheelhouse-py{python_version}"
+    source = next((c for c in (cached, cached.with_name("kaggle-wheelhouse"))
+                   if _wheelhouse_current(c, specs, python_version)), None)
+    here = _wheelhouse_current(dest, specs, python_version)
+    if source is not None and not here:
+        _copy_wheelhouse(source, dest)
+    elif here and source != cached:
         _copy_wheelhouse(dest, cached)
 
 
 def _copy_wheelhouse(src: Path, dest: Path) -> None:
-    """The wheelhouse in src (all but the nbutils wheel) to dest, through a temporary folder renamed into place: a
+    """The wheelhouse in src (all but the nbutils wheel and the metadata) to dest, through a temporary folder renamed into place: a
     copy cut short is never taken for a whole one. Hard links where both are on one filesystem (the files are
     only ever replaced, never written in place)."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
@@ -190,7 +215,8 @@ def _copy_wheelhouse(src: Path, dest: Path) -> None:
         except OSError:
             shutil.copy2(a, b)
 
-    shutil.copytree(src, tmp, copy_function=link_or_copy, ignore=shutil.ignore_patterns("nbutils-*.whl", ".*"))
+    # The nbutils wheel and the metadata belong to one checkout and one owner, never to the shared wheelhouse.
+    shutil.copytree(src, tmp, copy_function=link_or_copy, ignore=shutil.ignore_patterns("nbutils-*.whl", ".*", METADATA_FILE))
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(tmp, dest)

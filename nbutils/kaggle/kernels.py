@@ -32,8 +32,9 @@ def kernel_metadata(stem: str, code_file: str, owner: str | None = None) -> dict
         "is_private": True,
         "enable_gpu": nb.gpu,
         "enable_tpu": False,
-        # Explicit: the client defaults to on, its docs say off. On: the install cell falls back to PyPI
-        # and base models come from the hub; internet-off competitions flip it (the dataset covers installs).
+        # Explicit: the client defaults to on, its docs say off. On: the install cell takes from PyPI (nbutils from
+        # GitHub) what the attached dataset cannot install, a dataset built from another nbutils or older than the
+        # pins, and base models come from the hub; internet-off competitions flip it (the dataset covers installs).
         "enable_internet": True,
         "dataset_sources": [f"{owner}/{settings.DATASET_SLUG}"],
         "competition_sources": [],

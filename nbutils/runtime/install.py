@@ -146,6 +146,10 @@ def has_internet(host: str = "pypi.org") -> bool:
         return False
 
 
+class PipFailed(RuntimeError):
+    """pip itself failed (nothing was verified): the one failure ensure_packages may retry from PyPI."""
+
+
 def _failure_hint(plan: InstallPlan, output: str) -> str:
     """What to do after pip failed: a full disk is said as such (it is not the dataset's fault), else the dataset hint."""
     if "No space left on device" in output or "[Errno 28]" in output:
@@ -215,7 +219,7 @@ def run_install(plan: InstallPlan) -> None:
     returncode, output = _run_pip(plan)
     if returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-30:]) or "(no output)"
-        raise RuntimeError(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}." + _failure_hint(plan, output)
+        raise PipFailed(f"pip failed (exit {returncode}) installing {', '.join(plan.packages)}." + _failure_hint(plan, output)
                            + f"\npip's last lines:\n{tail}")
     for line in _pip_messages(output):  # warnings pip printed even when quiet
         print(f"[install] pip: {line.strip()}", flush=True)
@@ -244,17 +248,46 @@ def run_install(plan: InstallPlan) -> None:
     print(plan.summary, flush=True)
 
 
+def dataset_nbutils(dataset: Path) -> str | None:
+    """The version of the nbutils wheel in an attached dataset (None when it holds none)."""
+    from packaging.utils import parse_wheel_filename
+
+    wheels = sorted(dataset.glob("nbutils-*.whl"))
+    return str(parse_wheel_filename(wheels[-1].name)[1]) if wheels else None
+
+
 def ensure_packages() -> None:
     """The install cell's second half: decide for this platform, install, verify; the last line printed says what
-    happened (returns nothing, so the cell ends on that line rather than on a repr)."""
+    happened (returns nothing, so the cell ends on that line rather than on a repr).
+
+    An attached dataset is used first (it works offline); with the internet on, PyPI takes over when the dataset was
+    built from another nbutils than this notebook's, or when pip cannot install the pins from it (an older dataset).
+    """
     from nbutils.runtime.environment import detect_platform
 
     platform = detect_platform()
     installed = installed_versions()
     dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
     missing = any(needs_install(n, installed.get(n)) for n in NEEDED)
-    online = has_internet() if platform.name != "local" and dataset is None and missing else False
-    run_install(plan_install(platform.name, online, dataset, installed))
+    built = dataset_nbutils(dataset) if dataset is not None else None
+    other = bool(built and installed.get("nbutils") and version(built) != version(installed["nbutils"]))
+    # Asked only when the answer changes the plan: a current dataset installs offline without a DNS lookup.
+    online = has_internet() if platform.name != "local" and missing and (dataset is None or other) else False
+    if online and other:
+        print(f"[install] the attached dataset {dataset} was built from nbutils {built}, this notebook runs "
+              f"{installed['nbutils']}: installing from PyPI instead (the internet is on); to run offline, rebuild it "
+              "with `make kaggle-dataset` and upload a new version", flush=True)
+        dataset = None
+    plan = plan_install(platform.name, online, dataset, installed)
+    try:
+        run_install(plan)
+    except PipFailed as err:
+        if plan.source != "wheelhouse" or not has_internet():
+            raise
+        print(f"[install] the attached dataset {dataset} could not install the pins ({str(err).splitlines()[0]}): "
+              "installing from PyPI instead (the internet is on); to run offline, rebuild it with `make kaggle-dataset` "
+              "and upload a new version", flush=True)
+        run_install(plan_install(platform.name, True, None, installed_versions()))
 
 
 def ensure_extra(names: tuple[str, ...]) -> str:
@@ -271,8 +304,13 @@ def ensure_extra(names: tuple[str, ...]) -> str:
     dataset = find_dataset(platform.input_root) if platform.name == "kaggle" else None
     source = ["--no-index", "--find-links", str(dataset)] if dataset else []
     specs = [f"{n}=={EXTRA[n].pin}" for n in missing]
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--progress-bar", "off", *source, *specs],
-                          capture_output=True, text=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--progress-bar", "off"]
+    proc = subprocess.run([*pip, *source, *specs], capture_output=True, text=True)
+    if proc.returncode and dataset and has_internet():  # a dataset older than these pins: PyPI has them
+        print(f"[install] the attached dataset {dataset} lacks {', '.join(specs)}: installing from PyPI instead "
+              "(the internet is on); to run offline, rebuild it with `make kaggle-dataset`", flush=True)
+        dataset = None
+        proc = subprocess.run([*pip, *specs], capture_output=True, text=True)
     if proc.returncode:
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
         raise RuntimeError(f"pip could not install {', '.join(specs)} ({'from the attached dataset' if dataset else 'from PyPI'}): "
@@ -289,25 +327,31 @@ BOOTSTRAP_CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True
 
 
 def bootstrap_cell_source() -> str:
-    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel, else GitHub at the notebooks'
-    version (settings.ref(), written in when the notebooks are synced); then the rest.
+    """The notebooks' install cell: nbutils from the attached Kaggle dataset's wheel when it is the notebooks' version,
+    else GitHub at settings.ref() (both written in when the notebooks are synced), else, offline, the dataset's wheel
+    of another version; then the rest.
 
     nbutils cannot install itself before it is importable, so these few lines do only that; locally
     (make setup) nbutils is already installed and they skip straight to `ensure_packages()`. They also name
     `packaging`, the one package the install step imports beyond the stdlib: every Kaggle and Colab image has it
     (pip leaves it alone), a bare image with only torch does not (`make kaggle-wheelhouse-check` starts from one).
     """
-    return f'''# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
+    return f'''# @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
-    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["{nbutils_git_spec()}"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
-    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({{args[-1]}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
+    own = [w for w in wheels if os.path.basename(w).startswith("nbutils-{settings.package_version()}-")]
+    # This notebook's nbutils from the dataset, else from GitHub, else (internet off) the dataset's other version
+    for spec in [*own[-1:], "{nbutils_git_spec()}", *[w for w in wheels[-1:] if not own]]:
+        wheel = ["--no-index", "-f", os.path.dirname(spec)] if spec.endswith(".whl") else []  # packaging sits beside it
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *wheel, spec, "packaging"],
+                             capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+    else:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({{spec}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''

@@ -25,20 +25,23 @@ class Need:
     exact: bool = False  # only the pinned version will do (APIs that move between minor releases)
 
 
-# What the notebooks need besides torch. transformers is exact: 5.x renames APIs between minor releases
-# (the notebooks are written against 5.23), so preflight no longer accepts any 5.x: what install leaves is
-# what preflight accepts, one rule (`acceptable`).
+# What the notebooks need besides torch. A minimum is at least what the pins require of the package (trl 1.16 needs
+# datasets>=4.7.0, accelerate>=1.10.1, pandas>=2.1.1; datasets 5.2 needs pyarrow>=24, tqdm>=4.66.3): one below it
+# leaves an image's older release "acceptable", and pip, told only `name>=minimum`, then moves it to the newest
+# release of the day instead of the pin (tests/runtime/test_packages.py reads the pins' metadata). transformers is
+# exact: 5.x renames APIs between minor releases (the notebooks are written against 5.23), so preflight no longer
+# accepts any 5.x: what install leaves is what preflight accepts, one rule (`acceptable`).
 NEEDED = {
     "transformers": Need("5.23.0", "5.23.0", "transformers", exact=True),
     "peft": Need("0.21.2", "0.18", "peft"),
     "bitsandbytes": Need("0.50.2", "0.45", "bitsandbytes"),
-    "accelerate": Need("1.15.0", "1.0", "accelerate"),
-    "datasets": Need("5.2.0", "4.0", "datasets"),
+    "accelerate": Need("1.15.0", "1.10.1", "accelerate"),
+    "datasets": Need("5.2.0", "4.7.0", "datasets"),
     "matplotlib": Need("3.11.2", "3.7", "matplotlib"),
-    "pandas": Need("3.1.1", "2.0", "pandas"),
-    "pyarrow": Need("26.0.1", "14.0", "pyarrow"),
+    "pandas": Need("3.1.1", "2.1.1", "pandas"),
+    "pyarrow": Need("26.0.1", "24.0", "pyarrow"),
     "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
-    "tqdm": Need("4.70.1", "4.66", "tqdm"),
+    "tqdm": Need("4.70.1", "4.66.3", "tqdm"),
     "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
     "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
     "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),

@@ -1,9 +1,10 @@
 """The project's few addresses, in one place: a fork changes these lines (or sets the environment variables).
 
-REPOSITORY/BRANCH build every badge and the Colab links; the install cell takes nbutils from REPOSITORY at `ref()`,
-the tag of this package's version, so a notebook installs the nbutils it was built with. KAGGLE_OWNER is the Kaggle
-account in the committed kernel metadata. After changing them (or the version in pyproject.toml), run
-`python -m nbutils.kaggle sync` (metadata, notebook badges and install cell) and `make sync`.
+Every badge opens the notebooks in REPOSITORY at `ref()`, and the install cell takes nbutils from REPOSITORY at the
+same `ref()` (the tag of this package's version): the notebook a badge opens and the nbutils it installs are one
+commit's. KAGGLE_OWNER is the Kaggle account in the committed kernel metadata. After changing them (or the version
+in pyproject.toml), run `python -m nbutils.kaggle sync` (metadata, notebook badges and install cell), `make sync`, and
+paste `python -m nbutils.kaggle table` into the README and docs/kaggle-colab.md.
 """
 
 from __future__ import annotations
@@ -13,17 +14,12 @@ import os
 from pathlib import Path
 
 REPOSITORY = "qlora-t4/notebook-suite"  # GitHub OWNER/REPO; $NBUTILS_REPOSITORY overrides it
-BRANCH = "main"  # $NBUTILS_BRANCH overrides it
 KAGGLE_OWNER = "your-kaggle-username"  # used when $KAGGLE_USERNAME (or kaggle.json) does not name one
 DATASET_SLUG = "qlora-nbutils"  # the Kaggle dataset with the nbutils wheel and the offline wheelhouse
 
 
 def repository() -> str:
     return os.environ.get("NBUTILS_REPOSITORY") or REPOSITORY
-
-
-def branch() -> str:
-    return os.environ.get("NBUTILS_BRANCH") or BRANCH
 
 
 def package_version() -> str:
@@ -34,9 +30,10 @@ def package_version() -> str:
 
 
 def ref() -> str:
-    """The git reference the install cell takes nbutils from without an attached dataset: $NBUTILS_REF, else the tag
-    of this package's version ("v0.1.0"), written into the cell by `python -m nbutils.kaggle sync`. A release tags
-    that commit; a notebook saved months ago then still installs its own nbutils, never today's main."""
+    """The git reference the badges open the notebooks at and the install cell takes nbutils from (without an attached
+    dataset): $NBUTILS_REF, else the tag of this package's version ("v0.1.0"), written into both by `python -m
+    nbutils.kaggle sync`. One reference for both: a badge on `main` would open notebooks newer than the tagged
+    nbutils they install, and call functions it lacks. A notebook saved months ago still installs its own nbutils."""
     return os.environ.get("NBUTILS_REF") or f"v{package_version()}"
 
 

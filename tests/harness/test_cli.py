@@ -50,6 +50,22 @@ def test_run_also_runs_the_static_checks_unless_told_not_to(tmp_path, capsys):
     assert cli.main(["run", nb, "--no-static", "--out", str(tmp_path / "b")]) == 0
 
 
+def test_run_follows_the_metadata_and_check_runs_offline_on_a_budget_as_the_docs_say(monkeypatch, tmp_path):
+    from nbutils.harness import chainrun
+
+    seen = []
+    monkeypatch.setattr(cli, "run", lambda nbs, out, params, internet, budget: seen.append(("run", internet, budget)) or [])
+    monkeypatch.setattr(cli, "with_static", lambda nbs, ran: ran())
+    monkeypatch.setattr(chainrun, "check", lambda nbs, out, params, budget, *a: seen.append(("check", budget)) or [])
+    monkeypatch.setattr(cli, "report", lambda results, out: 0)
+    cli.main(["run", "nb.ipynb", "--out", str(tmp_path)])
+    cli.main(["run", "nb.ipynb", "--no-internet", "--time-budget", "60", "--out", str(tmp_path)])
+    cli.main(["check", "--out", str(tmp_path)])
+    assert seen == [("run", None, None), ("run", False, 60.0), ("check", 600.0)]  # None: each kernel's metadata
+    docs = (GALLERY.parents[1] / "docs" / "harness.md").read_text()
+    assert "`run` follows each notebook's `enable_internet`" in docs and "budget of 600 s per notebook" in docs
+
+
 def test_cli_parameter_values_are_python_literals_else_text():
     assert cli.literal("7") == 7 and cli.literal("[1, 'a']") == [1, "a"] and cli.literal("True") is True
     assert cli.literal("embedded") == "embedded" and cli.literal("1e-3") == 0.001

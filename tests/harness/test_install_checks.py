@@ -100,6 +100,16 @@ def test_stale_import_names_both_cells_and_lines():
     assert (p.check, p.cell, p.line) == ("stale-import", 1, 2) and "after cell 0 imported peft (line 2)" in p.what
 
 
+def test_stale_import_above_an_install_in_the_same_cell():
+    """Imports were recorded only after a cell's install checks, so one above the install in its own cell went unseen."""
+    [p] = check_cells("nb", [{"cell_type": "code", "source": "import os\nimport peft\n!pip install -U peft==0.21.2"}])
+    assert (p.check, p.cell, p.line) == ("stale-import", 0, 3) and "after this cell imported peft (line 2)" in p.what
+    assert check_cells("nb", [{"cell_type": "code", "source": "!pip install -U peft==0.21.2\nimport peft"}]) == []
+    nested = "if flag:\n    import peft\n!pip install -U peft==0.21.2\nimport peft"  # the first import by line counts
+    assert [(p.check, p.line, p.condition) for p in check_cells("nb", [{"cell_type": "code", "source": nested}])] == [
+        ("stale-import", 3, None)]
+
+
 def test_a_no_deps_install_from_git_changes_that_package_alone():
     cells = [{"cell_type": "code", "source": s} for s in
              ("import numpy", "!uv pip install --force-reinstall --no-deps git+https://github.com/unslothai/unsloth-zoo")]

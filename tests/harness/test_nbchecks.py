@@ -31,8 +31,10 @@ def test_every_secret_shape_is_caught(source):
 
 @pytest.mark.parametrize("source", [
     "from huggingface_hub import hf_hub_download", "import sklearn  # sk-learn", "md5 = '" + "ab" * 16 + "'",
-    "open('/kaggle/input/x/data.csv')", "open('/content/data.csv')", "!ls /kaggle/working", "!nvidia-smi",
+    "open('/kaggle/input/x/data.csv')", "cache = '/root/.cache/huggingface'", "!ls /kaggle/working", "!nvidia-smi",
     "url = 'https://example.org/a/b.csv'", "from tqdm.auto import tqdm", "!pip install -q peft==0.21.2",
+    "x = 1  # do not call input() here, nor open('/home/alice/x')", "!pip install -q ipywidgets==8.1.5",
+    "print('notebook_login() waits')",
 ])
 def test_benign_cells_raise_nothing(source):
     assert check_cells("nb", [{"cell_type": "code", "source": source}]) == []
@@ -40,7 +42,49 @@ def test_benign_cells_raise_nothing(source):
 
 def test_absolute_paths_are_found_in_python_and_shell_lines():
     assert machine_paths("p = Path('/Users/me/data')\n!cp ~/x.csv .\nq = 'D:\\\\data\\\\x.csv'") == [
-        "/Users/me/data", "D:\\\\data\\\\x.csv", "~/x.csv"]
+        ("/Users/me/data", 1), ("D:\\data\\x.csv", 3), ("~/x.csv", 2)]
+
+
+def _lint(source: str, platform_name: str) -> list[tuple[str, int | None, str]]:
+    return [(p.check, p.line, p.what) for p in check_cells("nb", [{"cell_type": "code", "source": source}],
+                                                            platform_name=platform_name)]
+
+
+def test_absolute_paths_are_judged_by_the_linted_platforms_folders():
+    """Both platforms' roots passed everywhere: a Kaggle lint let /content/drive through, a Colab lint /kaggle/input."""
+    assert [c for c, *_ in _lint("df = open('/content/drive/MyDrive/data.csv')", "kaggle")] == ["absolute-path"]
+    [(check, line, what)] = _lint("x = 1\ndf = open('/kaggle/input/my-data/train.csv')", "colab")
+    assert (check, line) == ("absolute-path", 2) and "does not exist on Colab" in what
+    assert _lint("df = open('/content/data.csv')\ncache = '/root/.cache/huggingface'", "colab") == []
+    branch = ("import os\nif os.path.exists('/kaggle/input'):\n    data = '/kaggle/input/d/x.csv'\n"
+              "else:\n    data = '/content/x.csv'")  # each platform's path in its own branch, the probe no use
+    assert _lint(branch, "kaggle") == [] and _lint(branch, "colab") == []
+    from nbutils.runtime.install import bootstrap_cell_source  # its /kaggle/input is a default it only globs
+
+    assert [c for c, *_ in _lint(bootstrap_cell_source(), "colab")] == []
+
+
+def test_blocking_and_widget_calls_are_read_from_the_code_that_runs_there():
+    kaggle_never = "import os\nif 'KAGGLE_KERNEL_RUN_TYPE' not in os.environ:\n    name = input('model? ')\n"
+    assert _lint(kaggle_never, "kaggle") == []
+    assert [(c, n) for c, n, _ in _lint(kaggle_never, "colab")] == [("blocking-input", 3)]
+    login = "from huggingface_hub import notebook_login\n# then log in\nnotebook_login()"
+    assert [(c, n) for c, n, _ in _lint(login, "kaggle")] == [("blocking-input", 3)]
+    widgets = "if 'COLAB_GPU' in os.environ and 'KAGGLE_URL_BASE' not in os.environ:\n    import ipywidgets as w"
+    assert _lint("import os\n" + widgets, "kaggle") == []
+    assert [(c, n) for c, n, _ in _lint("import os\n" + widgets, "colab")] == [("widget-progress", 3)]
+    assert [(c, n) for c, n, _ in _lint("import tqdm.notebook\nbar = tqdm.notebook.tqdm", "kaggle")] == [
+        ("widget-progress", 1)]
+
+
+def test_network_tools_in_shell_lines_are_found_for_an_internet_off_run():
+    """The offline guard patches Python's sockets; curl, wget, git and /dev/tcp go around it."""
+    cells = [{"cell_type": "code", "source": s} for s in (
+        "!wget -q https://example.org/a.bin  # weights", "!ls  # not curl", "x = 1\n!git clone https://x/y.git",
+        "import os\nif 'KAGGLE_KERNEL_RUN_TYPE' not in os.environ:\n    !curl -O https://x/z", "%%bash\ncat < /dev/tcp/x/80")]
+    found = [(p.check, p.cell, p.line) for p in nbchecks.offline_problems("nb", cells)]
+    assert found == [("network-access", 0, 1), ("network-access", 2, 2), ("network-access", 4, 2)]
+    assert "wget, which is not Python" in nbchecks.offline_problems("nb", cells[:1])[0].what
 
 
 def test_imported_packages_reads_imports_past_magics_and_skips_relative_ones():

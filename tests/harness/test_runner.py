@@ -181,3 +181,15 @@ def test_cell_indexes_skip_the_cells_papermill_inserts():
     cells[3]["outputs"] = [{"output_type": "error"}]
     assert runner._error_index(cells) == 3 and runner._original_index(cells, 3) == 2
     assert runner._original_index(cells, 1) is None and runner._original_index(cells, 9) is None
+
+
+def test_an_internet_off_run_reports_network_tools_the_socket_guard_cannot_stop(tmp_path, monkeypatch):
+    nb = make_gallery.notebook(["!wget -q https://example.org/weights.bin"])
+    path = tmp_path / "fetch.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setattr(runner, "_execute", lambda *a: None)  # the check is static: no kernel needed
+    offline, _ = runner.run_notebook(path, tmp_path / "off", {}, False, None, [])
+    assert [(p.check, p.cell, p.line) for p in offline.problems] == [("network-access", 2, 1)]
+    online, _ = runner.run_notebook(path, tmp_path / "on", {}, True, None, [])
+    assert online.problems == []
+

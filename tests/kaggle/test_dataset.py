@@ -35,7 +35,7 @@ def test_a_fresh_checkout_takes_the_wheelhouse_another_one_downloaded_at_the_sam
     from nbutils.runtime import llamacpp
 
     monkeypatch.setenv("NBUTILS_CACHE", str(tmp_path / "cache"))
-    cached = tmp_path / "cache" / "kaggle-wheelhouse"
+    cached = tmp_path / "cache" / f"kaggle-wheelhouse-py{dataset.KAGGLE_PYTHON}"
     cached.mkdir(parents=True)
     for name in ("wheelhouse.json", "dataset-metadata.json", "six-1.17.0-py2.py3-none-any.whl", llamacpp.ARCHIVE,
                  "nbutils-0.0-py3-none-any.whl"):
@@ -53,4 +53,53 @@ def test_a_fresh_checkout_takes_the_wheelhouse_another_one_downloaded_at_the_sam
     assert not list(dest.parent.glob(".*partial"))
     shutil.rmtree(cached)  # and the other way: a checkout whose wheelhouse is current fills an empty cache
     dataset.dataset(dest)
-    assert sorted(p.name for p in cached.iterdir()) == sorted(p.name for p in dest.iterdir() if p.name != "nbutils-0.1-py3-none-any.whl")
+    assert sorted(p.name for p in cached.iterdir()) == sorted(
+        p.name for p in dest.iterdir() if p.name not in ("nbutils-0.1-py3-none-any.whl", "dataset-metadata.json"))
+
+
+def test_the_metadata_names_todays_owner_even_when_the_wheelhouse_is_kept(tmp_path, monkeypatch):
+    """A build made before KAGGLE_USERNAME was set kept `your-kaggle-username/...` through every later build: the
+    current wheelhouse returned early, and the shared cache handed its metadata to fresh checkouts."""
+    import json
+
+    from nbutils.runtime import llamacpp
+
+    monkeypatch.setenv("NBUTILS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(dataset, "_wheelhouse_current", lambda dest, specs, python_version: (dest / "wheelhouse.json").exists())
+    monkeypatch.setattr(dataset, "_build_nbutils_wheel", lambda dest: (dest / "nbutils-0.1-py3-none-any.whl").touch()
+                        or dest / "nbutils-0.1-py3-none-any.whl")
+    monkeypatch.setattr(llamacpp, "pack", lambda dest: (dest / llamacpp.ARCHIVE).touch())
+    dest = tmp_path / "build" / "kaggle-dataset"
+    dest.mkdir(parents=True)
+    (dest / "wheelhouse.json").write_text("{}")
+    (dest / "dataset-metadata.json").write_text(json.dumps(dataset.dataset_metadata("your-kaggle-username")))
+    monkeypatch.setenv("KAGGLE_USERNAME", "alice")
+    dataset.dataset(dest)
+    assert json.loads((dest / "dataset-metadata.json").read_text())["id"] == f"alice/{settings.DATASET_SLUG}"
+    cached = tmp_path / "cache" / f"kaggle-wheelhouse-py{dataset.KAGGLE_PYTHON}"
+    assert (cached / "wheelhouse.json").exists() and not (cached / "dataset-metadata.json").exists()
+
+
+def test_a_build_for_kaggles_python_keeps_the_cache_the_twins_install(tmp_path, monkeypatch):
+    """One cache for every Python: the upload built for Kaggle's 3.12 replaced the 3.11 wheelhouse this machine's twins
+    install, and the next `make kaggle-dataset` downloaded it all again."""
+    from nbutils.runtime import llamacpp
+
+    monkeypatch.setenv("NBUTILS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(dataset, "_wheelhouse_current", lambda dest, specs, python_version: (
+        dest / "wheelhouse.json").exists() and (dest / "wheelhouse.json").read_text() == python_version)
+    monkeypatch.setattr(dataset, "_build_nbutils_wheel", lambda dest: (dest / "nbutils-0.1-py3-none-any.whl").touch()
+                        or dest / "nbutils-0.1-py3-none-any.whl")
+    monkeypatch.setattr(llamacpp, "pack", lambda dest: (dest / llamacpp.ARCHIVE).touch())
+    legacy = tmp_path / "cache" / "kaggle-wheelhouse"  # the one folder earlier versions kept: still read
+    legacy.mkdir(parents=True)
+    (legacy / "wheelhouse.json").write_text("3.11")
+    dataset.dataset(tmp_path / "a", "3.11")
+    assert (tmp_path / "a" / "wheelhouse.json").read_text() == "3.11"
+    upload = tmp_path / "b"
+    upload.mkdir()
+    (upload / "wheelhouse.json").write_text("3.12")
+    dataset.dataset(upload, "3.12")
+    assert (legacy / "wheelhouse.json").read_text() == "3.11"
+    assert (tmp_path / "cache" / "kaggle-wheelhouse-py3.12" / "wheelhouse.json").read_text() == "3.12"
+    assert dataset.image_python() == "3.12"  # the freeze's header: what the note on the upload names

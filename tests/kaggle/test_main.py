@@ -15,3 +15,18 @@ def test_make_fragment_targets(tmp_path):
     for target, command in expected.items():
         out = subprocess.run(["make", "-n", "-f", str(makefile), target], capture_output=True, text=True, check=True)
         assert f".venv/bin/python -m {command}" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_dataset_command_names_kaggles_python_when_the_build_is_for_another(tmp_path, monkeypatch, capsys):
+    from nbutils.kaggle import __main__ as cli
+    from nbutils.kaggle import dataset
+
+    monkeypatch.setattr(dataset, "dataset", lambda: tmp_path)
+    monkeypatch.setattr(dataset, "KAGGLE_PYTHON", "3.11")
+    monkeypatch.setattr(dataset, "image_python", lambda: "3.12")
+    assert cli.main(["dataset"]) == 0
+    assert "for the upload, build it with KAGGLE_PYTHON=3.12 make kaggle-dataset" in capsys.readouterr().out
+    monkeypatch.setattr(dataset, "KAGGLE_PYTHON", "3.12")
+    cli.main(["dataset"])
+    assert "note:" not in capsys.readouterr().out
+

@@ -1,6 +1,6 @@
-"""The install cell's decisions per platform (no pip runs), its bootstrap snippet, and run_install's checks."""
+"""The install cell's decisions per platform (no pip runs), run_install's checks, and where ensure_packages installs from
+(the bootstrap cell itself: test_install_bootstrap.py)."""
 
-import importlib.util
 import subprocess
 import sys
 import types
@@ -73,10 +73,23 @@ def test_kaggle_without_nbutils_takes_it_from_the_dataset():
 
 
 def test_transformers_is_pinned_exactly_others_need_a_minimum():
-    newer = {**CURRENT, "transformers": "5.30.0", "peft": "0.30.0", "accelerate": "1.0.1"}
+    newer = {**CURRENT, "transformers": "5.30.0", "peft": "0.30.0", "accelerate": "1.10.1"}
     assert plan_install("kaggle", True, None, newer).packages == expected("transformers")
     assert install.needs_install("peft", "0.17.9") and not install.needs_install("peft", "0.18.0")
-    assert install.needs_install("datasets", "4.0.0rc1") is False  # pre-release of the minimum counts as it
+    assert install.needs_install("datasets", "4.7.0rc1") is False  # pre-release of the minimum counts as it
+
+
+def test_colabs_older_datasets_and_pyarrow_get_the_pins_not_the_newest_release():
+    """Colab's datasets 4.0.0 and pyarrow 18.1.0 are below what trl 1.16 and datasets 5.2 require: left alone as
+    `>=minimum`, pip moved them to whatever was newest that day; now they are installed at their pins."""
+    from nbutils.harness.platforms import platform
+    from nbutils.runtime.packages import NEEDED
+
+    colab = platform("colab")
+    plan = plan_install("colab", True, None, {**{n: colab.version(n) for n in NEEDED}, "nbutils": "0.1.0",
+                                              "torch": colab.version("torch"), "numpy": colab.version("numpy")})
+    assert set(expected("datasets", "pyarrow")) <= set(plan.packages)
+    assert not any(k.startswith(("datasets", "pyarrow")) for k in plan.keep)
 
 
 def test_find_dataset_looks_a_few_levels_deep(tmp_path):
@@ -87,109 +100,11 @@ def test_find_dataset_looks_a_few_levels_deep(tmp_path):
     assert install.find_dataset(tmp_path) == deep
 
 
-# --- the bootstrap cell ---------------------------------------------------------------------------
-
-SOURCE = install.bootstrap_cell_source()
-
-
-def test_bootstrap_is_short_plain_and_pins_no_torch():
-    compile(SOURCE, "bootstrap", "exec")
-    assert len(SOURCE.strip().splitlines()) <= 13 and "noqa" not in SOURCE
-    assert SOURCE.startswith("# @title ")  # the line a learner sees when the cell is folded
-    assert "%%capture" not in SOURCE and "&" not in SOURCE and "!" not in SOURCE.replace("!=", "")
-    assert "torch" not in SOURCE.replace("never torch", "")
-    assert f"git+https://github.com/{settings.repository()}@{settings.ref()}" in SOURCE
-
-
-def test_every_notebooks_first_code_cell_is_the_install_cell_folded_to_its_title():
-    import nbformat
-
-    from nbutils import chain
-
-    root = Path(__file__).resolve().parents[2]
-    for stage in chain.STAGES:
-        nb = nbformat.read(root / "notebooks" / f"{stage.notebook}.ipynb", as_version=4)
-        first = next(c for c in nb.cells if c.cell_type == "code")
-        assert first.source.strip() == SOURCE.strip(), f"{stage.notebook}: run python -m nbutils.kaggle sync, then make sync"
-        assert {k: first.metadata.get(k) for k in install.BOOTSTRAP_CELL_METADATA} == install.BOOTSTRAP_CELL_METADATA, \
-            f"{stage.notebook}: the install cell is not folded (Colab form, Kaggle/JupyterLab input hidden)"
-
-
-def test_the_install_cell_pins_the_version_the_notebooks_were_built_with():
-    """Each notebook's install cell names the tag of the package version it was synced with, never a branch: the
-    version pyproject.toml declares and the installed nbutils reports (a bump without a sync fails here)."""
-    import importlib.metadata
-    import re
-
-    import nbformat
-
-    from nbutils import chain
-
-    root = Path(__file__).resolve().parents[2]
-    declared = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M).group(1)  # [project]
-    assert importlib.metadata.version("nbutils") == declared, "pyproject.toml's version changed: run make setup"
-    for stage in chain.STAGES:
-        for suffix in (".py", ".ipynb"):
-            text = (root / "notebooks" / f"{stage.notebook}{suffix}").read_text()
-            if suffix == ".ipynb":
-                text = "".join(c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code")
-            refs = re.findall(r"nbutils @ git\+https://github\.com/[\w.-]+/[\w.-]+@([\w./-]+)", text)
-            assert refs == [f"v{declared}"], f"{stage.notebook}{suffix} installs nbutils at {refs}, not v{declared}: " \
-                                              "run python -m nbutils.kaggle sync, then make sync"
-
-
-def run_bootstrap(monkeypatch, nbutils_installed, input_root):
-    """Exec the cell with pip and ensure_packages replaced; returns the pip argv lists it ran."""
-    calls, ensured = [], []
-
-    def fake_run(cmd, **kw):
-        calls.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, "Successfully installed nbutils-0.1.0\n", "")
-
-    monkeypatch.setattr(subprocess, "run", fake_run)
-    monkeypatch.setattr(install, "ensure_packages", lambda: ensured.append(True))
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "nbutils" and not nbutils_installed
-                        else real(n, *a))
-    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(input_root))
-    exec(SOURCE, {"__name__": "__main__"})
-    assert ensured == [True]
-    return calls
-
-
-def test_bootstrap_on_kaggle_installs_the_datasets_wheel_offline(monkeypatch, tmp_path, capsys):
-    (tmp_path / "qlora-nbutils").mkdir()
-    wheel = tmp_path / "qlora-nbutils" / "nbutils-0.1.0-py3-none-any.whl"
-    wheel.write_text("")
-    (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
-    assert calls[:6] == [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
-    # packaging too (the install step imports it; a bare image lacks it), found beside the wheel, offline
-    assert calls[6:] == ["--no-index", "-f", str(wheel.parent), str(wheel), "packaging"]
-    assert "Successfully installed" not in capsys.readouterr().out  # quiet on success: pip's log is not the lesson
-
-
-def test_bootstrap_without_a_wheel_installs_from_the_repository(monkeypatch, tmp_path):
-    (calls,) = run_bootstrap(monkeypatch, False, tmp_path)
-    assert calls[-2:] == [install.nbutils_git_spec(), "packaging"] and "--no-index" not in calls
-
-
-def test_bootstrap_does_nothing_when_nbutils_is_installed(monkeypatch, tmp_path):
-    assert run_bootstrap(monkeypatch, True, tmp_path) == []
-
-
-def test_bootstrap_fails_loudly_with_pips_messages_when_pip_fails(monkeypatch, tmp_path):
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no space"))
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
-    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path))
-    with pytest.raises(RuntimeError, match=r"pip could not install nbutils \(nbutils @ git\+.*\):\nERROR: no space"):
-        exec(SOURCE, {"__name__": "__main__"})
-
-
 # --- run_install --------------------------------------------------------------------------------
 
 def test_present_packages_go_to_pip_with_their_minimum_so_the_resolver_can_move_them():
     plan = plan_install("kaggle", False, DATASET, OLD_KAGGLE)
-    assert "pandas>=2.0" in plan.keep and not any(k.startswith(("transformers", "peft")) for k in plan.keep)
+    assert "pandas>=2.1.1" in plan.keep and not any(k.startswith(("transformers", "peft")) for k in plan.keep)
     assert plan.command()[-len(plan.keep):] == plan.keep
     assert plan_install("kaggle", False, None, CURRENT).keep == []  # nothing to install: pip is not run
 
@@ -358,3 +273,63 @@ def test_extra_packages_install_only_when_missing_pinned_and_offline_from_the_da
     assert calls[0][-5:] == ["--no-index", "--find-links", str(dataset), f"gguf=={EXTRA['gguf'].pin}",
                              f"sentencepiece=={EXTRA['sentencepiece'].pin}"]
     assert "offline" in line
+
+
+@pytest.fixture()
+def on_kaggle(monkeypatch, tmp_path):
+    """ensure_packages on Kaggle with a dataset attached, peft missing, the internet on; returns (plans, dataset)."""
+    dataset = tmp_path / "input" / "qlora-nbutils"
+    dataset.mkdir(parents=True)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path / "input"))
+    monkeypatch.setattr(install, "installed_versions", lambda *a: {**CURRENT, "peft": None})
+    monkeypatch.setattr(install, "has_internet", lambda *a: True)
+    plans = []
+
+    def pip(plan):  # the dataset lacks the pins: pip fails on it, PyPI has them
+        plans.append(plan)
+        if plan.source == "wheelhouse":
+            raise install.PipFailed("pip failed (exit 1) installing peft==0.21.2. The attached dataset ...")
+
+    monkeypatch.setattr(install, "run_install", pip)
+    return plans, dataset
+
+
+def test_a_dataset_that_cannot_install_the_pins_gives_way_to_pypi_when_online(on_kaggle, monkeypatch, capsys):
+    plans, dataset = on_kaggle
+    (dataset / f"nbutils-{CURRENT['nbutils']}-py3-none-any.whl").write_text("")
+    install.ensure_packages()
+    assert [p.source for p in plans] == ["wheelhouse", "index"]
+    assert "could not install the pins" in capsys.readouterr().out
+    monkeypatch.setattr(install, "has_internet", lambda *a: False)  # offline: nothing to fall back on
+    with pytest.raises(install.PipFailed):
+        install.ensure_packages()
+
+
+def test_a_dataset_built_from_another_nbutils_is_skipped_when_online(on_kaggle, monkeypatch, capsys):
+    plans, dataset = on_kaggle
+    (dataset / "nbutils-0.0.1-py3-none-any.whl").write_text("")
+    install.ensure_packages()
+    assert [p.source for p in plans] == ["index"]
+    assert "built from nbutils 0.0.1, this notebook runs 0.1.0: installing from PyPI" in capsys.readouterr().out
+    monkeypatch.setattr(install, "has_internet", lambda *a: False)  # offline, it is all there is
+    with pytest.raises(install.PipFailed):
+        install.ensure_packages()
+    assert plans[-1].source == "wheelhouse"
+
+
+def test_extra_packages_the_dataset_lacks_come_from_pypi_when_online(monkeypatch, tmp_path, capsys):
+    from nbutils.runtime.packages import EXTRA
+
+    dataset = tmp_path / "input" / "qlora-nbutils"
+    dataset.mkdir(parents=True)
+    (dataset / "nbutils-0.1-py3-none-any.whl").write_text("")
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path / "input"))
+    monkeypatch.setattr(install, "installed_versions", lambda names: {"gguf": None})
+    monkeypatch.setattr(install, "has_internet", lambda *a: True)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(
+        cmd, int("--no-index" in cmd), "", "ERROR: No matching distribution found for gguf"))
+    assert install.ensure_extra(("gguf",)) == f"[install] gguf=={EXTRA['gguf'].pin} from PyPI"
+    assert ["--no-index" in c for c in calls] == [True, False] and "lacks gguf" in capsys.readouterr().out

@@ -5,6 +5,7 @@ import importlib.metadata
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from nbutils.runtime import install, packages
 from nbutils.runtime.packages import NEEDED, PINS, acceptable, is_torch_stack, version
@@ -23,6 +24,35 @@ def test_every_pin_meets_its_own_minimum():
     for name, need in NEEDED.items():
         assert version(need.pin) >= version(need.minimum), name
         assert acceptable(name, need.pin), name
+
+
+def _lower_bound(spec) -> str | None:
+    """The least version a requirement's specifier admits, from its >=, >, == and ~= clauses (None: no floor)."""
+    floors = [s.version for s in spec if s.operator in (">=", ">", "==", "~=")]
+    return max(floors, key=version) if floors else None
+
+
+def test_every_minimum_meets_what_the_pinned_packages_require():
+    """A present package left alone at its minimum must satisfy every pin that needs it: below that, pip (told only
+    `name>=minimum`) moves it to the newest release of the day instead of the pin (trl 1.16 needs datasets>=4.7 and
+    Colab's 4.0 counted as recent enough). Read from the pins' own metadata, installed in this venv."""
+    from packaging.requirements import Requirement
+
+    from nbutils.runtime.packages import NUMPY1_PINS
+
+    for name, need in NEEDED.items():
+        assert version(importlib.metadata.version(name)) == version(need.pin), f"{name}: run make setup"
+        for text in importlib.metadata.requires(name) or []:
+            req = Requirement(text)
+            dep = next((n for n in NEEDED if canonicalize_name(n) == canonicalize_name(req.name)), None)
+            if dep is None or (req.marker and not req.marker.evaluate({"extra": ""})):
+                continue
+            floor = _lower_bound(req.specifier)
+            assert floor is None or version(NEEDED[dep].minimum) >= version(floor), \
+                f"{name} {need.pin} requires {req}: raise {dep}'s minimum ({NEEDED[dep].minimum}) to {floor}"
+            if dep in NUMPY1_PINS:  # what a numpy-1 image gets instead of the pin must fit too, and count as enough
+                assert req.specifier.contains(NUMPY1_PINS[dep][0]), f"{name} {need.pin} requires {req}"
+                assert acceptable(dep, NUMPY1_PINS[dep][0]), f"{dep} {NUMPY1_PINS[dep][0]} is below its minimum"
 
 
 def test_torch_pin_is_the_torch_this_venv_runs():
@@ -52,7 +82,7 @@ def test_version_parser():
 
 @pytest.mark.parametrize(("name", "installed", "ok"), [
     ("transformers", "5.23.0", True), ("transformers", "5.0.0", False), ("transformers", "5.24.0", False),
-    ("peft", "0.18.0", True), ("peft", "0.17.1", False), ("datasets", "4.0.0", True), ("datasets", "3.6.0", False),
+    ("peft", "0.18.0", True), ("peft", "0.17.1", False), ("datasets", "4.7.0", True), ("datasets", "4.0.0", False),
     ("peft", None, False),
 ])
 def test_install_and_preflight_apply_one_rule(name, installed, ok):

@@ -6,7 +6,7 @@ import pytest
 
 from nbutils.runtime import settings
 
-VARS = ("NBUTILS_REPOSITORY", "NBUTILS_BRANCH", "NBUTILS_REF", "KAGGLE_USERNAME", "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
+VARS = ("NBUTILS_REPOSITORY", "NBUTILS_REF", "KAGGLE_USERNAME", "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
 
 
 @pytest.fixture
@@ -18,10 +18,9 @@ def clean(monkeypatch, tmp_path):
 
 
 def test_defaults_then_environment_overrides(clean):
-    assert (settings.repository(), settings.branch()) == (settings.REPOSITORY, settings.BRANCH)
+    assert settings.repository() == settings.REPOSITORY
     clean.setenv("NBUTILS_REPOSITORY", "me/fork")
-    clean.setenv("NBUTILS_BRANCH", "dev")
-    assert (settings.repository(), settings.branch()) == ("me/fork", "dev")
+    assert settings.repository() == "me/fork"
 
 
 def test_the_install_ref_is_the_tag_of_the_package_version_unless_overridden(clean):
