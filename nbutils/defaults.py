@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 
-T4_MEMORY_GB = 15.0  # what a Kaggle/Colab T4 reports
+# What a Kaggle/Colab T4 reports: torch's total_memory there is 14.74 GiB, which preflight shows as 14.7 and 02's
+# plan checks on the T4; 01's cap and the dry run check the same, so what they pass, 02 does not refuse there.
+T4_MEMORY_GB = 14.7
 TINY_PARAMS = 50e6  # below this (non-embedding parameters) a model is a toy: debug runs, the embedded default
 LR_REAL, LR_TINY = 2e-4, 3e-3
 TINY_MIN_STEPS = 80  # the embedded default learns its task in about 80 steps: 3 passes over its 432 training records
@@ -24,8 +26,16 @@ def is_auto(value) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() == AUTO)
 
 
+def text_config(config):
+    """The config that holds the language model's fields (vocab_size, hidden_size, layers, positions): a multimodal
+    model's (Gemma-3 4B/12B's Gemma3Config) keeps them in its text_config; any other config is its own."""
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
 def body_parameters(model_config) -> float:
     """Parameters in the transformer blocks (attention + MLP), without the embeddings."""
+    model_config = text_config(model_config)  # a multimodal model's (Gemma-3 4B) language model
     h, layers = model_config.hidden_size, model_config.num_hidden_layers
     inter = getattr(model_config, "intermediate_size", None) or 4 * h
     return layers * (4 * h * h + 3 * h * inter)
@@ -66,7 +76,7 @@ def max_seq_len(value, lengths: list[int], model_config=None, cap: tuple[int, st
     s = sorted(lengths)
     want = s[min(len(s) - 1, math.ceil(coverage * len(s)) - 1)]
     n, caps = 64 * math.ceil(want / 64), []
-    positions = getattr(model_config, "max_position_embeddings", None) if model_config is not None else None
+    positions = getattr(text_config(model_config), "max_position_embeddings", None) if model_config is not None else None
     if positions and n > positions:
         n, caps = positions, [f"the model's {positions} positions"]
     if cap is not None and cap[0] < n:

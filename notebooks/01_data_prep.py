@@ -11,7 +11,7 @@
 # %% [markdown]
 # # 01 · Data prep: raw records in, chat-formatted training data out
 #
-# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/01_data_prep.ipynb)
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/01_data_prep.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/01_data_prep.ipynb)
 #
 # First notebook of the QLoRA suite (01 data prep → 02 train → 03 eval → 04 export, and 05 preference
 # tuning after 02). It reads raw
@@ -28,17 +28,22 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
+# @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
-    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
-    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
+    own = [w for w in wheels if os.path.basename(w).startswith("nbutils-0.1.0-")]
+    # This notebook's nbutils from the dataset, else from GitHub, else (internet off) the dataset's other version
+    for spec in [*own[-1:], "nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0", *[w for w in wheels[-1:] if not own]]:
+        wheel = ["--no-index", "-f", os.path.dirname(spec)] if spec.endswith(".whl") else []  # packaging sits beside it
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *wheel, spec, "packaging"],
+                             capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+    else:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({spec}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -87,19 +92,24 @@ env = preflight(load_in_4bit=False)
 # embedding, is refused here, naming the problem. A system message is merged into the first user turn
 # where the template refuses it. Labels cover the answers only (completion-only) unless
 # `train_on_prompt=True`. `max_seq_len="auto"`
-# covers 99% of the records, capped by the longest sequence a 15 GB T4 trains at `batch_size`, and says
-# how many it leaves out. The manifest records `base_model`: 02, 03 and 04 take it from there.
+# covers 99% of the records, capped by the longest sequence a T4 (14.7 GB, as torch reports it) trains at
+# `batch_size` with the loss 02 takes there (the chunked loss where the whole logits would not fit), and says how
+# many it leaves out. The manifest records `base_model`: 02, 03 and 04 take it from there.
 
 # %%
 from nbutils import defaults, embedded
 from nbutils.data import chatformat, splits
 from nbutils.runtime import environment, modelsource
+from nbutils.train import loss as lm_loss
 from nbutils.train import memory
 
 tokenizer = chatformat.load_tokenizer(base_model)  # a model that cannot be reached says here what to attach
 config = modelsource.load_config(base_model)
 chatformat.check_model(tokenizer, config)  # a template without an assistant marker, ids past the embedding: named now
-longest = memory.longest_sequence(config, batch_size, defaults.T4_MEMORY_GB)
+# the loss 02 takes where the whole logits would not fit: the chunked one; plain where the chunks cannot serve the
+# model (Gemma-2 soft-caps its logits), so 02's plan fits at any length up to this cap
+cap_loss = "plain" if lm_loss.unsupported(config) else "chunked"
+longest = memory.longest_sequence(config, batch_size, defaults.T4_MEMORY_GB, loss=cap_loss)
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
 manifest = splits.prepare(inputs, out, tokenizer, base_model=base_model, max_seq_len=max_seq_len, seq_len_cap=longest,

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # 02 · Train QLoRA: a 4-bit base model plus a small trainable adapter
 #
-# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/02_train_qlora.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/02_train_qlora.ipynb)
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/02_train_qlora.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/02_train_qlora.ipynb)
 #
 # Second notebook of the suite. QLoRA keeps the base model frozen in 4-bit (nf4) and trains
 # low-rank adapters (LoRA) on top, so a 7B model fits a 16 GB T4. This notebook reads the data
@@ -27,17 +27,22 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
+# @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
-    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
-    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
+    own = [w for w in wheels if os.path.basename(w).startswith("nbutils-0.1.0-")]
+    # This notebook's nbutils from the dataset, else from GitHub, else (internet off) the dataset's other version
+    for spec in [*own[-1:], "nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0", *[w for w in wheels[-1:] if not own]]:
+        wheel = ["--no-index", "-f", os.path.dirname(spec)] if spec.endswith(".whl") else []  # packaging sits beside it
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *wheel, spec, "packaging"],
+                             capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+    else:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({spec}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 

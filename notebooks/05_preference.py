@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 05 · Preference: DPO, ORPO, KTO or GRPO on top of the SFT adapter
 #
-# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/main/notebooks/05_preference.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/main/notebooks/05_preference.ipynb)
+# [![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/05_preference.ipynb) [![Open in Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/qlora-t4/notebook-suite/blob/v0.1.0/notebooks/05_preference.ipynb)
 #
 # Fifth notebook of the suite. After supervised fine-tuning (02), teach the model which answers people prefer:
 # **DPO** (pairs: a chosen and a rejected answer), **ORPO** (pairs, no reference model), **KTO** (answers marked
@@ -34,17 +34,22 @@
 # torch. Locally (`make setup`) everything is already there and it does nothing.
 
 # %% cellView="form" jupyter={"source_hidden": true} _kg_hide-input=true
-# @title Install nbutils (dataset wheel, else GitHub at this notebook's version), then what the image lacks; never torch
+# @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
-    wheel = ["--no-index", "-f", os.path.dirname(wheels[-1]), wheels[-1]] if wheels else []  # packaging sits beside it
-    args = wheel or ["nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0"]
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *args, "packaging"], capture_output=True, text=True)
-    if pip.returncode:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({args[-1]}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
+    own = [w for w in wheels if os.path.basename(w).startswith("nbutils-0.1.0-")]
+    # This notebook's nbutils from the dataset, else from GitHub, else (internet off) the dataset's other version
+    for spec in [*own[-1:], "nbutils @ git+https://github.com/qlora-t4/notebook-suite@v0.1.0", *[w for w in wheels[-1:] if not own]]:
+        wheel = ["--no-index", "-f", os.path.dirname(spec)] if spec.endswith(".whl") else []  # packaging sits beside it
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *wheel, spec, "packaging"],
+                             capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+    else:  # pip's own output does not reach every notebook UI: it goes into the error
+        raise RuntimeError(f"pip could not install nbutils ({spec}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 
@@ -243,7 +248,8 @@ def make_trainer(model, tokenizer, run):
 # %% [markdown]
 # ## Train, save, verify
 # As in 02: one run per output folder (a lock), resume from the newest checkpoint that verifies and was trained
-# with the same settings, `trainer.train()`, a save before `time_budget_min`, a stop on NaN. Before training, the
+# with the same settings (the data's content, beta and GRPO's rollout settings among them), `trainer.train()`, a save
+# before `time_budget_min`, a stop on NaN. Before training, the
 # reference adapter is checked tensor by tensor against 02's file. The final checkpoint is written atomically,
 # checked file by file and reloaded to generate a few tokens.
 
@@ -252,8 +258,11 @@ from nbutils.train import checkpoints, training
 
 
 def train_on_this_process():
+    from nbutils.eval import rollouts
+
     model, tokenizer = load_model()
-    run = training.Run(plan.out, plan.record(smoke=smoke, beta=beta, time_budget_min=time_budget_min),
+    grpo = rollouts.settings(trainer_arguments(), reward_functions, guard)  # GRPO's rollouts and rewards: {} otherwise
+    run = training.Run(plan.out, plan.record(smoke=smoke, beta=beta, time_budget_min=time_budget_min, **grpo),
                        time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,
                        progress="log", memory_estimate_gb=plan.memory["estimate_gb"])
     trainer = make_trainer(model, tokenizer, run)
@@ -279,7 +288,9 @@ model, tokenizer, run, ckpt = train_on_this_process()
 # for the SFT adapter itself) and reward margins on held-out pairs (on KTO's unpaired rows, which have no pair to
 # rank: the share whose reward has the sign of their label); for GRPO the mean reward of sampled
 # completions on held-out prompts, with a paired bootstrap interval; for every method 03's task metric with
-# intervals, win/tie/loss and degeneration rates.
+# intervals, win/tie/loss and degeneration rates. The judged policy is the final checkpoint's (after a NaN stop, the
+# last good checkpoint's weights are loaded back first), and answers are scored in batches of the size the plan found
+# fits (`plan.judge_batch_tokens`: smaller for a model whose whole logits are built, such as Gemma-2).
 
 # %%
 from nbutils import defaults
@@ -287,23 +298,26 @@ from nbutils.data import splits
 from nbutils.eval import evaluation, rewards
 from nbutils.eval import judge
 
+print(preference.judged_policy(model, run, ckpt) or f"[judge] the policy is {ckpt}'s")
 model.load_adapter(str(plan.sft_checkpoint), adapter_name=judge.SFT)
 model.eval()
 eval_ds = splits.load_split(data_dir, "eval")
 limit = 8 if smoke else eval_samples
 refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit)[1]
 new_tokens = defaults.max_new_tokens("auto", tokenizer, refs)[0]
-report, sample_rows = judge.task_figures(model, tokenizer, eval_ds, limit, new_tokens, n_bootstrap, seed)
+report, sample_rows = judge.task_figures(model, tokenizer, eval_ds, limit, new_tokens, n_bootstrap, seed,
+                                         batch_tokens=plan.judge_batch_tokens)
 if method == "grpo":
-    prompts, answers = evaluation.prompts_and_references(eval_ds, tokenizer, limit)
     per_prompt = {}
     for name in (judge.SFT, "default"):
-        with judge.adapter(model, name):
-            per_prompt[name] = judge.sampled_rewards(model, tokenizer, prompts, answers, rewards.load(reward_functions),
-                                                     reward_samples, max_completion_length, seed)
+        with judge.adapter(model, name):  # each reward function called as trl calls it in training
+            per_prompt[name] = judge.sampled_rewards(model, tokenizer, plan.eval_rows[:limit],
+                                                     rewards.load(reward_functions), reward_samples,
+                                                     max_completion_length, seed)
     report["held_out_reward"] = judge.reward_figures(per_prompt[judge.SFT], per_prompt["default"], n_bootstrap, seed)
 else:
-    report.update(judge.held_out_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta))  # pairs, KTO rows
+    report.update(judge.held_out_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta,  # pairs, KTO rows
+                                         batch_tokens=plan.judge_batch_tokens, n_boot=n_bootstrap, seed=seed))
 print(judge.summary_line(method, report))
 
 # %% [markdown]
@@ -321,10 +335,16 @@ print(f"step {summary['global_step']} ({summary['stopped_reason']}), {summary['s
 
 # %% [markdown]
 # ## Learning curves
-# The method's loss over the steps (and for GRPO its reward), with the one-line diagnosis.
+# The method's loss over the steps, on a log axis, with the one-line diagnosis. GRPO's loss can be zero or below,
+# which a log axis leaves out: its mean reward per step, from the trainer's log, is printed under the plot.
 
 # %%
+import json
+
 from IPython.display import Image, display
 
 display(Image(str(plan.out / "learning_curves.png")))
 print(summary["diagnosis"])
+if method == "grpo":
+    steps = [(h["step"], h["reward"]) for h in json.loads((plan.out / "log_history.json").read_text()) if "reward" in h]
+    print("[grpo] mean reward by step: " + ", ".join(f"{s}: {r:.3f}" for s, r in steps))

@@ -20,6 +20,7 @@ import re
 import weakref
 from pathlib import Path
 
+from nbutils import defaults
 from nbutils.runtime import modelsource
 
 # Used when a tokenizer has no chat template (base models): plain markers, EOS right after each answer.
@@ -227,7 +228,10 @@ def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[in
 
     A turn's span starts where the prompt rendered with add_generation_prompt ends (so what the
     template adds after it, e.g. an empty <think></think>, is taught too), or, when the template
-    renders that turn differently inside a longer conversation, where the answer's text starts.
+    renders that turn differently inside a longer conversation (Qwen3 drops the empty think block
+    of earlier turns), where the answer's text starts. A turn with no prompt before it (a plain
+    `text` record) starts at its text: what a template puts first (BOS, a default system prompt,
+    the assistant header) is the template's, not the model's to learn.
     It ends with the end-of-turn token that follows the answer (<|eot_id|>, <|im_end|>, <|end|>...),
     whatever the template adds after the last turn (Phi-3 adds EOS there only); when the template
     closes the last answer with nothing, the end-of-turn token is appended.
@@ -238,15 +242,16 @@ def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[in
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
-        prefix = render(msgs[:i], True) if i else _empty_prefix(render)
         body = m["content"].strip()
-        upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
-        upto = upto[: upto.rfind(body) + len(body)] if body in upto else upto  # the turn rendered as the last one
-        start = len(prefix) if text.startswith(prefix) and text.startswith(upto) and len(prefix) >= pos else None
-        at = text.find(body, pos if start is None else start)
+        prefix = render(msgs[:i], True) if i else None
+        if prefix is not None and text.startswith(prefix) and len(prefix) >= pos and _as_last(render, msgs, i, text):
+            start = len(prefix)
+            at = text.find(body, start)
+        else:
+            at = _answer_at(render, msgs, i, text, pos)
+            start = at
         if at < 0:
             raise ValueError("template-error: an answer is not in the rendered conversation")
-        start = at if start is None else start
         after = at + len(body)
         close = text.find(eot, after)
         if close >= 0 and not text[after:close].strip():
@@ -261,12 +266,30 @@ def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[in
     return text, spans
 
 
-def _empty_prefix(render) -> str:
-    """What precedes a conversation's first answer when it has no prompt (BOS, the assistant marker)."""
+def _as_last(render, msgs: list[dict], i: int, text: str) -> bool:
+    """Whether the conversation shows turn i as the template renders it when it is the last turn (what the model
+    writes after the generation prompt at inference)."""
+    body = msgs[i]["content"].strip()
+    upto = text if i == len(msgs) - 1 else render(msgs[: i + 1])
+    upto = upto[: upto.rfind(body) + len(body)] if body in upto else upto
+    return text.startswith(upto)
+
+
+STAND_IN = "@@nbutils-answer@@"  # an answer no data holds: where the template puts it is where the answer starts
+
+
+def _answer_at(render, msgs: list[dict], i: int, text: str, pos: int) -> int:
+    """Where turn i's answer starts in text, at or after pos (-1: not there). Found where the template puts a stand-in
+    for it, not by searching for its words: a short answer ("yes") also occurs in the system prompt or a question
+    before it, and a default system prompt ("You are Qwen...") may hold a plain text's words."""
+    body = msgs[i]["content"].strip()
     try:
-        return render([], True)
-    except Exception:  # noqa: BLE001 -- some templates index messages[0]; then the target starts at 0
-        return ""
+        at = render([*msgs[:i], {**msgs[i], "content": STAND_IN}, *msgs[i + 1:]]).find(STAND_IN)
+    except Exception:  # noqa: BLE001 -- templates raise anything; then the answer is searched for after pos
+        at = -1
+    if at >= pos and text.startswith(body, at):
+        return at
+    return text.find(body, max(pos, at))  # a template that rewrites answers: the first match after the stand-in's place
 
 
 # --- the tokenizer against the model -----------------------------------------------------------
@@ -297,7 +320,7 @@ def vocab_problem(tokenizer, model_config) -> str | None:
     An id at or past config.vocab_size has no embedding row: the first batch holding one stops training with
     'index out of range in self'. Checked on the ids the chain always uses (the special tokens, a rendered turn)
     and the base vocabulary; extra tokens past the rows that the chain never uses (image tokens) are left alone."""
-    rows = getattr(model_config, "vocab_size", None)
+    rows = getattr(defaults.text_config(model_config), "vocab_size", None)  # a multimodal model's (Gemma-3 4B) in its text_config
     if not rows:
         return None
     used = tokenizer(tokenizer.apply_chat_template(PROBE, tokenize=False), add_special_tokens=False)["input_ids"]

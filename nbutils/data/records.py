@@ -48,8 +48,8 @@ def turns(value, name: str) -> list[dict]:
     """A message list as {"role", "content"} turns, wherever it appears (SFT records, preference prompts and answers).
 
     Each turn may say role/content or ShareGPT's from/value; role aliases are mapped (human -> user, gpt -> assistant
-    ...). Raises ValueError("<reason-id>: <detail>") naming the field and the turn: wrong-type, unknown-role,
-    missing-field, empty-field."""
+    ...); an empty system turn is dropped (an empty `system` column is too). Raises ValueError("<reason-id>: <detail>")
+    naming the field and the turn: wrong-type, unknown-role, missing-field, empty-field."""
     if isinstance(value, str):
         try:
             value = json.loads(value)  # CSV/SQL cells hold JSON text
@@ -72,6 +72,8 @@ def turns(value, name: str) -> list[dict]:
         if not isinstance(content, str):
             raise ValueError(f"wrong-type: {where} content is {type(content).__name__}")
         if not content.strip():
+            if ROLES[role.strip().lower()] == "system":
+                continue  # an empty system prompt (common in Orca/ShareGPT exports) says nothing: dropped, as the column is
             raise ValueError(f"empty-field: {where}")
         out.append({"role": ROLES[role.strip().lower()], "content": content.strip()})
     return out

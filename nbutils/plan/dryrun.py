@@ -9,7 +9,7 @@ gate forced (random weights never beat the base). Template, pad, label, attentio
 show in minutes, with the notebook, the cell and the message, before any GPU time.
 
 Memory too: the twin plans as the model it stands for, and every notebook's plan is checked against a T4
-(NBUTILS_PLAN_GPU_GB=15 while the chain runs), so a notebook that would not fit one refuses in its plan cell, naming
+(NBUTILS_PLAN_GPU_GB=14.7 while the chain runs), so a notebook that would not fit one refuses in its plan cell, naming
 the parameter to change. Then each notebook's work is measured on the twin at two depths, extrapolated to the
 model's, beside the plan (memcheck.py).
 """
@@ -93,6 +93,11 @@ def dry_run(model: str, out: str | Path | None = None, params: dict | None = Non
         run.seconds["build"] = time.perf_counter() - t0 - run.seconds["fetch"]
     except (OSError, ValueError, KeyError) as e:  # unreachable, no config.json, an architecture transformers lacks
         run.error = f"{type(e).__name__}: {e}"
+        return run
+    except AttributeError as e:  # a config without a language model's fields: a raw traceback would say nothing
+        run.error = (f"{type(e).__name__}: {e}: the config.json of {model} lacks a field a language model's config "
+                     "has (its own, or a multimodal model's text_config); the dry run takes causal language models, "
+                     "text-only or image-text: give it one of those")
         return run
     notebooks = [ROOT / nb for nb in paths]
     # 04's GGUF is not run in llama.cpp here: where no build is cached, the probe's build (minutes) would eat the

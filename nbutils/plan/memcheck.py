@@ -25,11 +25,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils import chain
+from nbutils import chain, defaults
 from nbutils.train import evalmemory, memory
 
 GB = 2**30
-T4_GB = 15.0  # what every notebook's plan is checked against in the dry run
+T4_GB = defaults.T4_MEMORY_GB  # what every notebook's plan is checked against in the dry run
 PLAN_CALLS = {"02_train_qlora": ("plan_run(", "per_device_batch_size"),  # the plan cell, and what to change there
               "03_eval": ("plan_eval(", "eval_batch_tokens"),
               "04_export": ("memory_plan(", "export_merged"),
@@ -73,8 +73,8 @@ def deeper_times(model_config) -> int:
     of a few MB) and extrapolated over as many again."""
     from nbutils.plan import shrink
 
-    twin_layers = shrink.shrink_config(model_config).num_hidden_layers
-    return max(2, round(model_config.num_hidden_layers / (2 * twin_layers)))
+    twin_layers = defaults.text_config(shrink.shrink_config(model_config)).num_hidden_layers
+    return max(2, round(defaults.text_config(model_config).num_hidden_layers / (2 * twin_layers)))
 
 
 def plan_cell(notebook: Path) -> int | None:
@@ -136,7 +136,7 @@ def check(model_config, twin: Path, deeper: Path, chain_out: Path, notebooks: li
     jobs = [(probe, str(folder), settings) for nb, plan in wanted for probe, settings in [tasks(nb.stem, plan)]
             for folder in (twin, deeper)]
     peaks = probes.measure_all(jobs, chain_out / "memcheck")
-    depth, deep = (AutoConfig.from_pretrained(f).num_hidden_layers for f in (twin, deeper))
+    depth, deep = (defaults.text_config(AutoConfig.from_pretrained(f)).num_hidden_layers for f in (twin, deeper))
     full, own = memory.Shape.from_config(model_config), memory.Shape.from_config(AutoConfig.from_pretrained(twin), own=True)
     out = []
     for i, (nb, plan) in enumerate(wanted):

@@ -21,6 +21,8 @@ import gc
 import multiprocessing
 from pathlib import Path
 
+from nbutils.defaults import text_config
+
 
 def _status(key: str) -> int:
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
@@ -57,7 +59,7 @@ def train(twin: str, batch: int, seq: int, loss: str) -> None:
     model = modeling.attach_lora(modeling.load_base(twin, "fp32", bnb), lora)
     model.train()
     _reset()  # loaded: the peak from here on
-    ids = _ids(model.config.vocab_size, batch, seq)
+    ids = _ids(text_config(model.config).vocab_size, batch, seq)
     labels = ids.clone()
     labels[:, : seq // 2] = -100  # the prompt half carries no target
     mask = torch.ones_like(ids)
@@ -87,7 +89,7 @@ def infer(twin: str, rows: int, prompt: int, new_tokens: int, tokens: int, longe
         model.add_adapter(f"extra{k}", LoraConfig(r=16, target_modules="all-linear"))
     model.eval()
     _reset()  # loaded: the peak from here on
-    vocab = model.config.vocab_size
+    vocab = text_config(model.config).vocab_size
     with torch.no_grad():
         ids = _ids(vocab, rows, prompt)
         model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,

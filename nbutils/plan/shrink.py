@@ -15,6 +15,7 @@ import math
 import shutil
 from pathlib import Path
 
+from nbutils.defaults import text_config
 from nbutils.train import memory
 
 LAYERS = 2
@@ -66,10 +67,17 @@ def _rope(parameters, rotary_half: int):
 
 
 def shrink_config(config):
-    """The same config, cut to CPU size as the module docstring says (a copy; the model's own is untouched)."""
+    """The same config, cut to CPU size as the module docstring says (a copy; the model's own is untouched). A
+    multimodal model's (Gemma-3 4B/12B) language model is cut in its text_config, and its vision tower to LAYERS
+    layers, its widths kept (the projector reads them): the chain trains on text, and Gemma-3's 27-layer tower alone
+    took a twin to 450M parameters."""
     import copy
 
-    small = copy.deepcopy(config)
+    small_all = copy.deepcopy(config)
+    vision = getattr(small_all, "vision_config", None)
+    if getattr(vision, "num_hidden_layers", None):
+        vision.num_hidden_layers = min(LAYERS, vision.num_hidden_layers)
+    config, small = text_config(config), text_config(small_all)
     heads, kv = _heads(config)
     head_dim = _head_dim(heads)
     small.num_attention_heads, small.num_key_value_heads = heads, kv
@@ -87,16 +95,18 @@ def shrink_config(config):
     small.num_hidden_layers = len(types) if types else min(LAYERS, config.num_hidden_layers)
     if types:
         small.layer_types = types
-    setattr(small, memory.FULL_SHAPE, memory.full_shape(config))
+    for part in {id(small_all): small_all, id(small): small}.values():  # where the plans look, whichever config they get
+        setattr(part, memory.FULL_SHAPE, memory.full_shape(config))
     rotary = int(head_dim * (getattr(config, "partial_rotary_factor", None) or getattr(config, "rotary_pct", None) or 1))
     if getattr(config, "rope_parameters", None):
         small.rope_parameters = _rope(config.rope_parameters, rotary // 2)
-    return small
+    return small_all
 
 
 def describe(config, small) -> str:
     """'Qwen2ForCausalLM: 28 -> 2 layers, hidden 1536 -> 192, heads 12/2 -> 6/1, vocab 151,936 kept'."""
     arch = (getattr(config, "architectures", None) or [config.model_type])[0]
+    config, small = text_config(config), text_config(small)
     return (f"{arch}: {config.num_hidden_layers} -> {small.num_hidden_layers} layers, hidden {config.hidden_size} -> "
             f"{small.hidden_size}, heads {config.num_attention_heads}/{getattr(config, 'num_key_value_heads', None)} -> "
             f"{small.num_attention_heads}/{small.num_key_value_heads}, vocab {config.vocab_size:,} kept")
@@ -107,11 +117,12 @@ def deeper(small, times: int):
     at two depths and extrapolates to the model's."""
     import copy
 
-    out = copy.deepcopy(small)
+    out_all = copy.deepcopy(small)
+    small, out = text_config(small), text_config(out_all)
     out.num_hidden_layers = small.num_hidden_layers * times
     if getattr(small, "layer_types", None):
         out.layer_types = list(small.layer_types) * times
-    return out
+    return out_all
 
 
 def build(source: str | Path, dest: str | Path, seed: int = 0, full_size: bool = False, times: int = 1) -> Path:

@@ -43,11 +43,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nbutils.defaults import text_config
+
 GB = 2**30
 OVERHEAD = 0.6 * GB
 LOSSES = ("plain", "chunked", "liger", "trl")
 MARGIN = 0.92  # of a GPU's memory a plan may fill: the rest is left to fragmentation
-PLAN_GPU_ENV = "NBUTILS_PLAN_GPU_GB"  # without a GPU, the GPU memory the plans check against (the dry run: 15, a T4)
+PLAN_GPU_ENV = "NBUTILS_PLAN_GPU_GB"  # without a GPU, the GPU memory the plans check against (the dry run: a T4's)
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk of the chunked loss (nbutils.train.loss): its only large buffer
 
 
@@ -88,7 +90,8 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 
 def full_shape(cfg) -> dict:
     """The config's dimensions the plan reads (what a dry-run twin records of its model as FULL_SHAPE)."""
-    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+    text = text_config(cfg)
+    return {k: getattr(text, k, None) for k in SHAPE_KEYS}
 
 
 @dataclass
@@ -111,6 +114,7 @@ class Shape:
             from types import SimpleNamespace
 
             cfg = SimpleNamespace(**full)
+        cfg = text_config(cfg)
         return cls(cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
                    cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
                    bool(getattr(cfg, "tie_word_embeddings", False)))
@@ -193,7 +197,7 @@ def largest(fits, most: int = 256) -> int:
 
 def planning_gpu(gpu_memory_gb: float | None) -> tuple[float | None, str]:
     """The GPU memory a plan checks against, and whose: this machine's GPU; on a machine without one, the GPU named
-    by NBUTILS_PLAN_GPU_GB (the dry run sets a T4's 15 GB, so every notebook's plan refuses there what a T4 would
+    by NBUTILS_PLAN_GPU_GB (the dry run sets a T4's 14.7 GB, so every notebook's plan refuses there what a T4 would
     refuse); else none (the plan is what a GPU run would need)."""
     import os
 
@@ -214,12 +218,14 @@ def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float
     return lo * step
 
 
-def longest_sequence(model_config, batch: int, gpu_memory_gb: float, lora_r: int = 16, loss: str = "plain") -> tuple[int, str]:
+def longest_sequence(model_config, batch: int, gpu_memory_gb: float, loss: str, lora_r: int = 16) -> tuple[int, str]:
     """The longest sequence (a multiple of 64) that trains at this batch size on a GPU of this memory, and why:
-    01's cap on max_seq_len="auto" (02's LoRA rank and loss are not chosen yet: r=16 and the plain loss, the
-    larger of the losses, are assumed)."""
+    01's cap on max_seq_len="auto". `loss`: the one 02's chunked_loss="auto" trains with at a length where the whole
+    logits do not fit, "chunked" (liger's is planned as it), or "plain" for a model the chunks cannot serve
+    (nbutils.train.loss.unsupported: Gemma-2's soft-capped logits); so 02's plan fits at any length up to the cap.
+    02's LoRA rank is not chosen yet: r=16 is assumed."""
     n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, budget_bytes(gpu_memory_gb))
-    return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch}"
+    return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch} ({loss} loss)"
 
 
 def table(p: dict) -> str:

@@ -10,6 +10,7 @@ from nbutils.data import chatformat, pairs, splits
 from nbutils.eval import evaluation
 from nbutils.train import checkpoints, modeling
 from tests import recipe
+from tests.twins import templates
 from tests.twins.families import FAMILIES
 
 # The quick loop (make test-fast) checks three families that differ most (an instruct template with its own
@@ -115,6 +116,46 @@ def test_roles_merged_where_the_template_refuses_them(twin, tmp_path, name, syst
     if system:
         first = next(r for r in rows if r["messages"][0]["content"].startswith("answer in one word"))
         assert first["messages"][0]["role"] == "user" and "oslo" in first["messages"][0]["content"]
+
+
+def _render(template: str, **special):
+    """render(messages, add_generation_prompt) from a template's text, as 01 renders (splits.renderer), no tokenizer."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    compiled = _compile_jinja_template(template)
+    return lambda msgs, gen=False: compiled.render(messages=msgs, add_generation_prompt=gen, **special)
+
+
+def test_an_earlier_answer_is_labelled_in_its_turn_not_where_its_words_first_occur():
+    """Qwen3 renders an earlier answer without the empty think block the last one gets, so the answer is located
+    again; its words also occur in the system prompt, which must stay masked."""
+    msgs = [{"role": "system", "content": "Answer yes or no."}, {"role": "user", "content": "Is the sky blue?"},
+            {"role": "assistant", "content": "yes"}, {"role": "user", "content": "Is grass red?"},
+            {"role": "assistant", "content": "no"}]
+    text, spans = chatformat.target_spans(_render(templates.QWEN3), msgs, "<|im_end|>")
+    assert [text[s:e] for s, e in spans] == ["yes<|im_end|>", "<think>\n\n</think>\n\nno<|im_end|>"]
+    assert spans[0][0] > text.index("Is the sky blue?")
+
+
+@pytest.mark.parametrize("template, eot, special", [
+    (templates.QWEN25, "<|im_end|>", {}),  # a default system prompt holding the text's very words
+    (templates.QWEN3, "<|im_end|>", {}),
+    (templates.LLAMA_31, "<|eot_id|>", {"bos_token": "<|begin_of_text|>"}),  # BOS, a system header, its dates
+])
+def test_a_plain_text_record_labels_its_text_not_what_the_template_puts_before_it(template, eot, special):
+    plain = [{"role": "assistant", "content": "You are a helpful assistant."}]
+    text, spans = chatformat.target_spans(_render(template, **special), plain, eot)
+    assert [text[s:e] for s, e in spans] == ["You are a helpful assistant." + eot]
+    assert spans[0][0] == text.rindex("You are a helpful assistant.")  # its own turn, not the system prompt
+
+
+def test_the_vocabulary_check_reads_a_multimodal_models_text_config(tok):
+    """Gemma3Config has no vocab_size of its own: the rows are its text_config's."""
+    from transformers import Gemma3Config
+
+    assert chatformat.vocab_problem(tok, Gemma3Config(text_config={"vocab_size": len(tok)})) is None
+    problem = chatformat.vocab_problem(tok, Gemma3Config(text_config={"vocab_size": 8}))
+    assert problem and "has 8 rows" in problem
 
 
 class ForceAfter(LogitsProcessor):

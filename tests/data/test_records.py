@@ -34,6 +34,29 @@ def test_lone_text_is_one_assistant_turn():
     assert to_messages({"text": " plain "}) == [{"role": "assistant", "content": "plain"}]
 
 
+def test_an_empty_system_turn_is_dropped_as_an_empty_system_column_is(tmp_path):
+    """Orca/ShareGPT exports carry {"role": "system", "content": ""}: the conversation is kept without it."""
+    import json
+
+    from nbutils.data import splits
+    from nbutils.data.ledger import Ledger
+
+    empty = {"role": "system", "content": ""}
+    assert to_messages({"messages": [empty, U, A]}) == [U, A] == to_messages({"prompt": "q", "response": "a", "system": ""})
+    sharegpt = [{"from": "system", "value": "  "}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]
+    assert to_messages({"conversations": sharegpt}) == [U, A]
+    with pytest.raises(ValueError, match="^empty-field: messages turn 2$"):  # an empty question is still refused
+        to_messages({"messages": [empty, {"role": "user", "content": ""}, A]})
+    path = tmp_path / "orca.jsonl"
+    other = [empty, {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in ([empty, U, A], [U, A], other)))
+    ledger = Ledger()
+    rows = splits.read_records([str(path)], ledger)
+    assert [r["messages"] for r in rows] == [[U, A], other[1:]]
+    assert ledger.counts == {"records": 3, "kept": 0, "quarantined": 0, "duplicates": 1}  # kept is prepare's to count
+    assert ledger.counts["records"] == len(rows) + ledger.counts["quarantined"] + ledger.counts["duplicates"]
+
+
 @pytest.mark.parametrize("rec, reason", [
     ({"question": "q"}, "missing-field: answer"),  # the first pair that has the column found
     ({"prompt": "q", "response": "  "}, "empty-field: response"),

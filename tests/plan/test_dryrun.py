@@ -12,6 +12,14 @@ def test_a_model_that_cannot_be_built_fails_naming_why(tmp_path):
     assert "FAILED" in run.report() and "problem:" in run.report()
 
 
+def test_a_config_without_a_language_models_fields_fails_naming_why(tmp_path):
+    from transformers import ViTConfig
+
+    ViTConfig().save_pretrained(tmp_path / "vit")  # an image model: no vocabulary
+    run = dryrun.dry_run(str(tmp_path / "vit"), tmp_path / "out")
+    assert not run.ok and "vocab_size" in run.error and "causal language models" in run.error
+
+
 def test_slug():
     assert dryrun.slug("Qwen/Qwen2.5-1.5B-Instruct") == "qwen-qwen2.5-1.5b-instruct"
 

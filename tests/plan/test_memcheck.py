@@ -47,6 +47,20 @@ def test_a_plan_that_fits_passes_and_one_the_twin_shows_too_small_fails_naming_n
     assert "memory" in memcheck.table([ok, near]) and near.problem in memcheck.table([ok, near])
 
 
+def test_a_plan_that_fits_15_gb_but_not_what_a_t4_reports_fails():
+    """torch reports 14.74 GiB on a Kaggle/Colab T4 (preflight: 14.7), what 02 plans against there: a 13.7 GB plan
+    fits 92% of 15 GB but not of 14.7, and fails the dry run as 02 would refuse it on the T4."""
+    from nbutils import defaults
+    from nbutils.plan import dryrun
+    from nbutils.train import memory
+
+    near = memcheck._verdict(NOTEBOOKS["02_train_qlora"], _plan(estimate_gb=13.7), {"batch": 4}, 1.0, 1.0, "")
+    assert near.problem and "would not fit a 14.7 GB T4" in near.problem
+    assert memcheck.T4_GB == defaults.T4_MEMORY_GB == round(14.741, 1)  # one figure for 01, the dry run and 02
+    with dryrun.planning_for_a_t4():
+        assert memory.planning_gpu(None)[0] == 14.7
+
+
 def test_each_notebooks_recorded_plan_says_what_to_re_run(tmp_path):
     chain_out = tmp_path / "chain"
     marker = chain_out / "sandbox" / "03_eval" / "working" / "eval" / "eval_report.json"

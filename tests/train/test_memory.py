@@ -37,7 +37,8 @@ def test_longest_sequence_is_the_edge_of_the_budget(kind):
     assert memory.estimate(shape, longest, 2, 16, kind)["total"] <= budget
     assert memory.estimate(shape, longest + 64, 2, 16, kind)["total"] > budget
     assert p["fits"] == (longest >= 2048)
-    assert memory.longest_sequence(LLAMA_8B, 2, 15.0, loss=kind) == (longest, "the memory of a 15 GB GPU at batch size 2")
+    assert memory.longest_sequence(LLAMA_8B, 2, 15.0, loss=kind) == (longest, f"the memory of a 15 GB GPU at batch size 2 "
+                                                                              f"({kind} loss)")
 
 
 def test_memory_plan_on_a_t4_decides_the_mode():
@@ -141,3 +142,38 @@ def test_a_dry_run_twin_plans_as_the_model_it_stands_for():
                               memory.FULL_SHAPE: memory.full_shape(LLAMA_8B)})
     assert memory.Shape.from_config(twin) == memory.Shape.from_config(LLAMA_8B)
     assert memory.Shape.from_config(twin, own=True).layers == 2
+
+
+def test_a_multimodal_config_plans_from_its_language_models_fields():
+    """Gemma-3 4B/12B's Gemma3Config keeps vocab_size, hidden_size and the layers in its text_config."""
+    from transformers import Gemma3Config
+
+    config = Gemma3Config()
+    shape = memory.Shape.from_config(config)
+    assert shape == memory.Shape.from_config(config.text_config) and shape.vocab == 262_208 and shape.layers == 26
+    assert memory.full_shape(config) == memory.full_shape(config.text_config)
+    assert memory.plan(config, seq_len=512, batch=2, lora_r=16, gpu_memory_gb=15.0)["fits"]
+    assert memory.longest_sequence(config, 2, 15.0, loss="chunked")[0] > 0
+
+
+def test_01s_cap_is_the_longest_sequence_02s_auto_loss_trains():
+    """01's max_seq_len="auto" caps lengths with the loss 02's chunked_loss="auto" takes where the whole logits do not
+    fit: Qwen2.5-1.5B at batch 16 trains 2,048 tokens with the chunks, 320 with the whole logits. At the cap, 02's
+    plan fits; a model the chunks cannot serve (Gemma-2's soft-capped logits) is capped with the plain loss."""
+    from transformers import AutoConfig, Gemma2Config
+
+    from bench import real_models
+    from nbutils.train import loss
+
+    qwen = AutoConfig.for_model(**real_models.MODELS["qwen2.5-1.5b-instruct"]["config"])
+    cap = {k: memory.longest_sequence(qwen, 16, 15.0, loss=k) for k in ("plain", "chunked")}
+    assert cap["plain"][0] == 320 and cap["chunked"] == (2048, "the memory of a 15 GB GPU at batch size 16 (chunked loss)")
+    n = cap["chunked"][0]
+    whole = memory.plan(qwen, n, 16, 16, 15.0, loss="plain")  # 02's plan at the cap, as planning.plan_run makes it
+    chosen = loss.choose("auto", cuda=True, model_config=qwen, plain_fits=whole["fits"])
+    assert not whole["fits"] and chosen != "plain" and memory.plan(qwen, n, 16, 16, 15.0, loss=chosen)["fits"]
+    assert loss.unsupported(Gemma2Config()) and not loss.unsupported(qwen)  # what 01 picks the cap's loss by
+    with pytest.raises(TypeError, match="loss"):  # no default: the plain loss's cap is 02's only for such models
+        memory.longest_sequence(qwen, 16, 15.0)
+    source = (Path(__file__).parents[2] / "notebooks" / "01_data_prep.py").read_text()
+    assert 'cap_loss = "plain" if lm_loss.unsupported(config) else "chunked"' in source and "loss=cap_loss)" in source
