@@ -176,13 +176,21 @@ def render(tokenizer, prompt: list[dict], answer: str) -> tuple[str, str]:
     return text[:start], text[start:end]
 
 
+def trained_length(tokenizer, prompt_text: str, answer: str) -> int:
+    """Tokens of prompt + answer as trl tokenizes them for training: with the tokenizer's own special tokens and the
+    EOS trl appends to an answer that does not end with it (Phi-3's `<|end|>` gets `<|endoftext|>` after it), so a
+    row at the limit is not cut short of its EOS by trl's truncation."""
+    eos = tokenizer.eos_token or ""
+    return len(tokenizer(prompt_text + answer + ("" if answer.endswith(eos) else eos))["input_ids"])
+
+
 def _rendered(row: dict, tokenizer, max_tokens: int) -> dict:
     """The trl row (prompt / chosen / rejected, or prompt / completion / label) as text; too-long sides raise."""
     sides = ("chosen", "rejected") if "chosen" in row else ("completion",)
     out, prompt_text = {}, None
     for side in sides:
         prompt_text, answer = render(tokenizer, row["prompt"], row[side])
-        n = len(tokenizer(prompt_text + answer, add_special_tokens=False)["input_ids"])
+        n = trained_length(tokenizer, prompt_text, answer)
         if n > max_tokens:
             raise ValueError(f"too-long: prompt + {side} is {n} tokens, over the limit of {max_tokens}")
         out[side] = answer

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from nbutils.data import htmlpage, jsondoc, sqldump
 from nbutils.data.records import recognised
+from nbutils.runtime import modelsource
 
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
 _EXTENSIONS = {"jsonl": "jsonl", "ndjson": "jsonl", "json": "json", "csv": "csv", "tsv": "tsv", "tab": "tsv",
@@ -91,7 +92,7 @@ def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
             return "hf_disk", "a saved Hugging Face dataset folder" + hf_split(path, split)[1]
         raise ValueError(f"{path}: a folder, but not a saved HF dataset (no dataset_info.json); pass a file instead.")
     if not p.exists():
-        if re.fullmatch(r"[\w.-]+/[\w.-]+", path) and not path.startswith("."):
+        if modelsource.REPO_ID.match(path):  # the Hub's owner/name, as for a model
             return "hf_hub", "no such file; looks like a hub dataset id (owner/name)"
         raise FileNotFoundError(f"{path}: no such file. Check the path (relative paths start at the working dir); "
                                 "for a hub dataset id pass format='hf_hub'.")

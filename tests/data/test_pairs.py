@@ -206,3 +206,18 @@ def test_content_hash_follows_the_rows_content_not_where_they_were_read():
     moved = [{**rows[0], "source": "y.jsonl", "line": 7}]
     swapped = [{**rows[0], "chosen": "b", "rejected": "a"}]
     assert pairs.content_hash(rows) == pairs.content_hash(moved) != pairs.content_hash(swapped)
+
+
+def test_the_length_limit_counts_what_trl_trains_eos_included(twin):
+    """Phi-3.5 ends an answer on <|end|>, and trl appends its EOS (<|endoftext|>) after it: a pair whose rendered text
+    alone is at the limit is one token over it in training, and is quarantined as too long rather than cut."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(twin("phi-3.5-mini"))
+    prompt = [{"role": "user", "content": "what kind of word is oslo ?"}]
+    text, answer = pairs.render(tok, prompt, "city")
+    bare = len(tok(text + answer, add_special_tokens=False)["input_ids"])
+    assert not answer.endswith(tok.eos_token) and pairs.trained_length(tok, text, answer) == bare + 1
+    row = {"prompt": prompt, "chosen": "city", "rejected": "town"}
+    with pytest.raises(ValueError, match=r"too-long: prompt \+ chosen is \d+ tokens"):
+        pairs._rendered(row, tok, bare)

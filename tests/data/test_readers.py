@@ -64,6 +64,9 @@ def test_unknown_format_is_refused_with_the_choices(tmp_path):
 
 def test_hub_id_without_internet_is_a_clear_error(tmp_path, monkeypatch):
     assert readers.sniff("someone/some_dataset") == "hf_hub"
+    for not_an_id in ("./data/train.jsonl", "-x/y", "data/sub/train.jsonl"):  # the Hub's owner/name only
+        with pytest.raises(FileNotFoundError, match="no such file"):
+            readers.sniff(not_an_id)
     # Unreachable whatever this machine's network: the check answers before any download is tried.
     monkeypatch.setattr(readers, "_hub_unreachable", lambda timeout=3.0: "cannot reach huggingface.co: timed out")
     with pytest.raises(ValueError, match="but cannot reach huggingface.co: timed out. .*download it once and pass the "
