@@ -106,10 +106,9 @@ from nbutils.train import memory
 tokenizer = chatformat.load_tokenizer(base_model)  # a model that cannot be reached says here what to attach
 config = modelsource.load_config(base_model)
 chatformat.check_model(tokenizer, config)  # a template without an assistant marker, ids past the embedding: named now
-# the loss 02 takes where the whole logits would not fit: the chunked one; plain where the chunks cannot serve the
-# model (Gemma-2 soft-caps its logits), so 02's plan fits at any length up to this cap
-cap_loss = "plain" if lm_loss.unsupported(config) else "chunked"
-longest = memory.longest_sequence(config, batch_size, defaults.T4_MEMORY_GB, loss=cap_loss)
+# the loss 02 takes where the whole logits would not fit (plain for a model the chunks cannot serve, Gemma-2), so
+# 02's plan fits at any length up to this cap
+longest = memory.longest_sequence(config, batch_size, defaults.T4_MEMORY_GB, loss=lm_loss.without_whole_logits(config))
 out = environment.stage_dir("data_prep", output_dir)
 inputs = [embedded.resolve_raw_data(p.strip()) for p in raw_data.split(",")]
 manifest = splits.prepare(inputs, out, tokenizer, base_model=base_model, max_seq_len=max_seq_len, seq_len_cap=longest,

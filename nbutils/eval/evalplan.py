@@ -50,7 +50,7 @@ class EvalPlan:
 
 def scoring_loss(model_config) -> str:
     """How the eval loss is scored for this model: in chunks, or from its own whole logits (soft-capping ...)."""
-    return "plain" if lm_loss.unsupported(model_config) else "chunked"
+    return lm_loss.without_whole_logits(model_config)
 
 
 def plan_eval(trained, env, prompt_lengths: list[int], eval_lengths: list[int], new_tokens: int,

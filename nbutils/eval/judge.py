@@ -37,26 +37,18 @@ def adapter(model, name: str):
         model.set_adapter(before)
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens two id lists share (trl's common_prefix_length)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def trl_ids(tokenizer, prompt: str, answers: list[str]) -> tuple[list[int], list[list[int]]]:
     """(context ids, each answer's ids) as trl's DPO and KTO tokenize a text row, so the judge scores the tokens
     training saw: the prompt alone and prompt + answer + EOS (appended unless the answer ends with it) each tokenized
     whole, the tokenizer's own special tokens as it adds them, split where the two first differ. A SentencePiece
     tokenizer merges across the boundary (Phi-3.5: 'Par', 'is' after its prompt, '▁Paris' alone), so tokenizing
     the answer on its own would score other tokens. A pair is split where the earlier of its two sides splits."""
+    from trl.data_utils import common_prefix_length  # trl's own split, so the judge cannot drift from training
+
     eos = tokenizer.eos_token or ""
     prompt_ids = tokenizer(prompt)["input_ids"]
     whole = [tokenizer(prompt + (a if a.endswith(eos) else a + eos))["input_ids"] for a in answers]
-    n = min(common_prefix(prompt_ids, w) for w in whole)
+    n = min(common_prefix_length(prompt_ids, w) for w in whole)
     return prompt_ids[:n], [w[n:] for w in whole]
 
 

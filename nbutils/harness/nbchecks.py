@@ -169,9 +169,7 @@ def offline_problems(name: str, cells: list[dict], platform_name: str = "kaggle"
     """network-access, before an internet-off run: `!` lines that reach the network with a tool that is not Python
     (curl, wget, git clone, apt-get), which the run's guard does not stop (it refuses Python's connections only)."""
     walker, problems = CellWalker(Evaluator(platform(platform_name))), []
-    for i, cell in enumerate(cells):
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else src
+    for i, (cell, src) in enumerate(zip(cells, _sources(cells))):
         if cell.get("cell_type") != "code":
             continue
         reach = walker.walk(src)
@@ -204,7 +202,9 @@ def _install_problems(name: str, i: int, src: str, reach: CellReach, ev: Evaluat
 def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform) -> list[Problem]:
     """background-process, blocking-input, absolute-path, widget-progress, secret-in-source."""
     problems = []
-    unless = {n + 1: " and ".join(reach.at(n).unless) or None for n in range(len(src.splitlines()) + 1)}  # 1-based
+    def unless(line: int) -> str | None:  # the condition a 1-based line runs under, if any
+        return " and ".join(reach.at(line - 1).unless) or None
+
     for n, ln in enumerate(src.splitlines()):
         s = ln.strip()
         if s.startswith("!") and s.endswith("&") and not s.endswith("&&") and not reach.at(n).never:
@@ -214,24 +214,29 @@ def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform
     for call, line in blocking_calls(src, reach)[:1]:
         problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
                                 "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters",
-                                line=line, condition=unless.get(line)))
+                                line=line, condition=unless(line)))
     for path, line in machine_paths(src, plat, reach):
         there = path_exists(path, plat) is False
         problems.append(Problem("absolute-path", name, i, f"path {path!r} does not exist on {plat.label}" if there
                                 else f"path {path!r} exists only on one machine",
                                 "use nbutils.runtime.environment paths (working/input roots) or a parameter"
                                 + (", or a branch for the platform that has it" if there else ""),
-                                line=line, condition=unless.get(line)))
+                                line=line, condition=unless(line)))
     for line in widget_imports(src, reach)[:1]:
         problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
                                 "use tqdm.auto (falls back to text) or nbutils' progress callback",
-                                line=line, condition=unless.get(line)))
+                                line=line, condition=unless(line)))
     for label, rx in SECRET_SHAPES.items():
         if m := rx.search(src):
             problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
                                     "revoke it, remove it, and read it with nbutils.runtime.secrets.get_secret",
                                     line=_line_of(src, m.start())))
     return problems
+
+
+def _sources(cells: list[dict]) -> list[str]:
+    """Each cell's source as one string (nbformat keeps it as a string, or as a list of lines on disk)."""
+    return ["".join(src) if isinstance(src := c.get("source", ""), list) else src for c in cells]
 
 
 def _line_of(src: str, at: int) -> int | None:
@@ -246,8 +251,7 @@ def check_cells(name: str, cells: list[dict], base: Path | None = None, platform
     """
     ev = Evaluator(platform(platform_name))
     walker, state = CellWalker(ev), ic.Installs({}, set())
-    sources = ["".join(c.get("source", "")) if isinstance(c.get("source", ""), list) else c.get("source", "")
-               for c in cells]
+    sources = _sources(cells)
     problems: list[Problem] = []
     for i, cell in enumerate(cells):
         if cell.get("cell_type") != "code":

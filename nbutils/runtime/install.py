@@ -282,7 +282,7 @@ def ensure_packages() -> None:
     try:
         run_install(plan)
     except PipFailed as err:
-        if plan.source != "wheelhouse" or not has_internet():
+        if plan.source != "wheelhouse" or not (online or has_internet()):  # asked once at most
             raise
         print(f"[install] the attached dataset {dataset} could not install the pins ({str(err).splitlines()[0]}): "
               "installing from PyPI instead (the internet is on); to run offline, rebuild it with `make kaggle-dataset` "

@@ -28,6 +28,7 @@ import importlib.util
 import torch
 
 from nbutils.data.batching import IGNORE_INDEX
+from nbutils.defaults import text_config
 from nbutils.train.memory import chunk_rows
 
 
@@ -39,14 +40,22 @@ def liger_available(cuda: bool | None = None) -> bool:
 
 
 def unsupported(model_config=None, head=None) -> str | None:
-    """Why the chunked loss would not be the model's own loss (None: it is): logits it post-processes, an lm_head
-    that is not a plain Linear (quantized, or given LoRA)."""
+    """Why the chunked loss would not be the model's own loss (None: it is): logits it post-processes (read from the
+    language model's config, a multimodal model's text_config), an lm_head that is not a plain Linear (quantized, or
+    given LoRA)."""
+    config = text_config(model_config) if model_config is not None else None
     for attr in ("final_logit_softcapping", "logit_scale"):  # Gemma 2/3, Cohere: logits = f(lm_head(h))
-        if getattr(model_config, attr, None) not in (None, 1, 1.0):
-            return f"the model's config has {attr}={getattr(model_config, attr)}"
+        if getattr(config, attr, None) not in (None, 1, 1.0):
+            return f"the model's config has {attr}={getattr(config, attr)}"
     if head is not None and type(head) is not torch.nn.Linear:
         return f"lm_head is a {type(head).__name__}, not a plain Linear"
     return None
+
+
+def without_whole_logits(model_config) -> str:
+    """The loss that spares this model its whole logits: "chunked", or "plain" where the chunks cannot serve it
+    (`unsupported`). 01's length cap, 03's eval loss and 05's judge pass plan and score with it."""
+    return "plain" if unsupported(model_config) else "chunked"
 
 
 # Why each loss, as 02's plan prints it beside the choice.

@@ -244,7 +244,7 @@ def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_s
     this model: in chunks, or from its whole logits where they are not lm_head's output (Gemma-2's soft-capping:
     `loss.unsupported`), as 03 plans it; prompts and answers at most max_length tokens each."""
     shape = memory.Shape.from_config(model_config)
-    loss = "plain" if lm_loss.unsupported(model_config) else "chunked"
+    loss = lm_loss.without_whole_logits(model_config)
     rows = max(evalmemory.GENERATE_ROWS, evalmemory.SAMPLED_PROMPTS * reward_samples if method == "grpo" else 0)
     moment = max(evalmemory.generation(shape, rows, max_length, max_length), evalmemory.scoring(shape, tokens, loss))
     return {"bytes": evalmemory.adapters(shape, lora_r) + moment, "tokens": tokens, "loss": loss,

@@ -121,3 +121,13 @@ def test_models_whose_logits_are_not_lm_head_output_keep_the_plain_loss(monkeypa
     assert loss.choose("auto", model_config=SimpleNamespace(final_logit_softcapping=None, logit_scale=1.0)) == "chunked"
     assert loss.choose("auto", head=torch.nn.Embedding(3, 2)) == "plain"
     assert loss.choose("auto", head=torch.nn.Linear(2, 3)) == "chunked"
+
+
+def test_a_multimodal_models_soft_capping_is_read_from_its_language_model():
+    """A multimodal config keeps the language model's fields in its text_config: the soft-capping there decides."""
+    from types import SimpleNamespace
+
+    inner = SimpleNamespace(final_logit_softcapping=30.0)
+    outer = SimpleNamespace(get_text_config=lambda: inner)
+    assert "final_logit_softcapping=30.0" in loss.unsupported(outer)
+    assert loss.without_whole_logits(outer) == "plain" and loss.without_whole_logits(SimpleNamespace()) == "chunked"

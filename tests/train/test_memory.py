@@ -172,8 +172,8 @@ def test_01s_cap_is_the_longest_sequence_02s_auto_loss_trains():
     whole = memory.plan(qwen, n, 16, 16, 15.0, loss="plain")  # 02's plan at the cap, as planning.plan_run makes it
     chosen = loss.choose("auto", cuda=True, model_config=qwen, plain_fits=whole["fits"])
     assert not whole["fits"] and chosen != "plain" and memory.plan(qwen, n, 16, 16, 15.0, loss=chosen)["fits"]
-    assert loss.unsupported(Gemma2Config()) and not loss.unsupported(qwen)  # what 01 picks the cap's loss by
+    assert loss.without_whole_logits(Gemma2Config()) == "plain" and loss.without_whole_logits(qwen) == "chunked"
     with pytest.raises(TypeError, match="loss"):  # no default: the plain loss's cap is 02's only for such models
         memory.longest_sequence(qwen, 16, 15.0)
     source = (Path(__file__).parents[2] / "notebooks" / "01_data_prep.py").read_text()
-    assert 'cap_loss = "plain" if lm_loss.unsupported(config) else "chunked"' in source and "loss=cap_loss)" in source
+    assert "loss=lm_loss.without_whole_logits(config))" in source  # what 01 picks the cap's loss by
