@@ -225,13 +225,14 @@ def make_trainer(model, tokenizer, run):
     from trl.experimental.orpo import ORPOTrainer
 
     from nbutils.eval import rewards, rollouts
-    from nbutils.train.preference import trainables_fp32
+    from nbutils.train.preference import trainable_state, trainables_fp32
 
     columns = {"dpo": ("prompt", "chosen", "rejected"), "orpo": ("prompt", "chosen", "rejected"),
                "kto": ("prompt", "completion", "label"), "grpo": ("prompt", "answer")}[method]
     train = Dataset.from_list([{k: r[k] for k in columns} for r in plan.train_rows])
     held = plan.eval_rows[:16] if method == "grpo" else plan.held_out_rows()  # the run's final eval loss
     held = Dataset.from_list([{k: r[k] for k in columns} for r in held])
+    exact = trainable_state(model)  # 02's adapter as it is: trl casts it to bf16 below
     if method == "grpo":
         Trainer = rollouts.for_guard(GRPOTrainer, guard)  # "flag": under the guard; "off": counted only
         trainer = Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
@@ -241,7 +242,7 @@ def make_trainer(model, tokenizer, run):
         Trainer = {"dpo": DPOTrainer, "orpo": ORPOTrainer, "kto": KTOTrainer}[method]
         trainer = Trainer(model=model, args=trainer_arguments(), train_dataset=train, eval_dataset=held,
                           processing_class=tokenizer, callbacks=run.callbacks)
-    trainables_fp32(trainer.model)  # trl casts a 4-bit model's adapter to bf16: a T4's fp16 scaler fails
+    trainables_fp32(trainer.model, exact)  # trl cast a 4-bit model's adapter to bf16: a T4's fp16 scaler fails
     return trainer
 
 

@@ -32,8 +32,15 @@ def diagnose(log_history: list[dict]) -> str:
     return f"well fit: eval loss fell from {first:.4f} to {last:.4f} and did not rise"
 
 
+def rewards(log_history: list[dict]) -> list[tuple[int, float]]:
+    """GRPO's mean reward per logged step (trl logs it as "reward"): the curve that shows whether GRPO learns."""
+    return [(h["step"], float(h["reward"])) for h in log_history if "reward" in h and "step" in h]
+
+
 def plot(log_history: list[dict], path: str | Path, title: str = "Learning curves"):
-    """Train and eval loss against steps, saved as PNG; returns the figure."""
+    """Train and eval loss against steps, and GRPO's reward on a second axis where the log has one, saved as PNG;
+    returns the figure. Losses go on a log axis only while all are positive: GRPO's loss is zero or negative at
+    times, and a log axis would drop those points without a word."""
     from nbutils import plots
 
     plt = plots.pyplot()
@@ -43,11 +50,19 @@ def plot(log_history: list[dict], path: str | Path, title: str = "Learning curve
         ax.plot(*zip(*train), label="train loss")
     if evals:
         ax.plot(*zip(*evals), marker="o", label="eval loss")
-    ax.set_yscale("log")
+    if train or evals:
+        ax.set_yscale("log" if min(v for _, v in train + evals) > 0 else "linear")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(f"{title}: {diagnose(log_history).split(':')[0]}")
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if reward := rewards(log_history):
+        right = ax.twinx()
+        right.plot(*zip(*reward), color="tab:green", linestyle="--", label="reward")
+        right.set_ylabel("reward")
+        more = right.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels)
     return plots.save(fig, path)
 
 

@@ -345,13 +345,22 @@ def prepare_kbit(model):
                                            gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def trainables_fp32(model) -> None:
-    """The trainable (LoRA) weights in fp32: the fp16 gradient scaler refuses to unscale fp16 gradients."""
+def trainable_state(model) -> dict:
+    """The trainable (LoRA) weights as they are, in fp32 copies: what 02's adapter holds, before trl's trainer casts
+    them (see trainables_fp32)."""
+    return {name: p.detach().float().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def trainables_fp32(model, exact: dict | None = None) -> None:
+    """The trainable (LoRA) weights in fp32: the fp16 gradient scaler refuses to unscale fp16 gradients. trl's
+    trainers cast a 4-bit model's trainable adapter to bf16 as they are built (after copying it, exact, into the
+    frozen reference): a cast back alone would start the policy from a bf16-rounded copy of 02's adapter while the
+    reference stays exact. `exact` (trainable_state taken before the trainer was built) puts the exact values back."""
     import torch
 
-    for p in model.parameters():
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            p.data = p.data.to(torch.float32)
+            p.data = exact[name].to(p.device) if exact is not None and name in exact else p.data.to(torch.float32)
 
 
 EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only

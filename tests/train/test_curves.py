@@ -48,6 +48,18 @@ def test_plot_is_written(tmp_path):
     assert path.stat().st_size > 1000
 
 
+def test_grpo_losses_at_or_below_zero_stay_on_the_plot_beside_the_reward(tmp_path):
+    """GRPO logs losses of zero and below and a reward: a log axis would drop the losses, so the axis is linear, and
+    the reward is drawn on a second axis."""
+    history = [{"step": s, "loss": loss, "reward": r} for s, loss, r in [(1, 0.0, 0.1), (2, -0.02, 0.2), (3, 0.01, 0.3)]]
+    fig = curves.plot(history, tmp_path / "curves.png")
+    left, right = fig.axes
+    assert left.get_yscale() == "linear" and len(left.lines[0].get_xdata()) == 3
+    assert right.get_ylabel() == "reward" and list(right.lines[0].get_ydata()) == pytest.approx([0.1, 0.2, 0.3])
+    assert curves.rewards(history) == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert curves.plot(_history([(10, 2.0)], [(10, 2.0)]), tmp_path / "c.png").axes[0].get_yscale() == "log"
+
+
 class _Trainer:
     """What final_eval reads of a Trainer: its state's log history and step, load_best_model_at_end, evaluate()."""
 

@@ -75,7 +75,8 @@ def test_dpo_and_grpo_plan_trls_fused_lm_head_not_whole_logits():
 @pytest.mark.parametrize("method", ["dpo", "kto", "grpo"])
 def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
     """trl casts a quantized model's trainable weights to bf16, which a T4's fp16 gradient scaler cannot unscale
-    (`make gpu-proof` met it on a GPU): 05's trainer leaves every trainable weight in fp32."""
+    (`make gpu-proof` met it on a GPU): 05's trainer leaves every trainable weight in fp32, and exactly 02's values
+    (a cast back alone starts the policy from a bf16-rounded copy while trl's reference stays exact)."""
     from types import SimpleNamespace
 
     import torch
@@ -98,9 +99,12 @@ def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
     bnb, lora = notebook_recipe.configs("fp32")
     model = modeling.attach_lora(modeling.load_base("embedded", "fp32", bnb), lora)
     assert getattr(modeling.unwrap(model), "is_loaded_in_4bit", False) or model.base_model.model.is_loaded_in_4bit
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    assert any((w.to(torch.bfloat16).float() != w).any() for w in before.values())  # bf16 would round them
     trainer = ns["make_trainer"](model, chatformat.load_tokenizer("embedded"), training.Run(tmp_path, {}, time_budget_min=60))
-    dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
-    assert dtypes == {torch.float32}
+    after = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert {p.dtype for p in after.values()} == {torch.float32}
+    assert after.keys() == before.keys() and all(torch.equal(after[n], before[n]) for n in before)
 
 
 @pytest.mark.integration  # trains 02's adapter for 5 steps first
