@@ -5,8 +5,11 @@ rows), tied or untied embeddings, the special-token ids, the rope and attention 
 parameters, sliding windows, the pattern of layer types, soft-capping), the maximum positions; the tokenizer, its
 chat template and the generation config are copied as they are. What only makes it big is cut: two layers (or one
 of each layer type), one key/value head with the model's query heads per group, a small head dimension, an MLP
-twice the width. Widths are multiples of 64, which bitsandbytes' CPU 4-bit kernels need. The twin's config records
-the model's own dimensions (nbutils.train.memory.FULL_SHAPE): the notebooks' memory plans on the twin are the model's.
+twice the width. Where the model's attention is not as wide as its hidden size (heads x head_dim != hidden: Qwen3's
+is wider, Gemma-2/3's narrower), the twin's is not either, wider or narrower as the model's (by a factor of two), so
+the dry run runs and measures the plans' head_dim terms. Widths are multiples of 64, which bitsandbytes' CPU 4-bit
+kernels need. The twin's config records the model's own dimensions (nbutils.train.memory.FULL_SHAPE): the
+notebooks' memory plans on the twin are the model's.
 """
 
 from __future__ import annotations
@@ -40,6 +43,20 @@ def _head_dim(heads: int) -> int:
     while dim < MIN_HEAD_DIM or dim % 2:
         dim *= 2
     return dim
+
+
+def _widths(config, heads: int) -> tuple[int, int]:
+    """(head_dim, hidden size) of the twin of `config` with `heads` query heads: hidden = heads x head_dim, unless
+    the model's own head_dim sets its attention wider (the twin's head_dim doubled) or narrower (the twin's hidden
+    doubled) than its hidden size: the relation the memory plans read (memory.Shape.attention)."""
+    head_dim = _head_dim(heads)
+    own = getattr(config, "head_dim", None)
+    attention = config.num_attention_heads * own if own else config.hidden_size
+    if attention > config.hidden_size:
+        return 2 * head_dim, heads * head_dim
+    if attention < config.hidden_size:
+        return head_dim, 2 * heads * head_dim
+    return head_dim, heads * head_dim
 
 
 def _layer_types(config) -> list[str] | None:
@@ -79,9 +96,8 @@ def shrink_config(config):
         vision.num_hidden_layers = min(LAYERS, vision.num_hidden_layers)
     config, small = text_config(config), text_config(small_all)
     heads, kv = _heads(config)
-    head_dim = _head_dim(heads)
+    head_dim, small.hidden_size = _widths(config, heads)
     small.num_attention_heads, small.num_key_value_heads = heads, kv
-    small.hidden_size = heads * head_dim
     if getattr(config, "head_dim", None) is not None:
         small.head_dim = head_dim
     for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):

@@ -6,7 +6,8 @@ its weights and adapters, then the larger of two moments that never overlap. Byt
   weights        linear params x 0.53 (nf4 with double-quantized constants, as memory.py) or x cb (16-bit: 04's
                  merge), + the embedding and an untied LM head x cb
   adapters       r x (in + out) per linear layer x 4 (peft keeps LoRA weights in fp32 over a 16-bit base), each
-  generation     the KV cache of rows x (prompt + new tokens): layers x 2 x kv width x cb; the prompt's forward,
+  generation     the KV cache of rows x (prompt + new tokens): layers x 2 x kv_heads x head_dim x cb (head_dim from
+                 the config: Qwen3-4B's 128 is not hidden / heads = 80); the prompt's forward,
                  one layer at a time (`layer_forward`); the last position's logits, rows x vocab x (cb + 4): the
                  16-bit ones and their fp32 copy (generate keeps no other position's logits)
   scoring        03's eval loss and 05's answer log-probabilities, batched by tokens (at most `tokens` padded
@@ -16,8 +17,9 @@ its weights and adapters, then the larger of two moments that never overlap. Byt
                  (transformers' own loss, or a model whose logits are not lm_head's output) holds tokens x vocab x
                  (cb + 4 + 4) instead: the 16-bit logits, their fp32 copy and its log-softmax: 32 rows x 512 tokens
                  of Qwen2.5's 151,936-token vocabulary are 23 GiB
-  layer_forward  tokens x (4 x hidden + 3 x intermediate) x cb: q, k, v and the attention output, the MLP's gate,
-                 up and their product: the most one layer holds without gradients (sdpa: no seq x seq scores)
+  layer_forward  tokens x (4 x width + 3 x intermediate) x cb: q, k, v and the attention output, the MLP's gate,
+                 up and their product: the most one layer holds without gradients (sdpa: no seq x seq scores);
+                 width = the larger of hidden and heads x head_dim (q and the attention output are the latter)
   overhead       the CUDA context and the allocator's slack on a GPU (memory.OVERHEAD)
 Read from the code paths, not fitted: the dry run measures them on a CPU twin beside the plan
 (`python -m nbutils.plan dry-run`), and `python -m bench dryrun_bench` on SmolLM2-135M-Instruct's 30 layers.
@@ -46,13 +48,17 @@ def adapters(shape: Shape, lora_r: int, count: int = 1) -> float:
 
 
 def layer_forward(shape: Shape, tokens: int, compute_bytes: int = 2) -> float:
-    """The most one layer holds in a forward pass without gradients."""
-    return tokens * (4 * shape.hidden + 3 * shape.intermediate) * compute_bytes
+    """The most one layer holds in a forward pass without gradients. Each of q, k, v and the attention output is
+    counted at most max(hidden, heads x head_dim) wide: Qwen3's q is wider than its hidden size, and where
+    heads x head_dim == hidden (Llama, Qwen2.5, Mistral, Phi-3.5) this is the 4 x hidden it always was."""
+    width = max(shape.hidden, shape.attention)
+    return tokens * (4 * width + 3 * shape.intermediate) * compute_bytes
 
 
 def kv_cache(shape: Shape, rows: int, length: int, compute_bytes: int = 2) -> float:
-    """Keys and values of every layer for rows x length positions."""
-    return shape.layers * 2 * rows * length * shape.hidden * shape.kv_heads // shape.heads * compute_bytes
+    """Keys and values of every layer for rows x length positions: kv_heads x head_dim wide each (not
+    hidden x kv_heads / heads: Qwen3-0.6B's are twice that)."""
+    return shape.layers * 2 * rows * length * shape.kv_width * compute_bytes
 
 
 def generation(shape: Shape, rows: int, prompt: int, new_tokens: int, compute_bytes: int = 2) -> float:

@@ -1,6 +1,9 @@
 """A memory plan before loading: will it fit on this GPU, and what is the largest batch that does?
 
 Estimate of peak GPU memory for QLoRA training with gradient checkpointing (bytes):
+  linear layers  per layer q, k, v, o: hidden x heads*head_dim, hidden x kv_heads*head_dim (twice),
+                 heads*head_dim x hidden (head_dim from the config: Qwen3's and Gemma's attention is not hidden
+                 wide); the MLP: hidden x intermediate (twice), intermediate x hidden
   base weights   linear params x 0.53 (nf4 4 bits + double-quantized absmax constants)
                  + embedding/lm_head params x 4 (not quantized; peft's k-bit preparation casts them to fp32)
   LoRA           r x (in + out) per linear layer, fp32 weight + grad + 2 Adam states = 16 bytes/param
@@ -10,7 +13,7 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
   loss step      lm_head copy + logits
   layer backward one layer recomputed and its gradients: batch x seq x ((14 x hidden + 8 x intermediate) x 2
                  + 8 x hidden: the fp32 gradient of the residual stream, in and out)
-  generation     GRPO's KV cache (plan_preference)
+  generation     GRPO's KV cache (plan_preference): layers x 2 x batch x seq x kv_heads x head_dim x 2
   lm_head copy   vocab x hidden x 2: the fp32 LM head cast to the compute dtype while the loss runs
                  (autocast's cast, or liger's own)
   logits         the loss step, by the loss that trains (nbutils.train.loss):
@@ -85,7 +88,7 @@ def trl_tile() -> tuple[int, int]:
 
 FULL_SHAPE = "nbutils_full_shape"  # in a dry-run twin's config: the dimensions of the model it stands for
 SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "tie_word_embeddings")
+              "num_key_value_heads", "tie_word_embeddings", "head_dim")
 
 
 def full_shape(cfg) -> dict:
@@ -103,6 +106,21 @@ class Shape:
     heads: int
     kv_heads: int
     tied: bool
+    head_dim: int = 0  # 0: hidden // heads. Qwen3 and Gemma-2/3 set their own, and heads x head_dim != hidden there
+
+    def __post_init__(self):
+        self.head_dim = self.head_dim or self.hidden // self.heads
+
+    @property
+    def attention(self) -> int:
+        """The query's width (and the attention output's, o_proj's input): heads x head_dim, not hidden: Qwen3-4B's
+        is 4,096 over a 2,560 hidden size, Gemma-2-2B's 2,048 under 2,304."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The width of one layer's keys (and of its values) per position: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
 
     @classmethod
     def from_config(cls, cfg, own: bool = False) -> Shape:
@@ -115,13 +133,16 @@ class Shape:
 
             cfg = SimpleNamespace(**full)
         cfg = text_config(cfg)
+        # a config without head_dim (Phi-3, a twin recorded before it was kept) has hidden // heads (__post_init__)
         return cls(cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
                    cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-                   bool(getattr(cfg, "tie_word_embeddings", False)))
+                   bool(getattr(cfg, "tie_word_embeddings", False)), getattr(cfg, "head_dim", None) or 0)
 
     def linears(self) -> list[tuple[int, int]]:
-        kv = self.hidden * self.kv_heads // self.heads
-        per_layer = [(self.hidden, self.hidden), (self.hidden, kv), (self.hidden, kv), (self.hidden, self.hidden),
+        """(in, out) of every linear layer LoRA adapts: q, k, v, o (their widths from heads x head_dim, not
+        hidden), then the MLP's gate, up and down."""
+        q, kv = self.attention, self.kv_width
+        per_layer = [(self.hidden, q), (self.hidden, kv), (self.hidden, kv), (q, self.hidden),
                      (self.hidden, self.intermediate), (self.hidden, self.intermediate), (self.intermediate, self.hidden)]
         return per_layer * self.layers
 
@@ -286,7 +307,7 @@ def _preference_parts(shape: Shape, method: str, seq_len: int, batch: int, lora_
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
     if method == "grpo":
         rows, length = batch, seq_len + completion_len
-        kv = shape.layers * 2 * rows * length * shape.hidden * shape.kv_heads // shape.heads * 2
+        kv = shape.layers * 2 * rows * length * shape.kv_width * 2  # as evalmemory.kv_cache: 16-bit keys and values
     else:
         rows, length, kv = batch * 2, seq_len, 0
     # DPO, KTO and GRPO score answers through trl's fused LM head; ORPO (trl.experimental) builds the logits whole

@@ -34,3 +34,28 @@ def test_a_multimodal_models_language_model_is_cut_in_its_text_config():
     assert "26 ->" in shrink.describe(config, small) and "262,208 kept" in shrink.describe(config, small)
     assert shrink.deeper(small, 3).text_config.num_hidden_layers == 3 * text.num_hidden_layers
     assert memcheck.deeper_times(config) >= 2
+
+
+def test_the_twin_keeps_the_models_attention_wider_or_narrower_than_its_hidden_size():
+    """Qwen3's attention (heads x head_dim) is wider than its hidden size, Gemma-2's narrower: the twin's is too, so
+    the dry run measures the plans' head_dim terms (memory.Shape.attention, kv_width) on the twin as transformers
+    builds it; where it is hidden wide (Llama-3.2-1B, Qwen2.5) the twin is cut as it always was."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from nbutils.train import memory
+    from tests.train.test_memory import published
+
+    for name, relation in (("qwen3-0.6b", 1), ("qwen3-4b", 1), ("gemma-2-2b", -1), ("llama-3.2-1b", 0),
+                           ("qwen2.5-1.5b", 0)):
+        config = published(name)
+        small = shrink.shrink_config(config)
+        own = memory.Shape.from_config(small, own=True)
+        assert (own.attention > own.hidden) - (own.attention < own.hidden) == relation, name
+        assert own.hidden % 64 == 0 and own.attention % 64 == 0 and own.hidden < config.hidden_size, name
+        assert memory.Shape.from_config(small) == memory.Shape.from_config(config), name  # head_dim in FULL_SHAPE
+        with torch.device("meta"):
+            attn = AutoModelForCausalLM.from_config(small).model.layers[0].self_attn
+        built = [(m.in_features, m.out_features) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
+        assert own.linears()[:4] == built, name
+    assert shrink.shrink_config(published("llama-3.2-1b")).hidden_size == 64  # 4 heads x 16, as before

@@ -35,3 +35,43 @@ def test_the_plan_names_the_largest_generation_and_scoring_batches_that_fit():
                                      new_tokens=64, tokens=16384, gpu_memory_gb=15.0)
     assert plan["fits"] and plan["largest_generate_rows"] > 16 and plan["largest_tokens"] > 16384
     assert set(evalmemory.rows(plan)) >= {"memory.weights", "memory.scoring", "memory.peak", "memory.gpu"}
+
+
+def test_the_cache_is_kv_heads_x_head_dim_wide_where_heads_x_head_dim_is_not_hidden():
+    """Qwen3-4B keeps 8 x 128 keys per position and layer, not 2,560 x 8 / 32 = 640: at 16 x (512 + 1,024) tokens
+    3.38 GB, not 2.11; Qwen3-0.6B 2.62 GB, not 1.31; Gemma-2-2B's 4 x 256 against 2,304 x 4 / 8 = 1,152."""
+    from tests.train.test_memory import published
+
+    for name, gb in (("qwen3-4b", 3.375), ("qwen3-0.6b", 2.625), ("gemma-2-2b", 2.4375)):
+        config = published(name)
+        shape = memory.Shape.from_config(config)
+        kv = config.num_hidden_layers * 2 * 16 * 1536 * config.num_key_value_heads * config.head_dim * 2
+        assert evalmemory.kv_cache(shape, 16, 1536) == kv == gb * memory.GB, name
+
+
+def test_the_cache_is_what_transformers_keeps():
+    """One layer at the published widths (the MLP and vocabulary cut: the cache does not see them), run with a cache:
+    its keys and values are the plan's kv_cache for one layer, in fp32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.train.test_memory import NOT_HIDDEN_WIDE, published
+
+    for name in NOT_HIDDEN_WIDE:
+        config = published(name)
+        config.num_hidden_layers, config.intermediate_size, config.vocab_size = 1, 64, 256
+        config.layer_types = config.layer_types[:1]
+        torch.manual_seed(0)
+        with torch.no_grad():
+            cache = AutoModelForCausalLM.from_config(config).eval()(torch.randint(0, 256, (2, 8)), use_cache=True).past_key_values
+        held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+        assert held == evalmemory.kv_cache(memory.Shape.from_config(config), 2, 8, compute_bytes=4), name
+
+
+def test_a_layers_forward_counts_q_and_the_attention_output_at_their_own_width():
+    """Qwen3-0.6B's q and attention output are 16 x 128 = 2,048 wide over a 1,024 hidden size."""
+    from tests.train.test_memory import published
+
+    qwen3 = memory.Shape.from_config(published("qwen3-0.6b"))
+    assert evalmemory.layer_forward(qwen3, 100) == 100 * (4 * 2048 + 3 * 3072) * 2
+    assert evalmemory.layer_forward(QWEN, 100) == 100 * (4 * 1536 + 3 * 8960) * 2  # hidden wide: as it was

@@ -177,3 +177,116 @@ def test_01s_cap_is_the_longest_sequence_02s_auto_loss_trains():
         memory.longest_sequence(qwen, 16, 15.0)
     source = (Path(__file__).parents[2] / "notebooks" / "01_data_prep.py").read_text()
     assert "loss=lm_loss.without_whole_logits(config))" in source  # what 01 picks the cap's loss by
+
+
+def published(name: str):
+    """The published configs (config.json's numbers, no download) of models whose attention is not hidden wide
+    (heads x head_dim != hidden: Qwen3 wider, Gemma-2 narrower), and of models whose attention is hidden wide."""
+    from transformers import Gemma2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+
+    qwen3 = dict(vocab_size=151_936, head_dim=128, tie_word_embeddings=True)
+    made = {
+        "qwen3-0.6b": lambda: Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                                          num_attention_heads=16, num_key_value_heads=8, **qwen3),
+        "qwen3-4b": lambda: Qwen3Config(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                                        num_attention_heads=32, num_key_value_heads=8, **qwen3),
+        "gemma-2-2b": lambda: Gemma2Config(vocab_size=256_000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                                           num_attention_heads=8, num_key_value_heads=4, head_dim=256, tie_word_embeddings=True),
+        "llama-3.2-1b": lambda: LlamaConfig(vocab_size=128_256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                            num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True),
+        "llama-3.2-3b": lambda: LlamaConfig(vocab_size=128_256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                                            num_attention_heads=24, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+        "qwen2.5-1.5b": lambda: Qwen2Config(vocab_size=151_936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                            num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True),
+        "qwen2.5-7b": lambda: Qwen2Config(vocab_size=152_064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                          num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
+        "smollm2-135m": lambda: LlamaConfig(vocab_size=49_152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                            num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
+        "smollm2-1.7b": lambda: LlamaConfig(vocab_size=49_152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                                            num_attention_heads=32, num_key_value_heads=32, tie_word_embeddings=True),
+        "mistral-7b": lambda: MistralConfig(vocab_size=32_768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                            num_attention_heads=32, num_key_value_heads=8, head_dim=128),
+        "phi-3.5-mini": lambda: Phi3Config(vocab_size=32_064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                                           num_attention_heads=32, num_key_value_heads=32, tie_word_embeddings=False),
+    }
+    return made[name]()
+
+
+NOT_HIDDEN_WIDE = ("qwen3-0.6b", "qwen3-4b", "gemma-2-2b")
+
+
+def _linears_of(config) -> list[tuple[int, int]]:
+    """(in, out) of one layer's q, k, v, o, gate, up, down as transformers builds them (on the meta device: no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        layer = AutoModelForCausalLM.from_config(config).model.layers[0]
+    return [(m.in_features, m.out_features) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                                                      layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj,
+                                                      layer.mlp.down_proj)]
+
+
+@pytest.mark.parametrize("name", NOT_HIDDEN_WIDE)
+def test_the_plans_linear_layers_and_lora_are_the_models_own_where_heads_x_head_dim_is_not_hidden(name):
+    """q is hidden x heads*head_dim, k and v hidden x kv_heads*head_dim, o heads*head_dim x hidden: Qwen3-4B's q is
+    2,560 x 4,096, not 2,560 x 2,560; the weights and the LoRA adapters (r x (in + out)) follow."""
+    config = published(name)
+    shape = memory.Shape.from_config(config)
+    real = _linears_of(config)
+    assert shape.linears()[:7] == real and len(shape.linears()) == 7 * config.num_hidden_layers
+    assert shape.head_dim == config.head_dim and shape.attention != shape.hidden
+    parts = memory.estimate(shape, 512, 2, 16, "chunked")
+    assert parts["lora_and_optimizer"] == 16 * 16 * sum(i + o for i, o in real) * config.num_hidden_layers
+    embed = shape.vocab * shape.hidden
+    assert parts["base_weights"] == pytest.approx(sum(i * o for i, o in real) * config.num_hidden_layers * 0.53 + embed * 4)
+
+
+def test_grpos_cache_is_kv_heads_x_head_dim_wide():
+    """05's GRPO generation: Qwen3-0.6B keeps 8 x 128 keys per position and layer, not 1,024 x 8 / 16 = 512."""
+    config = published("qwen3-0.6b")
+    p = memory.plan_preference(config, "grpo", 256, 8, 16, 4, 512, 14.7)
+    assert p["parts_gb"]["kv_cache"] == round(28 * 2 * 8 * (256 + 512) * 8 * 128 * 2 / memory.GB, 3)
+
+
+# 02's, 03's and 05's plans of models whose attention is hidden wide, in bytes, as the plan made them before it read
+# head_dim (for such a model head_dim = hidden / heads): training (chunked loss, batch 4 x 1,024), 03 (16 x (512 +
+# 1,024) generated, 16,384 tokens scored), GRPO (8 x (256 + 512)), DPO (2 pairs x 512).
+BEFORE_HEAD_DIM = {
+    "llama-3.2-1b": (3766736650.2400002, 3139210506.2400002, 4499691274.24, 3389347594.2400002),
+    "llama-3.2-3b": (6601923031.04, 6458213335.040001, 7799088087.04, 5865087959.04),
+    "mistral-7b": (9779103662.08, 9245378478.08, 11792369582.08, 8101382062.08),
+    "phi-3.5-mini": (6431524782.08, 13349175214.08, 8782432174.08, 5250828206.08),
+    "qwen2.5-1.5b": (4085917941.76, 3262604533.76, 4918946037.76, 3613698293.76),
+    "qwen2.5-7b": (12522713251.84, 9211756707.84, 14391275683.84, 11360465059.84),
+    "smollm2-1.7b": (3834097172.48, 7144975892.48, 4728532500.48, 3084365332.48),
+    "smollm2-135m": (1451655168.0, 1460871168.0, 1682710528.0, 1251024896.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_HEAD_DIM))
+def test_every_planned_figure_is_unchanged_where_heads_x_head_dim_is_hidden(name):
+    from nbutils.train import evalmemory
+
+    config = published(name)
+    shape = memory.Shape.from_config(config)
+    assert config.num_attention_heads * (getattr(config, "head_dim", None) or 0) in (0, config.hidden_size)
+    train = memory.estimate(shape, 1024, 4, 16, "chunked")["total"]
+    infer = evalmemory.peak_bytes(shape, quantized=True, lora_r=16, n_adapters=1, rows=16, prompt=512, new_tokens=1024,
+                                  tokens=16384)
+    grpo, dpo = (peak_of(shape, m, s, b, c) for m, s, b, c in (("grpo", 256, 8, 512), ("dpo", 512, 2, 0)))
+    assert (train, infer, grpo, dpo) == pytest.approx(BEFORE_HEAD_DIM[name], rel=1e-12)
+
+
+def peak_of(shape, method, seq_len, batch, completion_len) -> float:
+    return memory.peak(memory._preference_parts(shape, method, seq_len, batch, 16, 4, completion_len))
+
+
+def test_a_twin_recorded_without_head_dim_plans_with_hidden_over_heads():
+    """A twin's FULL_SHAPE written before head_dim was kept: head_dim falls back to hidden // heads."""
+    from types import SimpleNamespace
+
+    recorded = {k: v for k, v in memory.full_shape(LLAMA_8B).items() if k != "head_dim"}
+    twin = SimpleNamespace(**{**vars(LLAMA_8B), "num_hidden_layers": 2, memory.FULL_SHAPE: recorded})
+    assert memory.Shape.from_config(twin).head_dim == 128 == memory.Shape.from_config(published("qwen3-4b")).head_dim
+    assert memory.full_shape(published("qwen3-4b"))["head_dim"] == 128
