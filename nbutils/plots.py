@@ -55,7 +55,10 @@ def plot_metric_comparison(block: dict, path: str | Path, title: str = "Base vs 
     for i, model in enumerate(models):
         entries = [block["metrics"][n][model] for n in names]
         means = [e["mean"] for e in entries]
-        err = [[m - e["ci"][0] for m, e in zip(means, entries)], [e["ci"][1] - m for m, e in zip(means, entries)]]
+        # At least 0: the mean (a Python sum) can sit a rounding error outside numpy's interval of equal scores,
+        # and matplotlib refuses a negative yerr, after both models generated.
+        err = [[max(0.0, m - e["ci"][0]) for m, e in zip(means, entries)],
+               [max(0.0, e["ci"][1] - m) for m, e in zip(means, entries)]]
         ax.bar([j + i * width for j in range(len(names))], means, width=width, yerr=err, capsize=3, label=model)
     ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(names))],
                   [n + (" *" if n == block["primary"] else "") for n in names])

@@ -60,7 +60,7 @@ n_samples = 64  # prompts to generate on; the eval loss always uses the whole ev
 generate_batch_size = 16  # prompts generated at once; the plan says whether they fit the GPU, and the most that do
 eval_batch_tokens = "auto"  # padded tokens the eval loss scores at once; auto: 16,384, or the most that fit
 guard = "abort"  # abort: stop the run when most tuned generations are garbage; flag: only report; off
-breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations
+breaker_min_samples = 16  # the circuit breaker decides after this many tuned generations: never with fewer (smoke has 8)
 breaker_max_share = 0.5  # ... and trips when more than this share is degenerate
 metrics = "auto"  # auto: exact_match, rouge_l and chrf, primary by answer length; or e.g. "rouge_l,chrf", "auto,mymod:score"
 n_bootstrap = 1000  # resamples for the 95% intervals
@@ -93,7 +93,7 @@ data_dir = environment.find_upstream("data_prep", data_dir)
 adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
 ckpt, summary = checkpoints.for_eval(Path(adapter_dir))
 trained = recipe.from_checkpoint(ckpt, base_model, precision, env.precision, data_dir)  # 01's data must be 02's
-print(f"adapter {ckpt} (step {summary['global_step']}) on {trained.base_model}: "
+print(f"adapter {ckpt} (step {checkpoints.checkpoint_step(ckpt)}) on {trained.base_model}: "  # a fallback's own step
       f"{'4-bit' if trained.quantization else 'full-precision'} base, computing in {trained.precision}")
 
 # %% [markdown]
@@ -121,8 +121,9 @@ print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new toke
 # weights and the adapter, then the larger of generating (the cache of `generate_batch_size` prompts) and scoring
 # the eval loss (`eval_batch_tokens` padded tokens at a time). The loss is scored with lm_head applied to a chunk of
 # positions at a time, as 02 trains: the batch x length x vocabulary logits never exist (for Qwen2.5's 151,936-token
-# vocabulary, 32 rows of 512 tokens would need 23 GiB of them). What does not fit stops here, naming the parameter
-# to change and the largest value that fits.
+# vocabulary, 32 rows of 512 tokens would need 23 GiB of them), except for a model that soft-caps its logits
+# (Gemma-2), scored from its whole logits, which the plan then counts. What does not fit stops here, naming the
+# parameter to change and the largest value that fits.
 
 # %%
 from nbutils.eval import evalplan

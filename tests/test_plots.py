@@ -52,3 +52,17 @@ def test_every_chart_goes_through_the_helper_and_leaves_nothing_open(tmp_path, n
     fig = CHARTS[name](tmp_path / f"{name}.png")
     assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG
     assert fig.axes and plt.get_fignums() == [], f"{name} left {plt.get_fignums()} open"
+
+
+def test_a_mean_a_rounding_error_outside_its_interval_draws_no_negative_error_bar(tmp_path):
+    """Eight scores of 0.1: the mean by Python's sum is 0.09999999999999999, numpy's interval [0.1, 0.1]; matplotlib
+    refused the negative yerr after both models had generated."""
+    from nbutils.eval import metrics
+
+    scores = [0.1] * 8
+    mean, ci = sum(scores) / len(scores), metrics.bootstrap_ci(scores, 200)
+    assert mean < ci[0]
+    entry = {"mean": mean, "ci": ci}
+    block = {"primary": "rouge_l", "metrics": {"rouge_l": {"base": entry, "tuned": entry}}}
+    plots.plot_metric_comparison(block, tmp_path / "metrics.png")
+    assert (tmp_path / "metrics.png").read_bytes()[:8] == PNG

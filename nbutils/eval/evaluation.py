@@ -7,10 +7,12 @@ rest), so `n_samples` prompts are generated and the eval loss covers every eval 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from nbutils.chain import MARKERS
 from nbutils.data import batching, chatformat
+from nbutils.eval import metrics as task_metrics
 from nbutils.eval.degeneration import CircuitBreaker, summarize
 from nbutils.eval.detect import detect
 from nbutils.train import atomic, evalmemory, reports, runlock
@@ -18,6 +20,9 @@ from nbutils.train import atomic, evalmemory, reports, runlock
 NO_PROMPT = ("01's eval records have no prompt: each is one text (a `text` field), which cannot be generated from and "
              "compared with an answer. Give 01 prompt/answer records (instruction/output, prompt/completion, messages "
              "with a user turn), or name the columns with columns='user=COL,assistant=COL'")
+# A think block opening a generation (Qwen3's, empty where 01 taught it): <think> and </think> are added tokens that
+# are not special, so decode(skip_special_tokens=True) keeps them, and a perfect answer behind one scored 0.
+THINK_RE = re.compile(r"<think>.*?</think>\s*", re.S)
 
 
 def _rows(eval_ds, limit: int | None, show: bool = False) -> list[dict]:
@@ -55,6 +60,13 @@ def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tupl
     return prompts, refs
 
 
+def answer(text: str) -> str:
+    """The answer a generation gives: its text after a leading think block (THINK_RE), the text itself without one.
+    What 03 scores and shows."""
+    block = THINK_RE.match(text)
+    return text[block.end():] if block else text
+
+
 def check_guard(guard: str) -> str:
     """03's guard parameter, refused when it is none of off, flag, abort (a typo would otherwise only flag)."""
     if guard not in ("off", "flag", "abort"):
@@ -68,7 +80,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
     """Greedy generation with left padding. guard: 'off', 'flag' (stop degenerate rows, keep going) or
     'abort' (also raise DegenerationError through the circuit breaker when most early outputs are garbage).
     Stops on any of eos_token_id; by default the union of EOS, the template's end-of-turn token and the
-    model's generation_config.eos_token_id (nbutils.data.chatformat.stop_ids)."""
+    model's generation_config.eos_token_id (nbutils.data.chatformat.stop_ids). A row's text is its `answer`."""
     import torch
     from transformers import StoppingCriteriaList
 
@@ -95,15 +107,17 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
             texts = []
             for row, state in zip(seq[:, width:].tolist(), states):
                 cut = next((k for k, t in enumerate(row) if t in stops), None)
-                stopped = cut is not None
-                row = row[:cut] if stopped else row
+                row = row[:cut] if cut is not None else row
+                # generate pads a row the guard stopped, and where the pad is a stop id too (Qwen's <|endoftext|>)
+                # that pad is no EOS the model said
+                ended = cut is not None and not state.get("stopped")
                 row = [t for t in row if t != tokenizer.pad_token_id]
-                text = tokenizer.decode(row, skip_special_tokens=True).strip()
+                text = answer(tokenizer.decode(row, skip_special_tokens=True).strip())
                 verdict = detect(tokenizer.decode(row, skip_special_tokens=False))  # marker loops count too
                 if state.get("stopped") and not verdict.degenerate:
                     verdict.degenerate, verdict.reasons = True, list(state["reasons"])
                 texts.append(text)
-                out.append({"text": text, "tokens": len(row), "eos": stopped, "verdict": verdict,
+                out.append({"text": text, "tokens": len(row), "eos": ended, "verdict": verdict,
                             "guard_stopped": bool(state.get("stopped")), "stop_token": state.get("stop_token")})
             if breaker is not None:
                 breaker.update(texts, [r["verdict"] for r in out[-len(texts):]])
@@ -113,15 +127,16 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
 
 
 def exact_match(outputs: list[str], references: list[str]) -> float:
-    """Share of outputs equal to the reference after trimming whitespace and case."""
-    norm = lambda s: " ".join(s.lower().split())  # noqa: E731
-    return sum(norm(o) == norm(r) for o, r in zip(outputs, references)) / max(1, len(references))
+    """Share of outputs equal to the reference after trimming whitespace and case (metrics.exact_match's rule)."""
+    return sum(task_metrics.exact_match(outputs, references)) / max(1, len(references))
 
 
 def eval_loss(model, eval_ds, pad_id: int, batch_tokens: int = evalmemory.BATCH_TOKENS) -> float:
     """Mean loss per target token over the whole eval split (prompt tokens masked), in batches of at most batch_tokens
     padded positions, lm_head applied a chunk of positions at a time (nbutils.train.loss.sequence_logprobs): the
-    batch x length x vocabulary logits never exist (03's plan counts one chunk)."""
+    batch x length x vocabulary logits never exist (03's plan counts one chunk), except for a model that soft-caps
+    or scales them (Gemma-2: loss.unsupported), scored from its whole logits (which the plan counts then). NaN
+    where the split has no target token: no loss was measured (0.0 would read as a perfect model)."""
     from nbutils.train.loss import sequence_logprobs
 
     collate = batching.make_collator({"strategy": "length_grouped"}, pad_id)
@@ -132,7 +147,7 @@ def eval_loss(model, eval_ds, pad_id: int, batch_tokens: int = evalmemory.BATCH_
         logps, n = sequence_logprobs(model, batch)
         total -= float(logps.sum())
         count += int(n.sum())
-    return total / max(1, count)
+    return total / count if count else float("nan")
 
 
 def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: str,
@@ -141,8 +156,6 @@ def score(model, tokenizer, eval_ds, prompts, refs, max_new_tokens: int, guard: 
     """One model's report entry (task metric, the primary metric by name, loss, perplexity, degeneration figures) and
     its generations; `metrics` is 03's parameter (auto: exact match for short answers, ROUGE-L for long ones);
     batch_size prompts generated at once, batch_tokens padded positions scored at once (03's plan)."""
-    from nbutils.eval import metrics as task_metrics
-
     outs = generate(model, tokenizer, prompts, max_new_tokens, batch_size, guard=guard, breaker=breaker)
     loss = eval_loss(model, eval_ds, tokenizer.pad_token_id, batch_tokens)
     texts = [o["text"] for o in outs]
@@ -191,7 +204,7 @@ def sample_rows(prompts, refs, base_out, tuned_out) -> list[dict]:
         for model, o in (("base", b), ("tuned", t)):
             verdict = ("degenerate: " + ", ".join(o["verdict"].reasons)) if o["verdict"].degenerate else "ok"
             rows.append({"model": model, "prompt": p, "reference": r, "output": o["text"], "verdict": verdict,
-                         "eos": o["eos"], "tokens": o["tokens"], "correct": o["text"].strip().lower() == r.strip().lower()})
+                         "eos": o["eos"], "tokens": o["tokens"], "correct": exact_match([o["text"]], [r]) == 1.0})
     return rows
 
 

@@ -120,10 +120,13 @@ def scorer(name: str) -> Callable[[list[str], list[str]], list[float]]:
 
 
 def bootstrap_ci(scores: list[float], n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> list[float]:
-    """Percentile bootstrap interval of the mean over samples, [low, high]."""
+    """Percentile bootstrap interval of the mean over samples, [low, high]; [nan, nan] (no interval) without scores
+    or with n_boot 0 (03's n_bootstrap = 0: no resample was drawn)."""
     import numpy as np
 
-    if not scores:
+    if n_boot < 0:
+        raise ValueError(f"n_bootstrap={n_boot}: the number of resamples is 0 (no intervals) or more; 1000 is usual")
+    if not scores or not n_boot:
         return [float("nan"), float("nan")]
     values = np.asarray(scores, dtype=float)
     rng = np.random.default_rng(seed)

@@ -2,6 +2,7 @@
 the training-time probe, the per-sample rows and the report file."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -196,3 +197,103 @@ def test_a_guard_value_that_is_none_of_the_three_is_refused_not_read_as_flag():
     assert evaluation.check_guard("abort") == "abort"
     with pytest.raises(ValueError, match="guard='Abort' is not one of off, flag, abort"):
         evaluation.check_guard("Abort")
+
+
+class Scripted:
+    """A stand-in for a model whose generate gives these new tokens after each prompt, each row padded with the pad
+    id after it ended (as generate pads a finished row)."""
+
+    device = "cpu"
+
+    def __init__(self, rows: list[list[int]], pad: int):
+        self.rows, self.pad = rows, pad
+
+    def generate(self, input_ids, **kwargs):
+        import torch
+
+        width = max(len(r) for r in self.rows)
+        new = torch.tensor([r + [self.pad] * (width - len(r)) for r in self.rows])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def test_a_perfect_qwen3_answer_after_its_empty_think_block_scores_exact_match_1(twin):
+    """01 teaches Qwen3 answers to open with an empty think block; <think> and </think> are not special tokens (in
+    the real tokenizer, and in its twin), so decoding keeps them: the answer is what follows them."""
+    from nbutils.data import chatformat, splits
+
+    tok = chatformat.load_tokenizer(twin("qwen3"))
+    flags = {t.content: t.special for t in tok.added_tokens_decoder.values()}
+    assert flags["<think>"] is flags["</think>"] is False and flags["<|im_start|>"] is True  # the real file's flags
+    msgs = [{"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris"}]
+    text, spans = chatformat.target_spans(splits.renderer(tok, splits.template_for(tok)[0]), msgs,
+                                          chatformat.end_of_turn(tok))
+    taught = tok(text[spans[0][0]:spans[0][1]], add_special_tokens=False)["input_ids"]  # what 02 trained it to say
+    assert tok.convert_tokens_to_ids("<think>") == taught[0]
+    prompt = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
+    outs = evaluation.generate(Scripted([taught], tok.pad_token_id), tok, [prompt], 16, guard="off",
+                               eos_token_id=chatformat.stop_ids(tok))
+    assert outs[0]["text"] == "Paris" and outs[0]["eos"]
+    assert evaluation.exact_match([outs[0]["text"]], ["Paris"]) == 1.0
+
+
+def test_the_answer_is_the_text_after_a_leading_think_block_only():
+    assert evaluation.answer("<think>\n\n</think>\n\nParis") == "Paris"
+    assert evaluation.answer("<think>France: its capital.\n</think>\nParis") == "Paris"
+    assert evaluation.answer("Paris") == "Paris"
+    assert evaluation.answer("Paris <think>x</think> y") == "Paris <think>x</think> y"  # not leading: kept
+    assert evaluation.answer("<think>never closed") == "<think>never closed"  # no answer came
+
+
+def test_a_row_the_guard_stopped_did_not_end_with_eos_where_the_pad_is_a_stop_id(twin, monkeypatch):
+    """Qwen2.5 pads with <|endoftext|>, one of its stop ids: generate pads the row the guard stopped, and that pad
+    read as the model's EOS inflated the EOS rate."""
+    from nbutils.data import chatformat
+    from nbutils.eval import guard as guard_module
+    from nbutils.eval.degeneration import summarize
+
+    tok = chatformat.load_tokenizer(twin("qwen2.5-instruct"))
+    stops = chatformat.stop_ids(tok)
+    assert tok.pad_token_id in stops
+
+    class StopsRowZero:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def report(self):
+            return [{"stopped": True, "reasons": ["loop"], "stop_token": 2}, {"stopped": False, "reasons": []}]
+
+    monkeypatch.setattr(guard_module, "DegenerationGuard", StopsRowZero)
+    a, b = (tok(t, add_special_tokens=False)["input_ids"] for t in ("a a a", "The capital of France is Paris."))
+    assert len(a) < len(b)  # row 0 is padded after its stop
+    model = Scripted([a, b + [tok.convert_tokens_to_ids("<|im_end|>")]], tok.pad_token_id)
+    outs = evaluation.generate(model, tok, ["p", "q"], 8, guard="flag", eos_token_id=stops)
+    assert [(o["guard_stopped"], o["eos"], o["tokens"]) for o in outs] == [(True, False, len(a)), (False, True, len(b))]
+    assert summarize(outs, 8)["eos_rate"] == 0.5
+
+
+def test_a_sample_is_correct_by_exact_matchs_own_rule():
+    """samples.html's green rows are the ones exact match counts: inner whitespace collapsed too."""
+    ok = {"text": "new  York", "eos": True, "tokens": 2, "verdict": SimpleNamespace(degenerate=False, reasons=[])}
+    rows = evaluation.sample_rows(["p"], ["New York"], [ok], [ok])
+    assert [r["correct"] for r in rows] == [True, True] and evaluation.exact_match(["new  York"], ["New York"]) == 1.0
+
+
+def test_an_eval_split_without_targets_has_no_loss_not_a_perfect_one(model, tok, eval_ds):
+    """No target token: NaN (0.0 read as a perfect model, perplexity 1.0), and 03's line says nan rather than fail."""
+    from nbutils.eval import report
+
+    empty = eval_ds.select([])
+    assert math.isnan(evaluation.eval_loss(model, empty, tok.pad_token_id))
+    prompts, refs = evaluation.prompts_and_references(eval_ds, tok, limit=2)
+    entry, _ = evaluation.score(model, tok, empty, prompts, refs, 2, guard="flag")
+    assert math.isnan(entry["eval_loss"]) and math.isnan(entry["perplexity"])
+    assert "eval loss nan" in report.model_line("tuned", entry)
+
+
+def test_03_prints_the_step_of_the_checkpoint_it_loaded():
+    """checkpoints.for_eval may fall back to an older checkpoint than the summary's: 03 names the step it loaded."""
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[2] / "notebooks" / "03_eval.py").read_text()
+    line = next(s for s in source.splitlines() if s.startswith('print(f"adapter {ckpt}'))
+    assert "checkpoints.checkpoint_step(ckpt)" in line and "summary[" not in line

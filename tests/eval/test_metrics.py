@@ -96,3 +96,15 @@ def test_auto_with_a_user_scorer_adds_it_and_scores_are_numbers_in_0_1(tmp_path,
     with pytest.raises(ValueError, match=r"returned 5 for sample 0; a score is in \[0, 1\]"):
         metrics.scorer("np_scoring:big")(["a"], ["a"])
     sys.modules.pop("np_scoring", None)
+
+
+def test_no_resamples_give_no_interval_and_a_negative_count_is_refused(tmp_path):
+    """03's n_bootstrap = 0 raised IndexError from numpy after both models had generated."""
+    import math
+
+    assert all(math.isnan(v) for v in metrics.bootstrap_ci([1.0, 0.0], n_boot=0))
+    block = metrics.compare("exact_match", {"base": ["a", "b"], "tuned": ["a", "a"]}, ["a", "a"], n_boot=0)
+    assert metrics.summary_rows(block)[0]["tuned"] == "1.000 [nan, nan]"
+    plots.plot_metric_comparison(block, tmp_path / "metrics.png")  # bars without error bars
+    with pytest.raises(ValueError, match="n_bootstrap=-1: .* 0 \\(no intervals\\) or more"):
+        metrics.bootstrap_ci([1.0], n_boot=-1)

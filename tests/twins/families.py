@@ -35,7 +35,7 @@ class Family:
     arch: str  # transformers config class
     model_vocab: int  # embedding rows
     tok_size: int  # len(tokenizer): ids 0..tok_size-1
-    specials: dict[int, str]  # id -> content (special added tokens at their real ids)
+    specials: dict[int, str]  # id -> content (added tokens at their real ids, special unless named in plain)
     bos: str | None
     eos: str
     pad: str | None
@@ -49,6 +49,8 @@ class Family:
     expect_pad: str = ""
     expect_stop: str = ""  # the end-of-turn token the labels must end each answer with
     expect_attention: str = "sdpa"
+    # added tokens the real tokenizer marks "special": false: single tokens that decode(skip_special_tokens=True) keeps
+    plain: frozenset[str] = frozenset()
 
 
 def _reserved(first_id: int, last_id: int, fmt: str, start: int = 0, skip: dict | None = None) -> dict[int, str]:
@@ -73,6 +75,11 @@ _QWEN = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", 
          "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
          "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 _QWEN3_EXTRA = ["<tool_response>", "</tool_response>", "<think>", "</think>"]
+# Qwen2.5's and Qwen3's tokenizer.json add these with "special": false (the <|...|> chat and vision markers are
+# special): Qwen3's <think> block survives skip_special_tokens, as it does on the real model.
+_QWEN_PLAIN = frozenset(["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                         "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+                         "<think>", "</think>"])
 _GEMMA_BASE = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 4: "<mask>", 5: "[@BOS@]"}
 _PHI = {0: "<unk>", 1: "<s>", 2: "</s>", 32000: "<|endoftext|>", 32001: "<|assistant|>", 32002: "<|placeholder1|>",
         32003: "<|placeholder2|>", 32004: "<|placeholder3|>", 32005: "<|placeholder4|>", 32006: "<|system|>",
@@ -94,10 +101,12 @@ FAMILIES = {f.name: f for f in [
            expect_pad="<|finetune_right_pad_id|>", expect_stop="<|end_of_text|>"),
     Family("qwen2.5-instruct", "Qwen2Config", 151936, 151665, {151643 + i: t for i, t in enumerate(_QWEN)}, None,
            "<|im_end|>", "<|endoftext|>", None, "Qwen2Tokenizer", [151645, 151643], tie=True, template=templates.QWEN25,
-           config=dict(max_position_embeddings=32768), expect_pad="<|endoftext|>", expect_stop="<|im_end|>"),
+           config=dict(max_position_embeddings=32768), expect_pad="<|endoftext|>", expect_stop="<|im_end|>",
+           plain=_QWEN_PLAIN),
     Family("qwen3", "Qwen3Config", 151936, 151669, {151643 + i: t for i, t in enumerate(_QWEN + _QWEN3_EXTRA)}, None,
            "<|im_end|>", "<|endoftext|>", None, "Qwen2Tokenizer", [151645, 151643], tie=True, template=templates.QWEN3,
-           config=dict(max_position_embeddings=40960, head_dim=16), expect_pad="<|endoftext|>", expect_stop="<|im_end|>"),
+           config=dict(max_position_embeddings=40960, head_dim=16), expect_pad="<|endoftext|>", expect_stop="<|im_end|>",
+           plain=_QWEN_PLAIN),
     Family("gemma-2", "Gemma2Config", 256000, 256000,
            {**_GEMMA_BASE, **_reserved(6, 105, "<unused{}>"), 106: "<start_of_turn>", 107: "<end_of_turn>"},
            "<bos>", "<eos>", "<pad>", "<unk>", "GemmaTokenizer", [1, 107], tie=True, template=templates.GEMMA2,
@@ -178,14 +187,17 @@ def build_tokenizer(fam: Family):
         vocab[piece] = i
     for i in free:  # the rest of the real vocabulary: placeholders no merge ever produces
         vocab[f"<filler_{i}>"] = i
-    specials = [AddedToken(c, special=True, normalized=False) for _, c in sorted(fam.specials.items())]
+    added = [AddedToken(c, special=c not in fam.plain, normalized=False) for _, c in sorted(fam.specials.items())]
+    specials, plain = [t for t in added if t.special], [t for t in added if not t.special]
     if cls is None or fam.tokenizer_class == "PreTrainedTokenizerFast":
         shell.model = models.BPE(vocab=vocab, merges=merges)
         shell.add_special_tokens(specials)
+        shell.add_tokens(plain)
         fast = transformers.PreTrainedTokenizerFast(tokenizer_object=shell, **named)
     else:
         fast = cls(vocab=vocab, merges=merges, **{k: v for k, v in named.items() if v})
         fast.add_tokens(specials, special_tokens=True)
+        fast.add_tokens(plain)
     if fam.template:
         fast.chat_template = fam.template
     return fast

@@ -37,10 +37,11 @@ def read_vocab(path: Path) -> dict:
 
 
 def _relabelled(vocab: dict, fam) -> tuple[list[str], list[int]]:
-    """The first tok_size tokens with the family's special tokens written over their slots."""
+    """The first tok_size tokens with the family's added tokens written over their slots: control tokens, or
+    user-defined ones (added, not special) where the real tokenizer marks them "special": false (fam.plain)."""
     tokens, types = list(vocab["tokens"][: fam.tok_size]), list(vocab["types"][: fam.tok_size])
     for i, content in fam.specials.items():
-        tokens[i], types[i] = content, CONTROL
+        tokens[i], types[i] = content, USER_DEFINED if content in fam.plain else CONTROL
     return tokens, types
 
 
@@ -52,7 +53,7 @@ def bpe_tokenizer(fam, vocab: dict):
     tokens, types = _relabelled(vocab, fam)
     merges = [tuple(m.split(" ", 1)) for m in vocab["merges"]]
     ranks = {t: i for i, t in enumerate(tokens)}  # specials too: add_tokens then keeps their real ids
-    added = [AddedToken(t, special=k == CONTROL, normalized=k != CONTROL)
+    added = [AddedToken(t, special=k == CONTROL, normalized=k != CONTROL and t not in fam.plain)  # as the hub's files
              for t, k in zip(tokens, types) if k in (CONTROL, USER_DEFINED)]
     named = {k: v for k, v in dict(bos_token=fam.bos, eos_token=fam.eos, pad_token=fam.pad, unk_token=fam.unk).items() if v}
     if fam.tokenizer_class == "PreTrainedTokenizerFast":  # Llama 3: tokenizer.json as Meta ships it
