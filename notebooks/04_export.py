@@ -132,7 +132,7 @@ from nbutils.train import recipe
 trained = recipe.from_checkpoint(ckpt, base_model, data_dir=data_dir)  # what 02 trained on; another base or data is refused
 base_model = trained.base_model
 memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
-                                int(trained.lora.get("r", 16)))
+                                int(trained.lora.get("r", 16)), verify_prompts)
 print(merge.plan_table(memory_plan, env.rows()))
 merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and fits nowhere: stop now
 
@@ -179,11 +179,14 @@ print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]
 # ## Merged fp16 model
-# The adapter merged into the fp16 base, saved as safetensors shards with the tokenizer, its chat
-# template and a generation config. Then the folder is reloaded with `AutoModelForCausalLM` and its
+# The adapter merged into the fp16 base one LoRA layer at a time, saved as safetensors shards with the tokenizer,
+# its chat template and a generation config. Each layer's merge is proved in the weights: merged minus base must be
+# the adapter's update (scale x B @ A, in fp32) within fp16 rounding, so a merge that lost the adapter fails however
+# weak the adapter is (one whose every change is below fp16 rounding cannot live in an fp16 model and fails too).
+# Then the folder is reloaded with `AutoModelForCausalLM`: its merged weights must be those bit for bit, and its
 # logits on a few eval prompts are compared with exact base + adapter (unmerged, in fp32): the largest difference
 # must stay within 4 x what fp16 arithmetic alone moves this model's logits (measured on the same prompts), so a
-# 30-layer model gets the room its depth needs and a merge that lost the adapter still fails.
+# 30-layer model gets the room its depth needs and another base fails. NaN or inf anywhere (fp16 overflow) fails.
 
 # %%
 from nbutils.train import atomic
@@ -195,7 +198,9 @@ if disk.path("merged"):  # written under a temporary name, swapped in whole once
         (folder / "README.md").write_text(card.model_card(facts, "merged", repos.get("merged", "")))
     print(f"merged model in {disk.path('merged')}: max |logit diff| {merged['max_abs_diff']:.4g} on {merged['prompts']} prompts "
           f"(tolerance {merged['tolerance']:.4g}: {merge.NOISE_FACTOR:g} x the fp16 noise of base + adapter, "
-          f"{merged['fp16_noise']:.4g}), same greedy tokens: {merged['same_argmax']}")
+          f"{merged['fp16_noise']:.4g}), same greedy tokens: {merged['same_argmax']}; weights: "
+          f"{merged['weights']['checked']} LoRA layers equal base + adapter within fp16 rounding, "
+          f"{merged['weights']['moved']} weights moved by it")
 else:
     print(f"[merged] skipped: {disk.items['merged'].reason if 'merged' in disk.items else 'export_merged=False'}")
 

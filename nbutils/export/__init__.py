@@ -2,6 +2,7 @@
 
 - `gate`: ship only a model that 03 showed to be better than the base and not degenerate.
 - `merge`: the base reloaded in fp16, the adapter merged, and the merged model checked against the adapter.
+- `mergeweights`: the merge proved in the weights, layer by layer, whatever the adapter's size; digests for the reload.
 - `adapter`: the light option: the LoRA weights, the tokenizer and the chat template.
 - `card`: model cards (README.md with Hub metadata) from what 01, 02 and 03 wrote.
 - `hub`: push an export folder to the Hugging Face Hub, private by default, the token never shown.

@@ -6,6 +6,7 @@ leaves a half-copied adapter, and an earlier export's adapter stays whole until 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from pathlib import Path
@@ -14,8 +15,17 @@ from nbutils.runtime.secrets import redact
 from nbutils.train import atomic, checkpoints, checksums, faultpoints
 
 # Trainer state and resume files are for continuing a run, not for using the model; the checkpoint's checksums
-# describe the checkpoint (its run_config.json is redacted here), not this folder.
-LEFT_OUT = {checkpoints.MARKER, checksums.NAME, "trainer_state.json", *checkpoints.RESUME_FILES}
+# describe the checkpoint (its run_config.json is redacted here), not this folder. 02's final checkpoint holds none
+# of the Trainer's own files; a Trainer checkpoint (exported when the final one fails verification) holds them all:
+# training_args.bin (a pickle, run on load), the optimizer, scheduler, scaler and each rank's random state.
+LEFT_OUT = {checkpoints.MARKER, checksums.NAME, "trainer_state.json", *checkpoints.RESUME_FILES, "training_args.bin",
+            "optimizer.bin", "scaler.pt"}
+LEFT_OUT_PATTERNS = ("rng_state*.pth", "pytorch_model_fsdp*")
+
+
+def left_out(name: str) -> bool:
+    """A checkpoint file that is not published with the adapter (nor counted in its size)."""
+    return name in LEFT_OUT or any(fnmatch.fnmatch(name, p) for p in LEFT_OUT_PATTERNS)
 
 
 def export_adapter(checkpoint: str | Path, out_dir: str | Path, card: str, need_bytes: int = 0) -> dict:
@@ -27,7 +37,7 @@ def export_adapter(checkpoint: str | Path, out_dir: str | Path, card: str, need_
                                 "re-run 02 (it resumes), or point adapter_dir at the folder 02 wrote")
     with atomic.folder(out_dir, f"the adapter ({out_dir.name}/)", need_bytes) as tmp:
         for src in sorted(checkpoint.iterdir()):
-            if src.name in LEFT_OUT or src.is_dir():
+            if left_out(src.name) or src.is_dir():
                 continue
             if src.name == "run_config.json":
                 (tmp / src.name).write_text(json.dumps(redact(json.loads(src.read_text())), indent=2))

@@ -12,6 +12,7 @@ from nbutils import chain
 from nbutils.chain import MARKERS
 from nbutils.runtime import modelsource
 from nbutils.runtime.secrets import redact
+from nbutils.train import checkpoints, checksums
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
          "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")
@@ -23,12 +24,39 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str) -> dict:
-    """The facts a card states, read from the three upstream folders (missing files give missing facts)."""
+def exported(train_dir: Path, final: Path) -> Path:
+    """The checkpoint 04 exports, chosen as `checkpoints.for_eval` chooses it (without its printing): the final one
+    when it verifies, else the newest Trainer checkpoint that does; the final one when none does."""
+    for path in [final, *reversed(checkpoints.checkpoint_dirs(train_dir / "trainer"))]:
+        if path.exists() and not checkpoints.problems(path):
+            return path
+    return final
+
+
+def _training(summary: dict, ckpt: Path, final: Path, train_dir: Path) -> dict:
+    """The training figures of the checkpoint exported. 02's summary describes its final checkpoint; an earlier one
+    (the final one failed verification) gets its own step and last eval loss, from its trainer_state.json, and no
+    figure of the run's end (its train loss, why it stopped), which describe another model."""
+    if ckpt.resolve() == final.resolve():
+        return {k: summary.get(k) for k in ("global_step", "stopped_reason", "train_loss", "eval_loss")}
+    state = _read(ckpt / "trainer_state.json")
+    step = state.get("global_step") or checksums.step(ckpt)
+    evals = [h["eval_loss"] for h in state.get("log_history") or [] if "eval_loss" in h and h.get("step", 0) <= (step or 0)]
+    name = ckpt.relative_to(train_dir).as_posix() if ckpt.is_relative_to(train_dir) else str(ckpt)
+    return {"global_step": step, "eval_loss": evals[-1] if evals else None, "checkpoint": name,
+            "note": f"02's final checkpoint (step {summary.get('global_step')}) failed verification: this is {name}, "
+                    f"the newest of its checkpoints that verifies, exported instead"}
+
+
+def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str,
+                  checkpoint: str | Path | None = None) -> dict:
+    """The facts a card states, read from the three upstream folders (missing files give missing facts), about the
+    checkpoint exported (04's `ckpt`; None: found as 04 finds it), which is not 02's final one when that failed."""
     manifest = _read(Path(data_dir) / MARKERS["data_prep"])
     summary = _read(Path(adapter_dir) / MARKERS["train_qlora"])
     report = _read(Path(eval_dir) / MARKERS["eval"])
-    ckpt = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
+    final = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
+    ckpt = Path(checkpoint) if checkpoint else exported(Path(adapter_dir), final)
     run_config = _read(ckpt / "run_config.json")
     params = run_config.get("parameters", {}) or summary.get("config", {})
     # LoRA rank, alpha, dropout, rsLoRA: from the LoraConfig the model trained with (02's cell, which a learner may
@@ -45,7 +73,7 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
         "data": {"content_hash": manifest.get("content_hash"), "counts": manifest.get("counts"),
                  "splits": {k: v for k, v in (manifest.get("splits") or {}).items() if isinstance(v, (int, float))}},
         "hyperparameters": {k: params[k] for k in HYPER if k in params},
-        "training": {k: summary.get(k) for k in ("global_step", "stopped_reason", "train_loss", "eval_loss")},
+        "training": _training(summary, ckpt, final, Path(adapter_dir)),
         "eval": {"n_samples": report.get("n_samples"),
                  "primary_metric": (report.get("metrics") or {}).get("primary", "exact_match"), "metrics": metrics,
                  **{f"{m}_{k}": report.get(m, {}).get(k) for m in ("base", "tuned")
@@ -110,6 +138,16 @@ def _files(kind: str) -> list[str]:
             f"- {gguf}", ""]
 
 
+def _measured_on(kind: str, run: dict | None) -> list[str]:
+    """Where 03's tuned figures come from, for a card of another model than the one 03 ran: a merged or GGUF reader
+    would otherwise take them for this file's own."""
+    if kind not in ("merged", "gguf"):
+        return []
+    this = "this fp16 merged model" if kind == "merged" else " ".join(["this", (run or {}).get("type") or "", "GGUF"])
+    return [f"The tuned figures were measured by notebook 03 on the 4-bit (NF4) base model with the adapter applied, "
+            f"not on {this.replace('  ', ' ')}.", ""]
+
+
 def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = None) -> str:
     """README.md for an 'adapter', 'merged' or 'gguf' export (run: the GGUF's type, stops and commands): usage,
     data, hyper-parameters, eval and degeneration figures."""
@@ -135,8 +173,10 @@ def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = Non
              f"- counts: {json.dumps(data.get('counts'))}", f"- splits: {json.dumps(data.get('splits'))}", "",
              "## Training", "", "| hyper-parameter | value |", "|---|---|",
              *[f"| {k} | {v} |" for k, v in facts["hyperparameters"].items()],
-             *[f"| {k} | {v} |" for k, v in facts["training"].items() if v is not None], "",
+             *[f"| {k} | {v} |" for k, v in facts["training"].items() if v is not None and k != "note"], "",
+             *([facts["training"]["note"] + ".", ""] if facts["training"].get("note") else []),
              f"## Evaluation ({ev.get('n_samples')} held-out prompts, 95% bootstrap intervals)", "", *_eval_table(ev), "",
+             *_measured_on(kind, run),
              "Degenerate rate: share of generations stopped or flagged as loops, token soup or empty output.", "",
              *_files(kind)]
     return redact("\n".join(lines))

@@ -6,23 +6,29 @@ space and the platform's limit (Kaggle keeps 20 GiB of /kaggle/working), in the 
 then the GGUF, then the merged model. Big intermediates (the merged model a GGUF is converted from, the f16
 GGUF a k-quant is made from) go to the temp folder. What does not fit the output stays in the temp folder until
 the session ends, or is not written at all, and the plan says which and why. Sizes under 0.01 GiB read in MB.
+The temp folder is this output folder's own (`work_area`): two notebooks sharing /tmp with two output folders never
+write, or remove, each other's files. Before the plan measures it, what earlier runs left there (a killed run's
+temporary names and GGUF scratch files, an earlier export's temp-only artifacts) is removed (`clean_work_area`).
 Every artifact is written the suite's one way (`nbutils.train.atomic`): under a temporary name, fsynced, renamed
 when complete (a folder swapped in whole), so a failure never leaves a half-written file under the final name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils.train import atomic, diskspace
+from nbutils.train import atomic, diskspace, runlock
 
 GIB = 2**30
 KAGGLE_OUTPUT_LIMIT = 20 * GIB  # what Kaggle keeps of /kaggle/working after a run
 MARGIN = 64 * 2**20  # left free on every disk (at most a 20th of it): logs, the summary, the cards
 ORDER = ("adapter", "adapter_gguf", "gguf", "merged")  # the order of value: kept first when space is short
+WORK_ROOT = "export"  # under the platform's temp root (/kaggle/temp, /tmp): one work area per output folder in it
+SCRATCH = "gguf-work"  # the GGUF step's scratch folder in a work area: emptied by every run that completes
 # GiB per type for Llama-3-8B (8.03e9 parameters), from llama.cpp's quantize table (tools/quantize/quantize.cpp,
 # F16/BF16 there are given for Mistral-7B: 2 bytes a weight). Bits per weight = GiB * 2**33 / 8.03e9.
 LLAMA3_8B_GIB = {"q8_0": 7.96, "q6_k": 6.14, "q5_k_m": 5.33, "q5_k_s": 5.21, "q5_0": 5.21, "q4_k_m": 4.58,
@@ -152,14 +158,14 @@ def export_sizes(ckpt: str | Path, params: int, adapter: bool, merged: bool, ggu
                  gguf_lora: bool) -> tuple[dict[str, int], int]:
     """Each artifact's bytes in the order of value, and the temp-only intermediate (an f16 GGUF before a k-quant).
     An unknown gguf_type is refused here, before the merge and a llama-quantize build it would cost."""
-    from nbutils.export.adapter import LEFT_OUT
+    from nbutils.export.adapter import left_out
 
     if gguf_type and gguf_type.lower() not in BITS:
         raise ValueError(f"gguf_type={gguf_type!r} is not a GGUF type 04 writes: one of {', '.join(BITS)}, or \"\" "
                          "for no GGUF")
     ckpt = Path(ckpt)
     vocab = sum((ckpt / f).stat().st_size for f in TOKENIZER_FILES if (ckpt / f).exists())
-    files = [p for p in ckpt.iterdir() if p.is_file() and p.name not in LEFT_OUT]
+    files = [p for p in ckpt.iterdir() if p.is_file() and not left_out(p.name)]
     sizes = {}
     if adapter:
         sizes["adapter"] = sum(p.stat().st_size for p in files)
@@ -181,12 +187,57 @@ def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, me
     platform = detect_platform()
     sizes, extra = export_sizes(ckpt, params, adapter, merged, gguf_type, gguf_lora)
     out = Path(out).resolve()
+    runlock.acquire(out)  # re-entrant (04's begin took it): no other run writes this output's work area meanwhile
+    temp = work_area(platform.temp_root, out)
+    gone = clean_work_area(temp) + clean_work_area(platform.temp_root / WORK_ROOT)  # the second: the old flat layout
+    if gone:
+        print(f"[disk plan] removed what earlier runs left in the temp folder: "
+              f"{', '.join(f'{p.relative_to(platform.temp_root)} ({_size(n)})' for p, n in gone)}; "
+              f"{_size(sum(n for _, n in gone))} in all", flush=True)
     limited = platform.name == "kaggle" and out.is_relative_to(platform.working_root.resolve())
     used = folder_bytes(platform.working_root) if limited else 0
     if limited:  # an earlier export's artifacts here are replaced, or removed at the end: not what stays under 20 GiB
         used -= sum(folder_bytes(out / name) for name in ORDER)
-    return make_plan(out, platform.temp_root / "export", sizes, KAGGLE_OUTPUT_LIMIT if limited else None, used, extra,
+    return make_plan(out, temp, sizes, KAGGLE_OUTPUT_LIMIT if limited else None, used, extra,
                      "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",))
+
+
+def work_area(temp_root: str | Path, out: str | Path) -> Path:
+    """The output folder's own temp folder, <temp_root>/export/<its name>-<hash of its path>: two output folders on one
+    machine (two notebooks sharing /tmp) never share a merged model, a GGUF scratch file or a cleanup."""
+    out = Path(out).resolve()
+    return Path(temp_root) / WORK_ROOT / f"{out.name}-{hashlib.sha256(str(out).encode()).hexdigest()[:8]}"
+
+
+def _own(name: str) -> bool:
+    """A name 04 writes at the top of a work area: an artifact folder, its temporary or trash name while it is built
+    or swapped (`atomic.folder`), or the GGUF scratch folder. Anything else there (the unpacked converter, a file of
+    the user's) is not the cleanup's. A trash name (`.trash-<name>-<id>`, a removal a kill cut short) is its name's."""
+    if name.startswith(".trash-"):
+        name = name[len(".trash-"):].rsplit("-", 1)[0]
+    return name == SCRATCH or any(name == n or name.startswith(f"{n}.tmp-") for n in ORDER)
+
+
+def leftovers(temp: str | Path) -> list[Path]:
+    """What earlier runs left in a work area: every name of `_own` at its top (an earlier export's temp-only
+    artifacts included: its summary is gone, this run writes them again) and what the GGUF step's scratch folder
+    holds (a killed conversion's `.partial`, an f16 or base GGUF, llama.cpp's runtime files)."""
+    temp = Path(temp)
+    if not temp.is_dir():
+        return []
+    found = sorted(p for p in temp.iterdir() if _own(p.name) and p.name != SCRATCH)
+    return found + (sorted((temp / SCRATCH).iterdir()) if (temp / SCRATCH).is_dir() else [])
+
+
+def clean_work_area(temp: str | Path) -> list[tuple[Path, int]]:
+    """Remove `leftovers(temp)` before the plan measures the temp folder, so a rerun after a kill plans with the room
+    a first run had; (path, bytes) for each. Call it holding the output folder's lock (`for_export` does)."""
+    gone = []
+    for path in leftovers(temp):
+        size = folder_bytes(path) if path.is_dir() else path.stat().st_size
+        atomic.discard(path)  # renamed aside first: a kill half-way leaves a trash name, removed next time
+        gone.append((path, size))
+    return gone
 
 
 def _size(n: int) -> str:

@@ -97,7 +97,24 @@ def _run(converter: gguf.Converter, model: gguf.Job, extras: list) -> tuple[str 
 def _convert(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict,
              extras: list) -> tuple[Path | None, str, list]:
     """The GGUF in `work`: straight from the converter, or f16 then llama-quantize; (file, note, the extra jobs'
-    refusals) or (None, why, []). The extra jobs (a LoRA, the base model) run in the same converter process."""
+    refusals) or (None, why, []). The extra jobs (a LoRA, the base model) run in the same converter process, and
+    their files go when there is no model GGUF (refused, a failed llama-quantize, a full disk): a LoRA GGUF comes
+    with a verified model GGUF or not at all, and the base GGUF (up to fp16 size) would only fill the temp folder."""
+    try:
+        made, note, whys = _converted(merged_dir, work, quant_type, converter, fields, extras)
+    except BaseException:
+        for job in extras:
+            _discard(job)
+        raise
+    if made is None:
+        for job in extras:
+            _discard(job)
+    return made, note, whys
+
+
+def _converted(merged_dir: Path, work: Path, quant_type: str, converter: gguf.Converter, fields: dict,
+               extras: list) -> tuple[Path | None, str, list]:
+    """`_convert`'s conversion itself, leaving the extra jobs' files to it."""
     final = work / f"model-{quant_type}.gguf"
     if quant_type in gguf.CONVERTER_TYPES:
         why, extra_whys = _run(converter, gguf.model_job(merged_dir, final, quant_type, fields), extras)
@@ -146,7 +163,7 @@ def rslora(adapter_dir: Path) -> str | None:
 
 
 def _discard(job: gguf.Job | None) -> None:
-    """An adapter GGUF comes with a verified model GGUF, or not at all (both are converted in one process)."""
+    """A job's file (an adapter GGUF, the base GGUF) removed: it comes with a verified model GGUF, or not at all."""
     if job is not None:
         job.out.unlink(missing_ok=True)
 
@@ -242,7 +259,7 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     quant_type = quant_type.lower()
     if base_model == embedded.EMBEDDED:
         return _skip(EMBEDDED_REASON)
-    merged_dir, work = disk.path("merged"), disk.temp / "gguf-work"
+    merged_dir, work = disk.path("merged"), disk.temp / diskplan.SCRATCH
     if merged_dir is None or disk.path("gguf") is None:
         return _skip(disk.items["gguf"].reason if "gguf" in disk.items else "no merged model to convert from")
     ensure_extra(("gguf", "sentencepiece"))
@@ -266,8 +283,7 @@ def export(disk: diskplan.DiskPlan, quant_type: str, tokenizer, prompts: list[st
     t0 = time.monotonic()
     made, note, (lora_why, refused_base) = _convert(merged_dir, work, quant_type, converter, written, [lora_job, base_job])
     base_why = base_why or refused_base
-    if made is None:
-        _discard(lora_job)
+    if made is None:  # _convert removed the LoRA and base GGUFs with it
         if diskspace.says_no_space(note):
             raise diskspace.DiskFullError(diskspace.message(
                 work, disk.items["gguf"].size / diskspace.MB, what=f"the {quant_type} GGUF",

@@ -8,7 +8,8 @@ logits: free of the logits' scale and of the model's depth) within the type's bo
 f32/f16/bf16/q8_0 up to near-ties (where they part, the merged model's top two lie within twice the largest logit
 difference measured on the prompts, `greedy_agrees`), and for every type the perplexity on the eval texts within
 the type's margin of the merged model's. The bounds: nbutils.export.ggufbounds, one table for this check and
-llama.cpp's.
+llama.cpp's. Non-finite logits or losses, on either side, fail saying which model overflowed (a NaN compared with a
+bound is never greater, so it would pass every figure).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def greedy_agrees(reference: dict, got: dict, tolerance: float) -> tuple[bool, l
     for i, (a, b, gaps) in enumerate(zip(reference["greedy"], got["greedy"], reference["margins"])):
         step = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
         if step is not None:
-            if gaps[step] > 2 * tolerance:
+            if not gaps[step] <= 2 * tolerance:  # a NaN gap is no tie
                 return False, ties
             ties.append((i, step, round(gaps[step], 5)))
     return True, ties
@@ -122,27 +123,51 @@ def nmse(got: list, reference: list) -> float:
     return float(((a - b) ** 2).mean() / ((b - b.mean()) ** 2).mean().clamp_min(1e-12))
 
 
+def _perplexity(measured: dict) -> float:
+    mean = measured["nll"] / max(1, measured["tokens"])
+    return math.inf if mean > 709 else math.exp(mean)  # math.exp raises past 709; a NaN stays NaN
+
+
+def nonfinite(reference: dict, got: dict, quant_type: str) -> list[str]:
+    """Non-finite logits (on a check prompt or its greedy continuation) or eval loss, one sentence per side: which
+    model overflowed and what to do. Such a figure is a failure, never compared with its bound."""
+    import torch
+
+    advice = {"merged": "it overflows (in fp16, as Gemma models are known to) or holds non-finite weights, and the GGUF "
+                        "cannot be judged against it; export the adapter only (export_merged=False, gguf_type=\"\")",
+              "gguf": "its dequantized pass overflows or the file holds non-finite tensors, so it is not kept; try "
+                      "another gguf_type or export the adapter only"}
+    said = []
+    for side, m, who in (("merged", reference, "the merged model"), ("gguf", got, f"the {quant_type} GGUF")):
+        bad = [k for k, (x, gaps) in enumerate(zip(m["logits"], m["margins"]), 1)
+               if not (bool(torch.isfinite(x).all()) and all(math.isfinite(g) for g in gaps))]
+        what = ([f"non-finite logits (NaN/inf) on check prompt(s) {bad}"] if bad else []) + (
+            [f"a loss of {m['nll']} on the eval texts"] if not math.isfinite(m["nll"]) else [])
+        if what:
+            said.append(f"{who} gives {' and '.join(what)}: {advice[side]}")
+    return said
+
+
 def compare(reference: dict, got: dict, quant_type: str) -> dict:
     """The figures and the verdict: logits' NMSE within the type's bound, greedy equal up to ties (where required),
-    perplexity within the type's margin."""
+    perplexity within the type's margin; anything non-finite fails first (`nonfinite`)."""
     scale = max(float(r.abs().max()) for r in reference["logits"])
     diff = max(float((a - b).abs().max()) for a, b in zip(got["logits"], reference["logits"]))
     bounds = ggufbounds.for_type(quant_type)
     error, bound = nmse(got["logits"], reference["logits"]), bounds.nmse
-    ppl_ref = math.exp(reference["nll"] / max(1, reference["tokens"]))
-    ppl = math.exp(got["nll"] / max(1, got["tokens"]))
-    margin = bounds.ppl_margin
+    ppl_ref, ppl, margin = _perplexity(reference), _perplexity(got), bounds.ppl_margin
     same_greedy = got["greedy"] == reference["greedy"]
     tie = max(ABS_FLOOR, diff)  # what this file moves logits by, measured: a gap under twice that is a near-tie
     greedy_ok, ties = greedy_agrees(reference, got, tie)
-    problems = []
-    if error > bound:
-        problems.append(f"logits' NMSE {error:.3g} > {bound:g} for {quant_type} (max |logit diff| {diff:.4g})")
+    problems, finite = nonfinite(reference, got, quant_type), []  # the figures only mean something when finite
+    if not error <= bound:
+        finite.append(f"logits' NMSE {error:.3g} > {bound:g} for {quant_type} (max |logit diff| {diff:.4g})")
     if bounds.greedy and not greedy_ok:
-        problems.append(f"greedy continuations part from the merged model's where it leads by more than 2 x "
-                        f"{tie:.4g} ({quant_type} must keep them)")
-    if ppl > ppl_ref * (1 + margin):
-        problems.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
+        finite.append(f"greedy continuations part from the merged model's where it leads by more than 2 x "
+                      f"{tie:.4g} ({quant_type} must keep them)")
+    if not ppl <= ppl_ref * (1 + margin):
+        finite.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
+    problems = problems or finite
     return {"type": quant_type, "nmse": error, "nmse_bound": bound, "max_abs_diff": diff, "max_abs_logit": scale,
             "same_greedy": same_greedy, "greedy_ties": ties, "greedy_checked": bounds.greedy,
             "perplexity": ppl, "merged_perplexity": ppl_ref, "ppl_margin": margin, "problems": problems,

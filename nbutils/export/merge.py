@@ -1,26 +1,30 @@
 """Merged 16-bit model: the base reloaded in fp16 (never the 4-bit weights: merging into quantized weights
-is lossy), the adapter merged in, saved as safetensors shards with tokenizer, chat template and generation
-config, then verified by reloading it and comparing its logits with base + adapter on a few prompts.
+is lossy), the adapter merged in one LoRA layer at a time, saved as safetensors shards with tokenizer, chat template
+and generation config, then verified by reloading it. One copy of the model is in memory at a time.
 
-Only one copy of the model is in memory at a time: base + adapter computes the reference logits, is merged
-in place and saved, freed, and the saved folder is reloaded for the comparison.
+The weights prove the adapter went in, whatever its size (nbutils.export.mergeweights): in each LoRA layer merged
+W - base W must be the adapter's delta (scale x B @ A in fp32) within the rounding of W's dtype, and the reloaded
+folder must hold those weights bit for bit (sha256). An adapter that moves no weight beyond that rounding cannot
+live in an fp16 model: that fails too.
 
-The bound is measured, not assumed. The reference is base + adapter computed in fp32 (each block's fp16 weights
-upcast while it runs: the exact model, one block's extra memory). The same base + adapter computed in fp16 differs
-from it by this model's own fp16 rounding (`fp16_noise`: 0.13 on SmolLM2-135M-Instruct's 30 layers, logits up to
-38, where a share of the largest logit fitted to 2-layer twins allowed 0.08). The merged model, reloaded and run
-in fp16, may differ from the reference by NOISE_FACTOR times that noise: its weights are rounded once more (the
-merge) on top of the same fp16 arithmetic. A merge that lost the adapter is off by the adapter's whole effect,
-another base model by far more.
+The logits catch the rest (another base, a broken save). The reference is base + adapter computed in fp32 (each
+block's fp16 weights upcast while it runs: the exact model, one block's extra memory); the same in fp16 differs from
+it by this model's own fp16 rounding (`fp16_noise`: 0.13 on SmolLM2-135M-Instruct's 30 layers, logits up to 38). The
+merged model, reloaded and run in fp16, may differ from the reference by NOISE_FACTOR times that noise: its weights
+are rounded once more on top of the same fp16 arithmetic. Another base model is off by far more. Non-finite logits
+(fp16 overflow, which Gemma models are known for), noise or tolerance fail, each saying what overflowed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import math
+import warnings
 from pathlib import Path
 
 from nbutils.data import chatformat
+from nbutils.export import mergeweights
 from nbutils.runtime import modelsource
 
 # A free session: Kaggle gives 29 GiB of RAM and a 15 GiB T4 (x2); Colab's free tier 12.7 GiB and one T4.
@@ -30,14 +34,18 @@ HEADROOM = 1.25  # loading, merging and writing shards need more than the weight
 # at least MIN_TOLERANCE. Measured (`python -m bench real_model`, merge rows): merged / noise 1.95 on
 # SmolLM2-135M-Instruct after 5 steps; the embedded default and the family twins in tests/export/test_merge.py.
 NOISE_FACTOR, MIN_TOLERANCE = 4.0, 1e-2
-
+ROWS = 16  # logit rows compared at a time: no [tokens, vocab] difference is held
 
 # What to set where the fp16 merge fits nowhere: a GGUF is converted from the merged model, so it goes too.
 ADAPTER_ONLY = "export the adapter only (export_merged=False, gguf_type=\"\")"
+OVERFLOW_ADVICE = f"{ADAPTER_ONLY} and run the adapter on the base in bf16 or fp32"
 
 
 def tolerance_for(fp16_noise: float) -> float:
-    """The allowed max |logit diff| of the merged model, from the measured fp16 noise of base + adapter."""
+    """The allowed max |logit diff| of the merged model, from the measured fp16 noise of base + adapter. NaN where
+    the noise is not finite (the fp16 pass overflowed): no difference passes NaN, where max() would give 0.01 or inf."""
+    if not math.isfinite(fp16_noise):
+        return math.nan
     return max(MIN_TOLERANCE, NOISE_FACTOR * fp16_noise)
 
 
@@ -82,25 +90,29 @@ def _available() -> dict:
     return {"ram_gb": psutil.virtual_memory().available / 2**30, "gpu_gb": gpu}
 
 
-def merge_parts(shape, prompt_tokens: int, lora_r: int = 16) -> dict[str, float]:
+def merge_parts(shape, prompt_tokens: int, lora_r: int = 16, prompts: int = 1) -> dict[str, float]:
     """Bytes of merging and checking (this module): the fp16 weights (with HEADROOM for loading), the fp32 adapter,
-    then the larger of the exact fp32 pass (`computing_in_fp32`: the largest module's weights upcast while it runs,
-    one layer's fp32 activations, a prompt's logits in fp32 beside the fp16 pass's) and the merge (the largest
-    linear layer's update in fp32). The check prompts run one at a time, each at most prompt_tokens long."""
+    the check prompts' exact logits (fp32, kept from before the merge until the reloaded model is compared), then the
+    larger of a check pass (`computing_in_fp32`: the largest module's weights upcast while it runs, one layer's fp32
+    activations; one more prompt's logits in fp16 and their fp32 copy, reduced and freed) and the merge (the largest
+    linear layer: peft's fp32 update, a copy of its base weight in fp16, a block of the weight check's fp32
+    temporaries). The check prompts run one at a time, each at most prompt_tokens long."""
     from nbutils.train import evalmemory
 
     largest_linear = max(i * o for i, o in shape.linears())
     largest_module = max(largest_linear, shape.vocab * shape.hidden)
     check = (largest_module * 4 + evalmemory.layer_forward(shape, prompt_tokens, 4)
-             + prompt_tokens * shape.vocab * (4 + 2 + 4))
+             + prompt_tokens * shape.vocab * (2 + 4))
     return {"weights": evalmemory.weights(shape, quantized=False, compute_bytes=2) * HEADROOM,
-            "adapter": evalmemory.adapters(shape, lora_r), "fp32_check": check, "merge": largest_linear * 4}
+            "adapter": evalmemory.adapters(shape, lora_r), "reference_logits": prompt_tokens * shape.vocab * 4 * prompts,
+            "fp32_check": check, "merge": largest_linear * (4 + 2) + mergeweights.BLOCK_BYTES}
 
 
-def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16) -> dict:
+def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16, prompts: int = 3) -> dict:
     """Does merging the fp16 base (and checking it against exact fp32 base + adapter) fit here, and in a free
-    Kaggle/Colab session? From the config alone. A dry-run twin plans as the model it stands for; where
-    NBUTILS_PLAN_GPU_GB names a GPU (the dry run: a T4) that, or a free Kaggle session's RAM, must hold it."""
+    Kaggle/Colab session? From the config alone, for `prompts` check prompts (04's verify_prompts). A dry-run twin
+    plans as the model it stands for; where NBUTILS_PLAN_GPU_GB names a GPU (the dry run: a T4) that, or a free
+    Kaggle session's RAM, must hold it."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
@@ -110,8 +122,8 @@ def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16) -> 
     with init_empty_weights():
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     shape, own = memory.Shape.from_config(cfg), memory.Shape.from_config(cfg, own=True)
-    parts = merge_parts(shape, prompt_tokens, lora_r)
-    need, here_need = _need(parts), _need(merge_parts(own, prompt_tokens, lora_r))  # the model's; what runs here
+    parts = merge_parts(shape, prompt_tokens, lora_r, prompts)
+    need, here_need = _need(parts), _need(merge_parts(own, prompt_tokens, lora_r, prompts))  # the model's; what runs here
     here, context = _available(), memory.OVERHEAD / 2**30
     device = ("cuda" if here["gpu_gb"] and here["gpu_gb"] >= here_need + context else
               "cpu" if here["ram_gb"] >= here_need else None)
@@ -127,14 +139,16 @@ def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16) -> 
                                      "fits_ram": s["ram_gb"] >= need} for name, s in FREE_SESSIONS.items()}}
 
 
-def merge_need_bytes(shape, prompt_tokens: int, lora_r: int = 16) -> float:
-    """Bytes at the merge's peak for this shape (no CUDA context): what the dry run measures on the twin."""
-    return _need(merge_parts(shape, prompt_tokens, lora_r)) * 2**30
+def merge_need_bytes(shape, prompt_tokens: int, lora_r: int = 16, prompts: int = 1) -> float:
+    """Bytes at the merge's peak for this shape (no CUDA context): what the dry run measures on the twin (its probe
+    checks one prompt)."""
+    return _need(merge_parts(shape, prompt_tokens, lora_r, prompts)) * 2**30
 
 
 def _need(parts: dict) -> float:
-    """GiB at the peak: weights and adapter, then the larger of the fp32 check and the merge."""
-    return (parts["weights"] + parts["adapter"] + max(parts["fp32_check"], parts["merge"])) / 2**30
+    """GiB at the peak: weights, adapter and the kept reference logits, then the larger of a check pass and the merge."""
+    held = parts["weights"] + parts["adapter"] + parts["reference_logits"]
+    return (held + max(parts["fp32_check"], parts["merge"])) / 2**30
 
 
 def plan_table(plan: dict, machine: dict | None = None) -> str:
@@ -194,14 +208,93 @@ def _generation_config(model, tokenizer):
     return gen
 
 
-def _max_diff(a: list, b: list) -> float:
-    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+def _worst(values: list[float]) -> float:
+    """The largest, NaN where any is NaN (Python's max keeps a NaN only when it comes first)."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def _gap(a, b) -> float:
+    """max |a - b| of one prompt's logits, ROWS positions at a time (no full-size difference); NaN/inf propagate."""
+    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    return _worst([float((a[i:i + ROWS] - b[i:i + ROWS]).abs().max()) for i in range(0, a.shape[0], ROWS)])
+
+
+def _extremes(t) -> tuple[float, float]:
+    import torch
+
+    return tuple(float(v) for v in torch.aminmax(t))  # NaN reaches both, inf one: no full-size temporary
+
+
+def _finite(t) -> bool:
+    return all(math.isfinite(v) for v in _extremes(t))
+
+
+def _measure(model, tokenizer, prompts: list[str]) -> dict:
+    """Per prompt, one at a time: the exact (fp32) base + adapter logits, kept for the comparison after the reload,
+    and two reductions: the adapter's effect (the base alone against them) and this model's own fp16 rounding (the
+    same base + adapter run in fp16 against them). The other passes' logits are freed at once (merge_parts)."""
+    kept, effect, noise = [], [], []
+    overflow = {"reference": [], "base": [], "fp16": []}  # the prompts (from 1) whose logits are not finite
+    for k, prompt in enumerate(prompts, 1):
+        with computing_in_fp32(model):
+            exact = logits(model, tokenizer, [prompt])[0]
+            with model.disable_adapter():
+                base_only = logits(model, tokenizer, [prompt])[0]
+        exact_finite = _finite(exact)
+        overflow["reference"] += [] if exact_finite else [k]
+        overflow["base"] += [] if _finite(base_only) else [k]
+        effect.append(_gap(base_only, exact))
+        del base_only
+        fp16 = logits(model, tokenizer, [prompt])[0]
+        overflow["fp16"] += [k] if exact_finite and not _finite(fp16) else []
+        noise.append(_gap(fp16, exact))
+        del fp16
+        kept.append(exact)
+    return {"logits": kept, "fp16_noise": _worst(noise), "adapter_effect": _worst(effect), "overflow": overflow}
+
+
+def _overflow_problems(overflow: dict, merged: list[int] = ()) -> list[str]:
+    """One sentence per kind of non-finite logits (check prompts counted from 1): what overflowed and what to do."""
+    said = {"reference": "exact base + adapter (fp32) gives non-finite logits (NaN/inf) on check prompt(s) {}: the "
+                         "base or the adapter holds non-finite weights (a diverged run?), nothing can be checked "
+                         "against it; check 02's checkpoint and its training loss",
+            "base": "the base model alone (fp32) gives non-finite logits on check prompt(s) {}: the adapter's effect "
+                    "cannot be measured; check base_model",
+            "fp16": "base + adapter run in fp16 gives non-finite logits on check prompt(s) {} where fp32 does not: "
+                    "fp16 overflow (Gemma models are known for it), so no fp16 noise or tolerance, and an fp16 "
+                    "merged model overflows the same way; " + OVERFLOW_ADVICE,
+            "merged": "the merged model, reloaded in fp16, gives non-finite logits on check prompt(s) {}: fp16 "
+                      "overflow in the merged model (or non-finite merged weights); " + OVERFLOW_ADVICE}
+    found = {**overflow, "merged": list(merged)}
+    return [said[k].format(", ".join(map(str, v))) for k, v in found.items() if v]
+
+
+def merge_checked(model) -> dict:
+    """Merge the adapter one LoRA layer at a time, each checked in the weights (mergeweights.merge_layers); raises,
+    before anything is saved, when merged weights overflow fp16, a layer lost the adapter, or no weight shows it."""
+    found = mergeweights.merge_layers(model)
+    if found["overflow"] or found["lost"] or (found["checked"] and not found["moved"] and not found["unchecked"]):
+        raise RuntimeError(_unproven(found))
+    return found
+
+
+def _unproven(found: dict) -> str:
+    if found["overflow"]:
+        return (f"the merged weights overflow fp16 in {len(found['overflow'])} LoRA layer(s) (e.g. "
+                f"{found['overflow'][0]}): base + adapter leaves fp16's range; {OVERFLOW_ADVICE}")
+    if found["lost"]:
+        return (f"the merge lost the adapter in {len(found['lost'])} of {found['checked']} LoRA layers (e.g. "
+                f"{found['lost'][0]}: merged W - base W is not scale x B @ A within fp16 rounding); {ADAPTER_ONLY}, "
+                "or merge with another peft version")
+    return (f"the adapter moves no weight of its {found['checked']} LoRA layers by more than fp16 rounding: an fp16 "
+            f"merged model is the base model and cannot carry it; {ADAPTER_ONLY}")
 
 
 def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path, prompts: list[str],
                    device: str = "cpu", max_shard_size: str = "2GB") -> dict:
-    """Merge the adapter into the fp16 base and save it. Returns the reference: exact (fp32) base + adapter logits
-    on the prompts, the fp16 noise of base + adapter and the adapter's effect (both max |logit diff| from it)."""
+    """Merge the adapter into the fp16 base (each LoRA layer proved, `merge_checked`) and save it. Returns the
+    reference: exact (fp32) base + adapter logits on the prompts, the fp16 noise of base + adapter and the adapter's
+    effect (both max |logit diff| from them), and the weight check. Non-finite logits stop it before the merge."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -210,13 +303,13 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     base = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model, dtype=torch.float16,
                             device_map={"": device})
     model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
-    with computing_in_fp32(model):
-        reference = logits(model, tokenizer, prompts)
-        with model.disable_adapter():
-            base_only = logits(model, tokenizer, prompts)
-    noise = _max_diff(logits(model, tokenizer, prompts), reference)  # this model's own fp16 rounding
-    effect = _max_diff(base_only, reference)
-    merged = model.merge_and_unload()
+    measured = _measure(model, tokenizer, prompts)
+    if problems := _overflow_problems(measured["overflow"]):  # nothing to check against, or fp16 overflows anyway
+        raise RuntimeError(f"cannot merge {adapter_dir} into {base_model}: " + "; ".join(problems))
+    weights = merge_checked(model)
+    with warnings.catch_warnings():  # every layer is merged already: merge_and_unload only unloads
+        warnings.filterwarnings("ignore", message="All adapters are already merged")
+        merged = model.merge_and_unload()
     merged.generation_config = _generation_config(merged, tokenizer)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -224,40 +317,66 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     chatformat.save_tokenizer(tokenizer, out_dir)  # writes the chat template with it
     del merged, model, base
     gc.collect()
-    return {"logits": reference, "fp16_noise": noise, "adapter_effect": effect}
+    return {**measured, "weights": weights}
+
+
+def _problems(reference: dict, merged_overflow: list[int], model, tolerance: float) -> list[str]:
+    """What fails the merged model besides a finite difference over the tolerance, one sentence each: non-finite
+    logits or tolerance, and LoRA layers whose reloaded weight is not, bit for bit, the merge `merge_checked` proved."""
+    overflow = {**reference.get("overflow", {})}
+    overflow["reference"] = sorted({*overflow.get("reference", []),
+                                    *(k for k, r in enumerate(reference["logits"], 1) if not _finite(r))})
+    problems = _overflow_problems(overflow, merged_overflow)
+    if not math.isfinite(tolerance):
+        problems.append(f"the tolerance is {tolerance} (fp16 noise of base + adapter: {reference['fp16_noise']}), not "
+                        f"finite, so no difference can be judged; a non-finite noise is fp16 overflow; {OVERFLOW_ADVICE}")
+    if changed := mergeweights.changed(model, (reference.get("weights") or {}).get("digests", {})):
+        problems.append(f"the saved merged weights differ from the merge proved in memory in {len(changed)} LoRA "
+                        f"layer(s) (e.g. {changed[0]}): the folder does not hold that merge; export again")
+    return problems
 
 
 def verify(out_dir: str | Path, reference: dict, prompts: list[str], device: str = "cpu",
            tolerance: float | None = None) -> dict:
-    """Reload the merged folder with AutoModelForCausalLM + its tokenizer; max |logit diff| vs exact base+adapter."""
+    """Reload the merged folder with AutoModelForCausalLM + its tokenizer: its LoRA layers' weights must be the merge
+    proved in memory, bit for bit, and its logits within the tolerance of exact base + adapter (max |logit diff|),
+    one prompt at a time. Anything non-finite fails, named in `problems`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float16, device_map={"": device}).eval()
-    merged, exact = logits(model, tokenizer, prompts), reference["logits"]
-    diffs = [float((a - b).abs().max()) for a, b in zip(merged, exact)]
-    scale = max(float(r.abs().max()) for r in exact)
-    same_argmax = all(bool((a.argmax(-1) == b.argmax(-1)).all()) for a, b in zip(merged, exact))
+    exact, diffs, same_argmax, overflow = reference["logits"], [], True, []
+    for k, (prompt, ref) in enumerate(zip(prompts, exact), 1):
+        got = logits(model, tokenizer, [prompt])[0]
+        diffs.append(_gap(got, ref))
+        same_argmax = same_argmax and bool((got.argmax(-1) == ref.argmax(-1)).all())
+        overflow += [] if _finite(got) else [k]
+        del got
+    tolerance = tolerance_for(reference["fp16_noise"]) if tolerance is None else tolerance
+    problems = _problems(reference, overflow, model, tolerance)
     del model
     gc.collect()
-    tolerance = tolerance_for(reference["fp16_noise"]) if tolerance is None else tolerance
-    result = {"prompts": len(prompts), "max_abs_diff": max(diffs), "per_prompt": diffs, "max_abs_logit": scale,
-              "fp16_noise": reference["fp16_noise"], "adapter_effect": reference["adapter_effect"],
-              "same_argmax": same_argmax, "tolerance": tolerance, "ok": max(diffs) <= tolerance,
-              "has_chat_template": bool(tokenizer.chat_template),
-              "files": sorted(p.name for p in Path(out_dir).iterdir())}
-    return result
+    return {"prompts": len(prompts), "max_abs_diff": _worst(diffs), "per_prompt": diffs,
+            "max_abs_logit": _worst([max(abs(v) for v in _extremes(r)) for r in exact]),
+            "fp16_noise": reference["fp16_noise"], "adapter_effect": reference["adapter_effect"],
+            "same_argmax": same_argmax, "tolerance": tolerance, "problems": problems,
+            "weights": {k: v for k, v in (reference.get("weights") or {}).items() if k != "digests"},
+            "ok": not problems and _worst(diffs) <= tolerance, "has_chat_template": bool(tokenizer.chat_template),
+            "files": sorted(p.name for p in Path(out_dir).iterdir())}
 
 
 def export_merged(base_model: str, adapter_dir: str | Path, out_dir: str | Path, prompts: list[str],
                   device: str = "cpu", tolerance: float | None = None, max_shard_size: str = "2GB") -> dict:
-    """Merge, save, reload, compare; raises when the reloaded model's logits are off by more than the tolerance."""
+    """Merge, save, reload, compare; raises when a LoRA layer or the saved folder lost the adapter, when anything is
+    not finite (saying what overflowed), or when the reloaded model's logits are off by more than the tolerance."""
     if not prompts:  # before the fp16 base loads: the check has nothing to compare on
         raise ValueError("no check prompts (verify_prompts=0): the merged model is compared with base + adapter on "
                          "eval prompts before it is kept; set verify_prompts to 1 or more")
     reference = merge_and_save(base_model, adapter_dir, out_dir, prompts, device, max_shard_size)
     result = verify(out_dir, reference, prompts, device, tolerance)
+    if result["problems"]:  # not a difference in the logits: never the wrong-base advice below
+        raise RuntimeError(f"merged model in {out_dir} failed its check: " + "; ".join(result["problems"]))
     if not result["ok"]:
         raise RuntimeError(f"merged model in {out_dir} disagrees with base+adapter: max |logit diff| "
                            f"{result['max_abs_diff']:.4g} > tolerance {result['tolerance']:.4g} ({NOISE_FACTOR:g} x "

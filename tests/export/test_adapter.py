@@ -57,3 +57,28 @@ def test_a_second_export_replaces_the_first_whole(tmp_path, trained_adapter, mon
     with pytest.raises(OSError, match="adapter_model.safetensors in the adapter export differs from it"):
         adapter.export_adapter(trained_adapter, tmp_path / "out", "# third")
     assert (tmp_path / "out" / "README.md").read_text() == "# second" and sorted(tmp_path.iterdir()) == [tmp_path / "out"]
+
+
+def test_a_trainer_checkpoint_publishes_what_the_final_one_does_and_none_of_the_trainers_files(tmp_path,
+                                                                                               trained_adapter):
+    """04 exports a Trainer checkpoint when 02's final one fails verification: its training_args.bin (a pickle),
+    optimizer, scheduler, scaler and each rank's random state stay out of the published folder and of its size, which
+    then holds what an export of the final checkpoint holds: the adapter, its config, the tokenizer, the card."""
+    import shutil
+
+    from nbutils.export import diskplan
+
+    normal = adapter.export_adapter(trained_adapter, tmp_path / "normal", "# card")
+    trainer = tmp_path / "trainer" / "checkpoint-3"
+    shutil.copytree(trained_adapter, trainer, ignore=shutil.ignore_patterns(checkpoints.MARKER, "checksums.json"))
+    (trainer / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    only = ("training_args.bin", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt", "rng_state.pth",
+            "rng_state_0.pth", "rng_state_1.pth")
+    for name in only:
+        (trainer / name).write_bytes(b"\x80\x04trainer-only")
+    checkpoints.mark_complete(trainer, 3)
+    out = adapter.export_adapter(trainer, tmp_path / "fallback", "# card")
+    assert out["files"] == normal["files"] and not set(only) & set(out["files"])
+    assert "adapter_model.safetensors" in out["files"] and "README.md" in out["files"]
+    size = diskplan.export_sizes(trainer, 10**6, True, False, "", False)[0]["adapter"]
+    assert size == diskplan.export_sizes(trained_adapter, 10**6, True, False, "", False)[0]["adapter"]

@@ -62,3 +62,49 @@ def test_loss_rows_appear_only_when_both_models_have_the_figure(make_report, tmp
     text = card.model_card(_facts(tmp_path, report=report), "adapter")
     assert "| eval loss | 2.5 | 1.25 | |" in text and "| perplexity |" not in text
     assert "| degenerate rate | 0.1 | 0 | |" in text
+
+
+def _checkpoint(path, step, learning_rate, log_history=None):
+    """A checkpoint 02 would write (dummy weights), with its own run config and trainer state, checksummed."""
+    from nbutils.train import checkpoints
+
+    path.mkdir(parents=True)
+    for name in checkpoints.ADAPTER_FILES + checkpoints.TOKENIZER_FILES:
+        (path / name).write_text("{}")
+    (path / "run_config.json").write_text(json.dumps({"parameters": {"learning_rate": learning_rate, "max_steps": 6}}))
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": log_history or []}))
+    checkpoints.mark_complete(path, step)
+    return path
+
+
+def test_a_card_describes_the_trainer_checkpoint_exported_when_the_final_one_failed(tmp_path, make_report):
+    """02's final checkpoint (step 6) fails its checksums, so 04 exports trainer/checkpoint-3: the card gives that
+    checkpoint's step, eval loss and run config, says why, and none of the final one's figures."""
+    (tmp_path / MARKERS["train_qlora"]).write_text(json.dumps({"checkpoint_dir": "checkpoint", "global_step": 6,
+                                                               "stopped_reason": "max_steps", "train_loss": 0.25,
+                                                               "eval_loss": 0.125}))
+    final = _checkpoint(tmp_path / "checkpoint", 6, 0.001)
+    (final / "adapter_model.safetensors").write_text("altered")  # fails its checksums
+    history = [{"loss": 2.0, "step": 1}, {"eval_loss": 1.75, "step": 2}, {"eval_loss": 1.5, "step": 3},
+               {"eval_loss": 0.5, "step": 4}]
+    ckpt = _checkpoint(tmp_path / "trainer" / "checkpoint-3", 3, 0.002, history)
+    for facts in (_facts(tmp_path, report=make_report()),  # found as 04 finds it
+                  card.collect_facts(tmp_path, tmp_path, tmp_path, "someone/base-model", checkpoint=ckpt)):
+        assert facts["training"]["global_step"] == 3 and facts["training"]["eval_loss"] == 1.5
+        assert facts["training"]["checkpoint"] == "trainer/checkpoint-3" and facts["hyperparameters"]["learning_rate"] == 0.002
+        text = card.model_card(facts, "adapter")
+        assert "| global_step | 3 |" in text and "| eval_loss | 1.5 |" in text and "| checkpoint | trainer/checkpoint-3 |" in text
+        assert "02's final checkpoint (step 6) failed verification: this is trainer/checkpoint-3" in text
+        assert "| stopped_reason |" not in text and "| train_loss |" not in text and "0.125" not in text
+    good = card.collect_facts(tmp_path, tmp_path, tmp_path, "someone/base-model", checkpoint=tmp_path / "checkpoint")
+    assert good["training"] == {"global_step": 6, "stopped_reason": "max_steps", "train_loss": 0.25, "eval_loss": 0.125}
+
+
+def test_merged_and_gguf_cards_say_where_the_tuned_figures_were_measured(tmp_path, make_report):
+    facts = _facts(tmp_path, report=make_report())
+    where = "The tuned figures were measured by notebook 03 on the 4-bit (NF4) base model with the adapter applied"
+    run = {"llama_cpp": "llama-cli -m m.gguf", "ollama": "ollama run m", "type": "q4_k_m", "stops": ["<|im_end|>"]}
+    merged, gguf = card.model_card(facts, "merged"), card.model_card(facts, "gguf", run=run)
+    assert f"{where}, not on this fp16 merged model." in merged and f"{where}, not on this q4_k_m GGUF." in gguf
+    assert merged.index("| exact_match (primary)") < merged.index(where) < merged.index("## Files")
+    assert where not in card.model_card(facts, "adapter")  # the adapter on the 4-bit base is what 03 ran

@@ -119,3 +119,63 @@ def test_on_one_disk_kaggles_limit_holds_the_output_alone_not_the_temp_files():
     plan = _plan({"adapter": 0.2, "adapter_gguf": 0.1, "gguf": 8.5, "merged": 16.0}, out_room=20, temp_room=60,
                  shared=True)
     assert [plan.items[n].where for n in diskplan.ORDER] == ["output", "output", "output", "temp"]
+
+
+def _fake_disk(monkeypatch, root, size=256 * 2**20):
+    """One disk of `size` bytes holding everything under `root`: its free space is what the files there leave."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(diskplan.shutil, "disk_usage", lambda p: SimpleNamespace(free=size - diskplan.folder_bytes(root)))
+
+
+def _write(path, n):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * n)
+
+
+def test_what_killed_runs_left_in_the_temp_folder_is_removed_before_the_plan_measures_it(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A kernel killed mid-merge or mid-conversion leaves a merged folder's temporary name, the converter's .partial,
+    an f16, base or model GGUF and llama.cpp's logit files in the temp folder (16 GiB and more for an 8B model). The
+    rerun's plan measures the temp folder with them gone (the free space a first run had), says what it removed,
+    and leaves what is not the suite's: a user's file, the unpacked converter, another output folder's work area."""
+    monkeypatch.setenv("NBUTILS_WORKING_ROOT", str(tmp_path / "working"))
+    monkeypatch.setenv("NBUTILS_TEMP_ROOT", str(tmp_path / "temp"))
+    _fake_disk(monkeypatch, tmp_path)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "working" / "export"
+    _write(ckpt / "adapter_model.safetensors", 1000)
+    area = diskplan.work_area(tmp_path / "temp", out)
+    other = diskplan.work_area(tmp_path / "temp", tmp_path / "working" / "other")  # a second notebook's, on one /tmp
+    kept = [area / "notes.txt", area / "llama.cpp-0.3.16" / "convert_hf_to_gguf.py", other / "merged.tmp-99-abcd0123" / "m"]
+    for path in kept:
+        _write(path, 100)
+    first = diskplan.for_export(out, ckpt, 20 * 10**6, True, True, "q8_0", False)  # merged 40 MB, q8_0 21 MB
+    assert first.temp == area and area.parent == tmp_path / "temp" / "export" and area != other
+    assert first.items["merged"].where == "output" and first.items["gguf"].where == "output"
+    left = {"merged.tmp-1234-abcd1234/model-00001-of-00002.safetensors": 40 * 2**20,
+            ".trash-merged-0badc0de/model.safetensors": 20 * 2**20, "merged/model.safetensors": 40 * 2**20,
+            "gguf-work/model-f16.gguf.partial": 30 * 2**20, "gguf-work/base-q8_0.gguf": 20 * 2**20,
+            "gguf-work/model-q8_0.gguf": 20 * 2**20, "gguf-work/runtime-gguf/logits-0.f32": 10 * 2**20}
+    for rel, n in left.items():
+        _write(area / rel, n)
+    _write(tmp_path / "temp" / "export" / "gguf-work" / "model-f16.gguf.partial", 1000)  # the flat layout before
+    capsys.readouterr()
+    rerun = diskplan.for_export(out, ckpt, 20 * 10**6, True, True, "q8_0", False)
+    assert rerun.temp_room == first.temp_room and rerun.out_room == first.out_room
+    assert [i.where for i in rerun.items.values()] == [i.where for i in first.items.values()]
+    assert all(p.exists() for p in kept) and sorted(p.name for p in area.iterdir()) == \
+        ["gguf-work", "llama.cpp-0.3.16", "notes.txt"] and not list((area / "gguf-work").iterdir())
+    assert not (tmp_path / "temp" / "export" / "gguf-work").exists() or \
+        not list((tmp_path / "temp" / "export" / "gguf-work").iterdir())
+    said = capsys.readouterr().out
+    assert "[disk plan] removed what earlier runs left in the temp folder: " in said
+    assert f"export/{area.name}/merged.tmp-1234-abcd1234 (0.04 GiB)" in said and "; 0.18 GiB in all" in said
+    assert f"export/{area.name}/gguf-work/model-f16.gguf.partial (0.03 GiB)" in said
+    assert f"export/{area.name}/gguf-work/runtime-gguf (10.0 MB)" in said
+
+
+def test_only_the_suites_own_names_are_leftovers():
+    own = ["merged", "gguf", "adapter", "adapter_gguf", "gguf-work", "merged.tmp-12-0a0b0c0d", "gguf.tmp-3-12345678",
+           ".trash-merged-0a0b0c0d", ".trash-merged.tmp-12-0a0b0c0d-11111111"]
+    theirs = ["llama.cpp-0.3.16", "notes.txt", "merged-model", "export-1a2b3c4d", ".trash-mine-0a0b0c0d", "mergedx"]
+    assert all(diskplan._own(n) for n in own) and not any(diskplan._own(n) for n in theirs)

@@ -147,6 +147,28 @@ def test_a_second_run_into_the_folder_is_refused_in_seconds_naming_the_holder(ct
     _matches(out, reference["A"])
 
 
+def test_a_kill_mid_merge_in_the_temp_folder_leaves_files_the_rerun_removes_before_its_disk_plan(ctx, upstream, tmp_path):
+    """With export_merged=False the merged model the GGUF is converted from is written in the temp folder, where no
+    later run writes over a killed run's temporary folder: the rerun removes it before its disk plan measures the
+    temp folder (saying what and how much), and ends with no temporary name left there."""
+    from nbutils.export import diskplan
+
+    out, log = tmp_path / "export", tmp_path / "kill.log"
+    params = {**upstream["A"], "export_merged": False, "gguf_type": "q8_0"}
+    assert export(ctx, params, out, tmp_path, kill_at="shard:1", log=str(log)) == -9, faultkit.tail(log)
+    area = diskplan.work_area(tmp_path / "temp", out)
+    left = [p.name for p in area.iterdir() if p.name.startswith("merged.tmp-")]
+    assert left and diskplan.folder_bytes(area / left[0]) > 0, sorted(p.name for p in area.iterdir())
+    log = tmp_path / "rerun.log"
+    assert export(ctx, params, out, tmp_path, log=str(log)) == 0, faultkit.tail(log)
+    text = log.read_text()
+    said = next((ln for ln in text.splitlines() if ln.startswith("[disk plan] removed")), faultkit.tail(log))
+    assert f"export/{area.name}/{left[0]} (" in said and " in all" in said, said
+    assert text.index("[disk plan] removed") < text.index("[disk plan] output")  # before the plan measured
+    assert not [p for p in (tmp_path / "temp").rglob("*") if ".tmp-" in p.name or p.name.startswith(".trash-")]
+    assert (area / "merged").is_dir() and _done(out)["disk_plan"]["artifacts"]["merged"]["where"] == "temp"
+
+
 @pytest.fixture
 def tmpfs(tmp_path):
     """A 1 MiB tmpfs (needs root: skipped where mounting is not allowed), and a function that grows it."""

@@ -151,6 +151,28 @@ def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path
     assert sorted(p.name for p in work.iterdir()) == ["model-q4_k_m.gguf"]  # no f16, no partial
 
 
+def test_a_failed_k_quant_leaves_neither_the_lora_gguf_nor_the_base_gguf_in_the_temp_folder(tmp_path):
+    """llama-quantize fails (an error, a full disk) after the converter wrote the f16, the LoRA and the base GGUF in
+    one run: no model GGUF, so the LoRA GGUF and the base GGUF (up to fp16 size) go with it, and the f16 too."""
+    from nbutils.export import gguf, ggufbuild, quantize
+
+    root = tmp_path / "llama.cpp"
+    (root / "build" / "bin").mkdir(parents=True)
+    writes = "import sys; open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write(sys.argv[1])"
+    (root / gguf.CONVERTER).write_text(writes)
+    (root / gguf.LORA_CONVERTER).write_text(writes)
+    binary = root / "build" / "bin" / quantize.BINARY
+    binary.write_text('#!/bin/sh\necho "llama_model_quantize: failed to quantize: No space left on device"; exit 1\n')
+    binary.chmod(0o755)
+    (work := tmp_path / "work").mkdir()
+    lora = gguf.lora_job(tmp_path / "adapter", tmp_path / "merged", work / "adapter-f16.gguf")
+    base = gguf.model_job(tmp_path / "base", work / "base-q8_0.gguf", "q8_0", {})
+    made, note, whys = ggufbuild._convert(tmp_path / "merged", work, "q4_k_m", gguf.Converter(root, "test"), {},
+                                          [lora, base])
+    assert made is None and note.startswith("llama-quantize failed") and "No space left" in note
+    assert list(work.iterdir()) == []  # no f16, no LoRA GGUF, no base-q8_0.gguf
+
+
 def test_an_rslora_adapter_is_not_written_as_a_gguf_lora_that_llama_cpp_would_scale_wrongly(tmp_path):
     import json
 

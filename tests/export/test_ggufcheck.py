@@ -66,3 +66,35 @@ def test_compare_nmse_ties_and_perplexity():
 def test_nmse_is_free_of_the_logits_scale():
     ref, got = [torch.tensor([[3.0, -1.0, 0.5]])], [torch.tensor([[3.1, -1.0, 0.4]])]
     assert ggufcheck.nmse(got, ref) == pytest.approx(ggufcheck.nmse([g * 40 for g in got], [r * 40 for r in ref]))
+
+
+@pytest.mark.parametrize("quant_type", ["q4_k_m", "q8_0"])
+def test_nan_logits_and_perplexity_of_the_gguf_fail_naming_the_gguf(quant_type):
+    """The review's repro: NaN everywhere passed q4_k_m (NaN > bound is False); q8_0 failed only on its greedy rule."""
+    torch.manual_seed(0)
+    ref = {"logits": [torch.randn(5, 50) * 5 for _ in range(3)], "greedy": [[1, 2, 3]] * 3,
+           "margins": [[3.0, 3.0, 3.0]] * 3, "nll": 6.0, "tokens": 6}
+    got = {"logits": [torch.full((5, 50), float("nan"))] * 3, "greedy": [[1, 2, 3]] * 3, "margins": [[0.0] * 3] * 3,
+           "nll": float("nan"), "tokens": 6}
+    result = ggufcheck.compare(ref, got, quant_type)
+    assert not result["ok"] and len(result["problems"]) == 1
+    assert result["problems"][0].startswith(f"the {quant_type} GGUF gives non-finite logits (NaN/inf) on check "
+                                            "prompt(s) [1, 2, 3] and a loss of nan on the eval texts")
+
+
+def test_a_nan_perplexity_alone_or_an_overflowing_merged_model_fails():
+    ref = _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[5.0, 5.0, 5.0]])
+    nan_loss = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[0, 0, 0]], nll=float("nan")), "q4_k_m")
+    assert not nan_loss["ok"] and "a loss of nan on the eval texts" in nan_loss["problems"][0]
+    merged_inf = _measured([[[float("inf"), 0.0]]], [[1, 2, 3]], [[5.0, float("nan"), 5.0]])
+    result = ggufcheck.compare(merged_inf, _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[0, 0, 0]]), "q4_k_m")
+    assert not result["ok"] and result["problems"][0].startswith("the merged model gives non-finite logits")
+    assert "export_merged=False" in result["problems"][0]
+    huge = ggufcheck.compare(ref, _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[0, 0, 0]], nll=1e4), "q4_k_m")
+    assert not huge["ok"] and huge["perplexity"] == float("inf")  # math.exp raised past 709
+
+
+def test_a_nan_gap_where_greedy_parts_is_no_tie():
+    ref = _measured([[[10.0, 0.0]]], [[1, 2, 3]], [[5.0, float("nan"), 5.0]])
+    agree, ties = ggufcheck.greedy_agrees(ref, _measured([[[10.0, 0.0]]], [[1, 7, 3]], [[0, 0, 0]]), 0.02)
+    assert not agree and ties == []

@@ -7,6 +7,7 @@ import torch
 
 from nbutils.data import chatformat
 from nbutils.export import merge
+from nbutils.runtime import modelsource
 
 
 def prompts_for(tokenizer):
@@ -109,6 +110,20 @@ def test_tolerance_is_four_times_the_measured_fp16_noise_at_least_001():
     assert merge.tolerance_for(0.0) == 0.01 and merge.tolerance_for(0.1333) == pytest.approx(0.5332)
 
 
+@pytest.mark.parametrize("noise", [float("nan"), float("inf")])
+def test_a_non_finite_noise_gives_a_tolerance_nothing_passes(noise):
+    assert not 0.0 <= merge.tolerance_for(noise)  # max() gave 0.01 for NaN and inf for inf: both passed
+
+
+def test_the_plan_counts_every_check_prompts_exact_logits():
+    from nbutils.train import memory
+
+    shape = memory.Shape.from_config(modelsource.load_config("embedded"))
+    one, three = merge.merge_parts(shape, 100, prompts=1), merge.merge_parts(shape, 100, prompts=3)
+    assert three["reference_logits"] == 3 * one["reference_logits"] == 3 * 100 * shape.vocab * 4
+    assert merge._need(three) - merge._need(one) == pytest.approx(2 * 100 * shape.vocab * 4 / 2**30)
+
+
 def _plan(device, weights_gb):
     return {"params": 7e9, "weights_gb": weights_gb, "needed_gb": weights_gb * merge.HEADROOM, "ram_free_gb": 12.0,
             "gpu_free_gb": None, "device": device,
@@ -139,3 +154,128 @@ def test_no_check_prompts_is_refused_before_the_base_loads(tmp_path, monkeypatch
     monkeypatch.setattr(merge, "merge_and_save", lambda *a, **k: pytest.fail("the base was loaded"))
     with pytest.raises(ValueError, match="verify_prompts to 1 or more"):
         merge.export_merged("embedded", tmp_path, tmp_path / "merged", [])
+
+
+WEAK = ["q_proj", "v_proj", "o_proj", "down_proj"]  # with B ~ N(0, 3e-4): a weakly trained adapter (the review's)
+
+
+def _adapter(path, b_std, targets="all-linear", layers=None):
+    """A LoRA adapter on the embedded base (r=8, alpha=16) whose B ~ N(0, b_std), saved with the tokenizer."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+    from nbutils.data.chatformat import load_tokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=targets, layers_to_transform=layers))
+    torch.manual_seed(0)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, b_std)
+    model.save_pretrained(path)
+    load_tokenizer("embedded").save_pretrained(path)
+    return path
+
+
+def _nan_on(prompt, monkeypatch):
+    """merge.logits, with NaN logits wherever `prompt` is run."""
+    real = merge.logits
+    monkeypatch.setattr(merge, "logits", lambda model, tok, ps: [torch.full_like(x, float("nan")) if p == prompt else x
+                                                                 for p, x in zip(ps, real(model, tok, ps))])
+
+
+def _exact_reference(tok, prompts, noise=1e-3):
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+
+    model = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float32).eval()
+    return {"logits": merge.logits(model, tok, prompts), "fp16_noise": noise, "adapter_effect": 1.0}
+
+
+def test_nan_logits_on_a_later_prompt_fail_saying_what_overflowed(embedded_dir, tok, monkeypatch):
+    """The review's repro: NaN on prompt 2 only, where Python's max dropped it and the check passed."""
+    from nbutils import embedded
+
+    prompts = prompts_for(tok)
+    reference = _exact_reference(tok, prompts)
+    _nan_on(prompts[1], monkeypatch)
+    result = merge.verify(embedded.resolve_model("embedded"), reference, prompts)
+    assert not result["ok"] and result["max_abs_diff"] != result["max_abs_diff"]  # NaN, not prompt 1's figure
+    assert len(result["problems"]) == 1 and "non-finite logits on check prompt(s) 2: fp16 overflow" in result["problems"][0]
+    monkeypatch.setattr(merge, "merge_and_save", lambda *a, **k: reference)
+    with pytest.raises(RuntimeError, match="overflow") as err:
+        merge.export_merged("embedded", "unused", embedded.resolve_model("embedded"), prompts)
+    assert "base_model is the base" not in str(err.value)  # never the wrong-base advice
+
+
+def test_a_nan_fp16_noise_fails_instead_of_falling_back_to_001(embedded_dir, tok):
+    from nbutils import embedded
+
+    prompts = prompts_for(tok)
+    reference = _exact_reference(tok, prompts, noise=float("nan"))
+    result = merge.verify(embedded.resolve_model("embedded"), reference, prompts)
+    assert not result["ok"] and "tolerance is nan" in result["problems"][0] and "overflow" in result["problems"][0]
+
+
+@pytest.mark.integration
+def test_fp16_overflow_of_base_plus_adapter_stops_the_merge_before_anything_is_written(tmp_path, embedded_dir, tok):
+    """An adapter whose layer-0 update leaves fp16's range: fp32 base + adapter is finite, the fp16 pass is not."""
+    adapter = _adapter(tmp_path / "adapter", 1e4, ["down_proj"], [0])
+    with pytest.raises(RuntimeError, match="fp16 gives non-finite logits on check prompt.s. 1, 2, 3 where fp32 "
+                                           "does not: fp16 overflow") as err:
+        merge.export_merged("embedded", adapter, tmp_path / "merged", prompts_for(tok))
+    assert "export_merged=False" in str(err.value) and "base_model is the base" not in str(err.value)
+    assert not list((tmp_path / "merged").glob("*.safetensors"))
+
+
+@pytest.mark.integration
+def test_a_merge_that_lost_a_weak_adapter_fails_in_the_weights(tmp_path, embedded_dir, tok, monkeypatch):
+    """The review's repro: an adapter whose effect on the logits is below the tolerance, and a merge that drops it
+    (peft's per-layer merge doing nothing): the logits could not tell; the weights do, before anything is saved."""
+    from peft.tuners.lora import Linear
+
+    adapter = _adapter(tmp_path / "adapter", 3e-4, WEAK)
+    monkeypatch.setattr(Linear, "merge", lambda self, *a, **k: None)
+    with pytest.raises(RuntimeError, match="lost the adapter in 8 of 8 LoRA layers"):
+        merge.export_merged("embedded", adapter, tmp_path / "merged", prompts_for(tok))
+    assert not list((tmp_path / "merged").glob("*.safetensors"))
+
+
+@pytest.mark.integration
+def test_a_saved_folder_without_a_weak_adapter_fails_on_its_weights(tmp_path, embedded_dir, tok):
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+
+    adapter = _adapter(tmp_path / "adapter", 3e-4, WEAK)
+    reference = merge.merge_and_save("embedded", adapter, tmp_path / "merged", prompts_for(tok))
+    AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float16).save_pretrained(
+        tmp_path / "merged")
+    result = merge.verify(tmp_path / "merged", reference, prompts_for(tok))
+    # the adapter's whole effect is below the tolerance: the logits alone cannot tell this base from the merge
+    assert result["max_abs_diff"] <= result["tolerance"] and result["adapter_effect"] < result["tolerance"]
+    assert not result["ok"] and "saved merged weights differ" in result["problems"][0]
+    assert result["weights"]["checked"] == 8 and result["weights"]["moved"] > result["weights"]["weights"] / 2
+
+
+@pytest.mark.integration
+def test_the_check_holds_the_exact_logits_and_one_pass_more(tmp_path, trained_adapter, monkeypatch):
+    """Each prompt's other passes are reduced and freed: at most the exact logits of every prompt and one more."""
+    import weakref
+
+    from transformers import AutoTokenizer
+
+    real, refs, peak = merge.logits, [], [0]
+
+    def tracked(model, tokenizer, prompts):
+        out = real(model, tokenizer, prompts)
+        refs.extend(weakref.ref(x) for x in out)
+        peak[0] = max(peak[0], sum(r() is not None for r in refs))
+        return out
+
+    monkeypatch.setattr(merge, "logits", tracked)
+    prompts = prompts_for(AutoTokenizer.from_pretrained(trained_adapter))
+    assert merge.export_merged("embedded", trained_adapter, tmp_path / "merged", prompts)["ok"]
+    assert peak[0] == len(prompts) + 1  # was 3 x 3: reference, base alone and fp16 pass of every prompt at once
