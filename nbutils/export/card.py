@@ -12,7 +12,7 @@ from nbutils import chain
 from nbutils.chain import MARKERS
 from nbutils.runtime import modelsource
 from nbutils.runtime.secrets import redact
-from nbutils.train import checkpoints, checksums
+from nbutils.train import checkpoints
 
 HYPER = ("max_steps", "num_epochs", "learning_rate", "lora_r", "lora_alpha", "lora_dropout", "use_rslora",
          "per_device_batch_size", "grad_accum", "max_seq_len", "seed", "precision", "load_in_4bit")
@@ -24,15 +24,6 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def exported(train_dir: Path, final: Path) -> Path:
-    """The checkpoint 04 exports, chosen as `checkpoints.for_eval` chooses it (without its printing): the final one
-    when it verifies, else the newest Trainer checkpoint that does; the final one when none does."""
-    for path in [final, *reversed(checkpoints.checkpoint_dirs(train_dir / "trainer"))]:
-        if path.exists() and not checkpoints.problems(path):
-            return path
-    return final
-
-
 def _training(summary: dict, ckpt: Path, final: Path, train_dir: Path) -> dict:
     """The training figures of the checkpoint exported. 02's summary describes its final checkpoint; an earlier one
     (the final one failed verification) gets its own step and last eval loss, from its trainer_state.json, and no
@@ -40,7 +31,7 @@ def _training(summary: dict, ckpt: Path, final: Path, train_dir: Path) -> dict:
     if ckpt.resolve() == final.resolve():
         return {k: summary.get(k) for k in ("global_step", "stopped_reason", "train_loss", "eval_loss")}
     state = _read(ckpt / "trainer_state.json")
-    step = state.get("global_step") or checksums.step(ckpt)
+    step = state.get("global_step") or checkpoints.checkpoint_step(ckpt)
     evals = [h["eval_loss"] for h in state.get("log_history") or [] if "eval_loss" in h and h.get("step", 0) <= (step or 0)]
     name = ckpt.relative_to(train_dir).as_posix() if ckpt.is_relative_to(train_dir) else str(ckpt)
     return {"global_step": step, "eval_loss": evals[-1] if evals else None, "checkpoint": name,
@@ -51,12 +42,13 @@ def _training(summary: dict, ckpt: Path, final: Path, train_dir: Path) -> dict:
 def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str,
                   checkpoint: str | Path | None = None) -> dict:
     """The facts a card states, read from the three upstream folders (missing files give missing facts), about the
-    checkpoint exported (04's `ckpt`; None: found as 04 finds it), which is not 02's final one when that failed."""
+    checkpoint exported (04's `ckpt`, from checkpoints.for_eval; None: 02's final one), which is not 02's final one
+    when that failed verification."""
     manifest = _read(Path(data_dir) / MARKERS["data_prep"])
     summary = _read(Path(adapter_dir) / MARKERS["train_qlora"])
     report = _read(Path(eval_dir) / MARKERS["eval"])
     final = Path(adapter_dir) / summary.get("checkpoint_dir", "checkpoint")
-    ckpt = Path(checkpoint) if checkpoint else exported(Path(adapter_dir), final)
+    ckpt = Path(checkpoint) if checkpoint else final
     run_config = _read(ckpt / "run_config.json")
     params = run_config.get("parameters", {}) or summary.get("config", {})
     # LoRA rank, alpha, dropout, rsLoRA: from the LoraConfig the model trained with (02's cell, which a learner may

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from nbutils.export import ggufbounds, ggufload
+from nbutils.export.merge import ADAPTER_ONLY
 
 ABS_FLOOR = 0.02  # the smallest logit difference a near-tie is judged against
 GREEDY_TOKENS = 12
@@ -134,9 +135,9 @@ def nonfinite(reference: dict, got: dict, quant_type: str) -> list[str]:
     import torch
 
     advice = {"merged": "it overflows (in fp16, as Gemma models are known to) or holds non-finite weights, and the GGUF "
-                        "cannot be judged against it; export the adapter only (export_merged=False, gguf_type=\"\")",
+                        f"cannot be judged against it; {ADAPTER_ONLY}",
               "gguf": "its dequantized pass overflows or the file holds non-finite tensors, so it is not kept; try "
-                      "another gguf_type or export the adapter only"}
+                      f"another gguf_type or {ADAPTER_ONLY}"}
     said = []
     for side, m, who in (("merged", reference, "the merged model"), ("gguf", got, f"the {quant_type} GGUF")):
         bad = [k for k, (x, gaps) in enumerate(zip(m["logits"], m["margins"]), 1)
@@ -159,15 +160,15 @@ def compare(reference: dict, got: dict, quant_type: str) -> dict:
     same_greedy = got["greedy"] == reference["greedy"]
     tie = max(ABS_FLOOR, diff)  # what this file moves logits by, measured: a gap under twice that is a near-tie
     greedy_ok, ties = greedy_agrees(reference, got, tie)
-    problems, finite = nonfinite(reference, got, quant_type), []  # the figures only mean something when finite
+    problems, beyond = nonfinite(reference, got, quant_type), []  # the figures only mean something when finite
     if not error <= bound:
-        finite.append(f"logits' NMSE {error:.3g} > {bound:g} for {quant_type} (max |logit diff| {diff:.4g})")
+        beyond.append(f"logits' NMSE {error:.3g} > {bound:g} for {quant_type} (max |logit diff| {diff:.4g})")
     if bounds.greedy and not greedy_ok:
-        finite.append(f"greedy continuations part from the merged model's where it leads by more than 2 x "
+        beyond.append(f"greedy continuations part from the merged model's where it leads by more than 2 x "
                       f"{tie:.4g} ({quant_type} must keep them)")
     if not ppl <= ppl_ref * (1 + margin):
-        finite.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
-    problems = problems or finite
+        beyond.append(f"perplexity {ppl:.4g} vs the merged model's {ppl_ref:.4g}: more than {margin:.1%} worse")
+    problems = problems or beyond
     return {"type": quant_type, "nmse": error, "nmse_bound": bound, "max_abs_diff": diff, "max_abs_logit": scale,
             "same_greedy": same_greedy, "greedy_ties": ties, "greedy_checked": bounds.greedy,
             "perplexity": ppl, "merged_perplexity": ppl_ref, "ppl_margin": margin, "problems": problems,

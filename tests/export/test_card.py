@@ -4,12 +4,13 @@ import json
 
 from nbutils.chain import MARKERS
 from nbutils.export import card
+from nbutils.train import checkpoints
 
 
-def _facts(tmp_path, base_model="someone/base-model", report=None):
+def _facts(tmp_path, base_model="someone/base-model", report=None, checkpoint=None):
     if report is not None:
         (tmp_path / MARKERS["eval"]).write_text(json.dumps(report))
-    return card.collect_facts(tmp_path, tmp_path, tmp_path, base_model)
+    return card.collect_facts(tmp_path, tmp_path, tmp_path, base_model, checkpoint=checkpoint)
 
 
 def test_missing_upstream_files_give_missing_facts_not_errors(tmp_path):
@@ -66,8 +67,6 @@ def test_loss_rows_appear_only_when_both_models_have_the_figure(make_report, tmp
 
 def _checkpoint(path, step, learning_rate, log_history=None):
     """A checkpoint 02 would write (dummy weights), with its own run config and trainer state, checksummed."""
-    from nbutils.train import checkpoints
-
     path.mkdir(parents=True)
     for name in checkpoints.ADAPTER_FILES + checkpoints.TOKENIZER_FILES:
         (path / name).write_text("{}")
@@ -88,7 +87,9 @@ def test_a_card_describes_the_trainer_checkpoint_exported_when_the_final_one_fai
     history = [{"loss": 2.0, "step": 1}, {"eval_loss": 1.75, "step": 2}, {"eval_loss": 1.5, "step": 3},
                {"eval_loss": 0.5, "step": 4}]
     ckpt = _checkpoint(tmp_path / "trainer" / "checkpoint-3", 3, 0.002, history)
-    for facts in (_facts(tmp_path, report=make_report()),  # found as 04 finds it
+    found, _ = checkpoints.for_eval(tmp_path)  # as 04 finds it
+    assert found == ckpt
+    for facts in (_facts(tmp_path, report=make_report(), checkpoint=found),
                   card.collect_facts(tmp_path, tmp_path, tmp_path, "someone/base-model", checkpoint=ckpt)):
         assert facts["training"]["global_step"] == 3 and facts["training"]["eval_loss"] == 1.5
         assert facts["training"]["checkpoint"] == "trainer/checkpoint-3" and facts["hyperparameters"]["learning_rate"] == 0.002
