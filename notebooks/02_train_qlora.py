@@ -128,6 +128,7 @@ def load_model():
     from transformers import BitsAndBytesConfig
 
     from nbutils.data import chatformat
+    from nbutils.train import recipe
 
     bnb_config = BitsAndBytesConfig(
         load_in_4bit=True,  # frozen base weights in 4 bits: a 7B model takes ~4 GB of GPU memory instead of 14
@@ -144,6 +145,7 @@ def load_model():
         task_type="CAUSAL_LM",
     )
     tokenizer = chatformat.load_tokenizer(plan.base_model)  # the pad token 01 chose, never EOS
+    recipe.same_tokenizer(tokenizer, plan.manifest, plan.base_model)  # refused if it changed on the hub since 01
     model = modeling.load_base(plan.base_model, plan.precision, bnb_config, attn_implementation,
                                device_map=plan.device_map, preferred_attention=plan.env.attention)
     model = modeling.attach_lora(model, lora_config, seed=seed)

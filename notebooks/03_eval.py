@@ -103,13 +103,13 @@ print(f"adapter {ckpt} (step {checkpoints.checkpoint_step(ckpt)}) on {trained.ba
 
 # %%
 from nbutils import defaults
-from nbutils.data import chatformat, splits
+from nbutils.data import splits
 from nbutils.eval import evaluation, report
 from nbutils.eval.degeneration import CircuitBreaker
 from nbutils.train import modeling
 
 eval_ds = splits.load_split(data_dir, "eval")
-tokenizer = chatformat.load_tokenizer(trained.base_model)
+tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # saved with the adapter: training's template, 01's tokens
 evaluation.check_guard(guard)  # abort, flag or off, refused now rather than read as flag
 prompts, refs = evaluation.prompts_and_references(eval_ds, tokenizer, limit=8 if smoke else n_samples)
 new_token_limit, why = defaults.max_new_tokens(max_new_tokens, tokenizer, refs)  # the parameter may say "auto"
@@ -218,13 +218,10 @@ pd.DataFrame({m: report.side_by_side(result[m]) for m in ("base", "tuned")}).rou
 # ## Chat with your model
 # A few prompts under the chat template saved with the checkpoint, answered by the tuned model.
 # Interactively the answer streams token by token; in a batch run it prints whole. Put your own
-# questions in `chat_prompts`, or call `chat.chat(tuned_model, chat_tokenizer, ["..."])` in a new cell.
+# questions in `chat_prompts`, or call `chat.chat(tuned_model, tokenizer, ["..."])` in a new cell.
 
 # %%
-from transformers import AutoTokenizer
-
 from nbutils.eval import chat
 
-chat_tokenizer = AutoTokenizer.from_pretrained(ckpt)  # the checkpoint's tokenizer carries its chat template
 questions = chat.questions(eval_ds, chat_prompts)  # auto: the first eval questions
-answers = chat.chat(tuned_model, chat_tokenizer, questions, new_token_limit)
+answers = chat.chat(tuned_model, tokenizer, questions, new_token_limit)

@@ -166,12 +166,10 @@ print(f"model card facts from 01, 02 and 03; push to {', '.join(repos.values()) 
 # A few eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
 
 # %%
-from transformers import AutoTokenizer
-
 from nbutils.data import splits
 from nbutils.eval import evaluation
 
-tokenizer = AutoTokenizer.from_pretrained(ckpt)
+tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # saved with the adapter: training's template, 01's tokens
 eval_split = splits.load_split(data_dir, "eval")
 prompts, references = evaluation.prompts_and_references(eval_split, tokenizer, limit=verify_prompts)
 chats = evaluation.prompt_messages(eval_split, limit=verify_prompts)  # the same prompts as messages, for llama.cpp

@@ -137,9 +137,9 @@ from nbutils.train import modeling
 def load_model():
     from peft import PeftModel
 
-    from nbutils.data import chatformat
+    from nbutils.train import recipe
 
-    tokenizer = chatformat.load_tokenizer(plan.recipe.base_model)  # 01's pad token, never EOS; 01's chat template
+    tokenizer = recipe.trained_tokenizer(plan.sft_checkpoint)  # 02's, saved with the adapter: 01's pad and template
     base = modeling.load_base(plan.recipe.base_model, plan.precision, plan.recipe.quantization, attn_implementation,
                               preferred_attention=plan.env.attention)
     base = preference.prepare_kbit(base)  # fp32 norms, input gradients, checkpointing without reentrancy

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbutils import defaults
-from nbutils.data import chatformat, splits
 from nbutils.data import pairs as prefdata
+from nbutils.data import splits
 from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
@@ -191,7 +191,7 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     env, problems = inspect("auto" if defaults.is_auto(precision) else precision, True)
     rec = recipe.from_checkpoint(ckpt, "auto", precision, env.precision, data_dir)
     modelsource.check(rec.base_model)
-    tokenizer = chatformat.load_tokenizer(rec.base_model)
+    tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # 02's, saved with the adapter: 01's tokens and template
     config = modelsource.load_config(rec.base_model)
     train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
                                     eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)

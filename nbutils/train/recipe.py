@@ -59,6 +59,35 @@ def base_model_for_training(manifest: dict, given: str = "auto", tokenizer_finge
         f"01_data_prep with base_model={given!r}.")
 
 
+def same_tokenizer(tokenizer, manifest: dict, source: str) -> None:
+    """Refuse a tokenizer other than the one 01 rendered the data with (its manifest's fingerprint: vocabulary,
+    special tokens, chat template). A model updated on the hub between 01 and a later notebook would otherwise
+    train or be scored on prompts rendered differently from 01's, silently."""
+    from nbutils.data import chatformat
+
+    want = manifest.get("tokenizer_fingerprint")
+    if want and (got := chatformat.fingerprint(tokenizer)) != want:
+        raise UpstreamMismatch(
+            f"the tokenizer of {source} (fingerprint {got}) is not the one 01 prepared the data with ({want}, its "
+            "manifest): its vocabulary, special tokens or chat template changed since 01 ran (a model updated on the "
+            "hub, another revision). Re-run 01_data_prep with this model, then 02, so that training and evaluation "
+            "render the same tokens.")
+
+
+def trained_tokenizer(checkpoint: str | Path, data_dir: str | Path | None = None, verbose: bool = False):
+    """The tokenizer 02 saved beside the adapter, prepared as 01 prepared it: 03, 04 and 05 render prompts with
+    the template, special tokens and pad token training used, and download nothing. With data_dir, it must be the
+    one 01 rendered that data with (`same_tokenizer`)."""
+    from transformers import AutoTokenizer
+
+    from nbutils.data import chatformat, splits
+
+    tokenizer = chatformat.prepare_tokenizer(AutoTokenizer.from_pretrained(str(checkpoint)), verbose)
+    if data_dir is not None:
+        same_tokenizer(tokenizer, splits.load_manifest(data_dir), f"the checkpoint {checkpoint}")
+    return tokenizer
+
+
 def _model_settings(model) -> dict:
     """The 4-bit config and LoRA settings the live model carries: what 02 built, read off the model itself."""
     from nbutils.train.runsettings import lora_settings, plain

@@ -76,3 +76,27 @@ def test_01s_output_must_be_the_data_the_adapter_trained_on(tmp_path):
     (data / MARKERS["data_prep"]).write_text(json.dumps({"content_hash": "fff999"}))
     with pytest.raises(recipe.UpstreamMismatch, match=r"holds other data \(content hash fff999\) .* \(abc123"):
         recipe.from_checkpoint(ckpt, machine_precision="fp16", data_dir=data)
+
+
+def test_03_04_05_read_the_tokenizer_02_saved_and_refuse_one_01_did_not_use(tmp_path):
+    """The checkpoint's tokenizer comes back prepared as 01 prepared it (same fingerprint, pad token); one whose
+    template changed after 01 (a model updated on the hub between 01 and 02) is refused, naming what to re-run."""
+    from nbutils.chain import MARKERS
+    from nbutils.data import chatformat
+    from tests.twins import families
+
+    tok = chatformat.load_tokenizer(str(families.ensure("llama-3.2-instruct")))
+    data = tmp_path / "data_prep"
+    data.mkdir()
+    (data / MARKERS["data_prep"]).write_text(json.dumps({"tokenizer_fingerprint": chatformat.fingerprint(tok)}))
+    ckpt = tmp_path / "checkpoint"
+    chatformat.save_tokenizer(tok, ckpt)
+    back = recipe.trained_tokenizer(ckpt, data)
+    assert chatformat.fingerprint(back) == chatformat.fingerprint(tok) and back.pad_token == tok.pad_token
+    tok.chat_template = tok.chat_template.replace("Cutting Knowledge Date", "Knowledge cutoff")
+    chatformat.save_tokenizer(tok, ckpt)
+    with pytest.raises(recipe.UpstreamMismatch, match=r"tokenizer of the checkpoint .* is not the one 01 prepared the "
+                                                      r"data with .*Re-run 01_data_prep with this model, then 02"):
+        recipe.trained_tokenizer(ckpt, data)
+    assert recipe.trained_tokenizer(ckpt).chat_template == tok.chat_template  # without 01's manifest: no check
+    recipe.same_tokenizer(tok, {}, "x")  # a manifest without a fingerprint (an older 01) checks nothing
