@@ -147,7 +147,8 @@ merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and
 # %%
 from nbutils.export import diskplan
 
-disk = diskplan.for_export(out, ckpt, memory_plan["params"], export_adapter, export_merged, gguf_type, gguf_lora)
+disk = diskplan.for_export(out, ckpt, memory_plan["params"], export_adapter, export_merged, gguf_type, gguf_lora,
+                           base_model)  # a base not cached yet is downloaded first: its room counts
 print(diskplan.text(disk))
 
 # %% [markdown]

@@ -65,6 +65,8 @@ class DiskPlan:
     shared: bool  # output and temp are on one filesystem (one budget)
     temp_extra: int = 0  # intermediates: the f16 GGUF a k-quant is made from
     temp_only: tuple[str, ...] = ()  # wanted only as an intermediate (the merged model with export_merged=False)
+    download: int = 0  # the base weights the merge downloads into the Hub cache first, taken from the room above
+    cache: Path | None = None  # where they go
 
     def path(self, name: str) -> Path | None:
         """Where an artifact is written: <out>/<name>, <temp>/<name>, or None when it is not written."""
@@ -136,19 +138,67 @@ def _why(plan: DiskPlan, item: Item, limit_text: str) -> str:
 
 
 def make_plan(out: str | Path, temp: str | Path, sizes: dict[str, int], limit: int | None = None,
-              used: int = 0, temp_extra: int = 0, limit_name: str = "", temp_only: tuple[str, ...] = ()) -> DiskPlan:
-    """The plan for `sizes` (artifact -> bytes); `limit`: the platform's cap on the output, `used`: already in it."""
+              used: int = 0, temp_extra: int = 0, limit_name: str = "", temp_only: tuple[str, ...] = (),
+              download: tuple[int, Path | None] = (0, None)) -> DiskPlan:
+    """The plan for `sizes` (artifact -> bytes); `limit`: the platform's cap on the output, `used`: already in it;
+    `download`: (bytes, folder) the base weights will take in the Hub cache before anything is written, counted
+    against the free space of whichever of the two folders shares its disk."""
     out, temp = Path(out), Path(temp)
     for p in (out, temp):
         p.mkdir(parents=True, exist_ok=True)
     out_free, temp_free = shutil.disk_usage(out).free, shutil.disk_usage(temp).free
+    if download[0] and download[1] is not None:
+        cache_dev = os.stat(_existing(download[1])).st_dev
+        out_free -= download[0] * (os.stat(out).st_dev == cache_dev)
+        temp_free -= download[0] * (os.stat(temp).st_dev == cache_dev)
     room = out_free if limit is None else min(out_free, limit - used)
     limit_text = f"{_size(out_free)} free there" + (f"; {limit_name} {_size(limit - used)} left under it"
                                                     if limit is not None else "")
     plan = DiskPlan(out, temp, {n: Item(n, s) for n, s in sizes.items()}, max(0, room - min(MARGIN, room // 20)),
                     max(0, temp_free - min(MARGIN, temp_free // 20)), os.stat(out).st_dev == os.stat(temp).st_dev,
-                    temp_extra, temp_only)
+                    temp_extra, temp_only, download[0] if download[1] is not None else 0, download[1])
     return decide(plan, limit_text)
+
+
+def _existing(path: Path) -> Path:
+    """The folder itself, or its nearest parent that exists (a Hub cache not created yet)."""
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def base_download(base_model: str, params: int) -> tuple[int, Path | None]:
+    """(bytes, Hub cache folder) the merge downloads before loading the base: its weights in 16 bits, as models are
+    published, where they are not cached yet (04 often runs in a session of its own: on Kaggle each notebook does).
+    (0, None) for a local folder (the embedded default's too) or weights already in the cache."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from nbutils.runtime.modelsource import resolve
+
+    base_model = resolve(base_model)
+    if Path(base_model).is_dir():
+        return 0, None
+
+    try:
+        snapshot = Path(snapshot_download(base_model, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):  # nothing of it cached, or not a Hub id
+        snapshot = None
+    if snapshot is not None and _weights_complete(snapshot):
+        return 0, None
+    return params * 2, Path(constants.HF_HUB_CACHE)
+
+
+def _weights_complete(snapshot: Path) -> bool:
+    """Every safetensors file the snapshot's index names is there (or the single-file weights)."""
+    import json
+
+    index = snapshot / "model.safetensors.index.json"
+    if index.exists():
+        shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+        return bool(shards) and all((snapshot / s).exists() for s in shards)
+    return (snapshot / "model.safetensors").exists()
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json")
@@ -180,8 +230,9 @@ def export_sizes(ckpt: str | Path, params: int, adapter: bool, merged: bool, ggu
 
 
 def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, merged: bool, gguf_type: str,
-               gguf_lora: bool) -> DiskPlan:
-    """04's plan: sizes from the checkpoint and the parameter count, this platform's output limit and temp folder."""
+               gguf_lora: bool, base_model: str = "") -> DiskPlan:
+    """04's plan: sizes from the checkpoint and the parameter count, this platform's output limit and temp folder,
+    and the base weights a merge downloads first (`base_download`; with base_model)."""
     from nbutils.runtime.environment import detect_platform
 
     platform = detect_platform()
@@ -198,8 +249,9 @@ def for_export(out: str | Path, ckpt: str | Path, params: int, adapter: bool, me
     used = folder_bytes(platform.working_root) if limited else 0
     if limited:  # an earlier export's artifacts here are replaced, or removed at the end: not what stays under 20 GiB
         used -= sum(folder_bytes(out / name) for name in ORDER)
+    download = base_download(base_model, params) if base_model and "merged" in sizes else (0, None)
     return make_plan(out, temp, sizes, KAGGLE_OUTPUT_LIMIT if limited else None, used, extra,
-                     "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",))
+                     "Kaggle keeps 20 GiB of /kaggle/working:", () if merged else ("merged",), download)
 
 
 def work_area(temp_root: str | Path, out: str | Path) -> Path:
@@ -248,6 +300,9 @@ def text(plan: DiskPlan) -> str:
     """The plan as a few lines: each artifact, its size and where it goes (and why not the output)."""
     lines = [f"[disk plan] output {plan.out}: {_size(plan.out_room)} usable; temp {plan.temp}: "
              f"{_size(plan.temp_room)} free" + (" (same disk)" if plan.shared else "")]
+    if plan.download:
+        lines.append(f"  base model   {_size(plan.download):>10} -> downloaded into the Hub cache {plan.cache} first "
+                     "(not cached here), counted above where it shares a disk")
     for item in plan.items.values():
         where = {"output": "output", "temp": f"temp only ({item.reason})", "none": f"not written ({item.reason})"}
         lines.append(f"  {item.name:<13} {_size(item.size):>10} -> {where[item.where]}")

@@ -179,3 +179,45 @@ def test_only_the_suites_own_names_are_leftovers():
            ".trash-merged-0a0b0c0d", ".trash-merged.tmp-12-0a0b0c0d-11111111"]
     theirs = ["llama.cpp-0.3.16", "notes.txt", "merged-model", "export-1a2b3c4d", ".trash-mine-0a0b0c0d", "mergedx"]
     assert all(diskplan._own(n) for n in own) and not any(diskplan._own(n) for n in theirs)
+
+
+def _hub_snapshot(cache, repo, files):
+    """A Hub cache holding `files` of `repo` at one commit, laid out as huggingface_hub lays it out."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text("0" * 40)
+    snapshot = folder / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name, text in files.items():
+        (snapshot / name).write_text(text)
+    return snapshot
+
+
+def test_a_base_not_cached_yet_is_counted_as_16_bit_weights_downloaded_into_the_hub_cache(tmp_path, monkeypatch):
+    """04 often runs in a session of its own (on Kaggle every notebook does): the merge downloads the base first."""
+    import json
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    assert diskplan.base_download("org/absent", 1000) == (2000, cache)  # nothing of it cached
+    _hub_snapshot(cache, "org/configonly", {"config.json": "{}"})  # 01-03 read the config and tokenizer only
+    assert diskplan.base_download("org/configonly", 1000) == (2000, cache)
+    _hub_snapshot(cache, "org/whole", {"config.json": "{}", "model.safetensors": ""})
+    assert diskplan.base_download("org/whole", 1000) == (0, None)
+    index = json.dumps({"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}})
+    _hub_snapshot(cache, "org/sharded", {"model.safetensors.index.json": index, "model-1.safetensors": ""})
+    assert diskplan.base_download("org/sharded", 1000) == (2000, cache)  # a shard missing: downloaded again
+    assert diskplan.base_download(str(tmp_path), 1000) == (0, None)  # a local folder
+    assert diskplan.base_download("embedded", 1000) == (0, None)
+
+
+def test_the_download_takes_room_from_the_disk_it_shares_and_is_said(tmp_path):
+    sizes = {"adapter": 10, "merged": 20}
+    free = diskplan.make_plan(tmp_path / "o", tmp_path / "t", sizes)
+    taken = diskplan.make_plan(tmp_path / "o", tmp_path / "t", sizes, download=(2**30, tmp_path / "hub" / "x"))
+    assert free.out_room - taken.out_room == 2**30 == free.temp_room - taken.temp_room  # one disk here: both
+    assert "base model" in diskplan.text(taken) and "Hub cache" in diskplan.text(taken)
+    everything = diskplan.make_plan(tmp_path / "o", tmp_path / "t", sizes, download=(taken.temp_room * 40, tmp_path))
+    assert everything.items["merged"].where == "none"  # the download alone fills the disk: no room to merge
