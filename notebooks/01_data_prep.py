@@ -57,14 +57,14 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 
 # %% tags=["parameters"]
 base_model = "embedded"  # the model to fine-tune, named here once: hub id, local folder or Kaggle input; "embedded": the offline tiny model
-raw_data = "embedded"  # comma-separated: JSONL/JSON/CSV/TSV/Parquet/HTML/SQL files, saved HF folders, hub ids
+raw_data = "embedded"  # comma-separated: JSONL/JSON/CSV/TSV/Parquet/HTML/SQL files, saved HF folders, hub ids owner/name[:config][@split]
 output_dir = "auto"  # auto: <working dir>/data_prep (found there by 02 and 03)
 seed = 0
-smoke = False
+smoke = False  # True: at most 200 records, shared by the inputs
 format = "auto"  # auto sniffs each input and says what it chose; or jsonl, json, csv, tsv, parquet, html, sql, ...
 columns = "auto"  # auto: detected (prompt/response, question/answer, ...); else roles to columns (see above)
 max_seq_len = "auto"  # auto: covers 99% of records, capped by the model's positions and a T4's memory
-eval_fraction = 0.1
+eval_fraction = 0.1  # share held out for 02's eval loss and 03's scores: above 0, below 1
 train_on_prompt = False  # False: completion-only labels (the prompt is masked out of the loss)
 strict = False  # True: stop at the first bad record instead of quarantining it
 truncate = False  # True: cut records longer than max_seq_len instead of keeping them out
@@ -90,7 +90,9 @@ env = preflight(load_in_4bit=False)
 # `<end_of_turn>`, or EOS), so the model learns to stop; the pad token is never EOS and never a new
 # token. A template that marks no assistant turn, or a tokenizer whose ids run past the model's
 # embedding, is refused here, naming the problem. A system message is merged into the first user turn
-# where the template refuses it. Labels cover the answers only (completion-only) unless
+# where the template refuses it; where it requires the user to speak first (Gemma, Mistral), a plain `text`
+# record trains as its text and EOS and a greeting before the first question is dropped (both counted in
+# `role_fixes`). Labels cover the answers only (completion-only) unless
 # `train_on_prompt=True`. `max_seq_len="auto"`
 # covers 99% of the records, capped by the longest sequence a T4 (14.7 GB, as torch reports it) trains at
 # `batch_size` with the loss 02 takes there (the chunked loss where the whole logits would not fit), and says how

@@ -1,6 +1,8 @@
 """Raw records to training batches (01_data_prep; 02 reads the splits back).
 
 - `readers`: raw files (JSONL, JSON, CSV, Parquet, HTML, SQL, HF datasets ...) to records, unreadable ones marked Bad.
+- `hubdata`: a Hub dataset id (`owner/name[:config][@split]`) read as records, with what it offers when asked wrong.
+- `intake`: every input read in turn under one record cap (a smoke run reads each), with each file's encoding hint.
 - `jsondoc`: one JSON document's records in the shapes people and pandas save (pandas' layouts, keyed by id).
 - `records`: any supported record shape to validated chat messages, or the reason it is quarantined.
 - `chatformat`: the tokenizer's pad, end-of-turn and stop tokens, and its chat template.

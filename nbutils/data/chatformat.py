@@ -192,15 +192,18 @@ def role_rules(render) -> dict:
 
     sys_msgs = [{"role": "system", "content": "SYSMARK"}, *PROBE]
     two_users = [{"role": "user", "content": "a"}, *PROBE]
-    return {"system": ok(sys_msgs, "SYSMARK"), "consecutive": ok(two_users)}
+    return {"system": ok(sys_msgs, "SYSMARK"), "consecutive": ok(two_users), "assistant_first": ok(PROBE[1:])}
 
 
 def normalize_roles(msgs: list[dict], rules: dict) -> tuple[list[dict], dict]:
-    """Merge the system text into the first user turn and same-role turns, where the template needs it.
+    """Merge the system text into the first user turn and same-role turns, and drop answers before the first
+    question, where the template needs it (Gemma, Mistral: user first; a greeting the model opened with cannot be
+    rendered there). A conversation with no question at all (a plain `text` record) is left whole: `plain_spans`.
 
-    Returns the messages as the template can render them and what was merged ({"system": 0|1, "turns": n}).
+    Returns the messages as the template can render them and what was changed ({"system": 0|1, "turns": n merged,
+    "leading": n answers dropped}).
     """
-    merged = {"system": 0, "turns": 0}
+    merged = {"system": 0, "turns": 0, "leading": 0}
     msgs = [dict(m) for m in msgs]
     if not rules["system"] and msgs and msgs[0]["role"] == "system":
         system, msgs = msgs[0]["content"], msgs[1:]
@@ -218,6 +221,10 @@ def normalize_roles(msgs: list[dict], rules: dict) -> tuple[list[dict], dict]:
             else:
                 out.append(m)
         msgs = out
+    if not rules.get("assistant_first", True):
+        at = 1 if msgs and msgs[0]["role"] == "system" else 0
+        question = next((i for i in range(at, len(msgs)) if msgs[i]["role"] == "user"), at)
+        merged["leading"], msgs = question - at, msgs[:at] + msgs[question:]
     return msgs, merged
 
 
@@ -264,6 +271,15 @@ def target_spans(render, msgs: list[dict], eot: str) -> tuple[str, list[tuple[in
         spans.append((start, end))
         pos = end
     return text, spans
+
+
+def plain_spans(msgs: list[dict], bos: str, eos: str) -> tuple[str, list[tuple[int, int]]]:
+    """A conversation without a question (a plain `text` record) where the template requires the user to speak
+    first: the text as it is, after BOS and any system text, then EOS, all of the answer and EOS trained (what
+    continued pretraining on plain text does), instead of a chat turn the template cannot render."""
+    prompt = "".join(m["content"] + "\n\n" for m in msgs if m["role"] == "system")
+    text = bos + prompt + "\n\n".join(m["content"] for m in msgs if m["role"] == "assistant") + eos
+    return text, [(len(bos) + len(prompt), len(text))]
 
 
 def _as_last(render, msgs: list[dict], i: int, text: str) -> bool:

@@ -28,9 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils.data import htmlpage, jsondoc, sqldump
+from nbutils.data import htmlpage, hubdata, jsondoc, sqldump
 from nbutils.data.records import recognised
-from nbutils.runtime import modelsource
 
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
 _EXTENSIONS = {"jsonl": "jsonl", "ndjson": "jsonl", "json": "json", "csv": "csv", "tsv": "tsv", "tab": "tsv",
@@ -84,6 +83,24 @@ def _json_kind(head: bytes, whole: bool, named: str) -> tuple[str, str]:
                    "each bad record quarantined")
 
 
+def not_text(head: bytes) -> str | None:
+    """What a file is and what to do, when its first bytes say it is not UTF-8 text (None: it may be): a compressed
+    archive, a spreadsheet, UTF-16. A stray NUL in UTF-8 text is none of these: the record holding it is read."""
+    if head.startswith(b"\x1f\x8b"):
+        return "a gzip-compressed file: decompress it first (`gunzip -k FILE`) and pass the file inside."
+    if head.startswith(b"PK\x03\x04"):
+        if b"xl/" in head[:4096] or b"[Content_Types].xml" in head[:4096]:
+            return ("an Excel workbook (.xlsx), not text: in Excel, File > Save As > 'CSV UTF-8 (Comma delimited)', "
+                    "and pass the .csv.")
+        return "a zip archive: unzip it first (`unzip FILE`) and pass the file inside."
+    sample = head[:4096]
+    alternate = len(sample) >= 8 and max(sample[0::2].count(0), sample[1::2].count(0)) * 4 >= len(sample)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or alternate:  # a BOM, or every other byte NUL (ASCII in UTF-16)
+        return ("UTF-16 text (Excel's 'Unicode Text', PowerShell's `>`), not UTF-8: save it as UTF-8 (Excel: CSV "
+                "UTF-8; `iconv -f UTF-16 -t UTF-8 FILE > NEW`) and pass the new file.")
+    return None
+
+
 def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
     """(format, why): the format of one input and the evidence (the split, for a dataset folder), for the log."""
     p = Path(path)
@@ -92,17 +109,16 @@ def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
             return "hf_disk", "a saved Hugging Face dataset folder" + hf_split(path, split)[1]
         raise ValueError(f"{path}: a folder, but not a saved HF dataset (no dataset_info.json); pass a file instead.")
     if not p.exists():
-        if modelsource.REPO_ID.match(path):  # the Hub's owner/name, as for a model
-            return "hf_hub", "no such file; looks like a hub dataset id (owner/name)"
+        if hubdata.parse(path):  # the Hub's owner/name, as for a model, with an optional :config and @split
+            return "hf_hub", "no such file; looks like " + hubdata.describe(path, split)
         raise FileNotFoundError(f"{path}: no such file. Check the path (relative paths start at the working dir); "
-                                "for a hub dataset id pass format='hf_hub'.")
+                                "a hub dataset id is owner/name[:config][@split].")
     with open(p, "rb") as f:
         head, whole = f.read(SNIFF_BYTES), not f.read(1)
     ext = p.suffix.lower().lstrip(".")
     fmt = _EXTENSIONS.get(ext)
-    if fmt != "parquet" and not head.startswith(b"PAR1") and b"\x00" in head[:4096]:  # text never holds NUL
-        raise ValueError(f"{path}: UTF-16 text (Excel's 'Unicode Text', PowerShell's `>`), not UTF-8: save it as "
-                         "UTF-8 (Excel: CSV UTF-8; `iconv -f UTF-16 -t UTF-8 FILE > NEW`) and pass the new file.")
+    if fmt != "parquet" and not head.startswith(b"PAR1") and (why := not_text(head)):
+        raise ValueError(f"{path}: {why}")
     text = head[:65536].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
     if fmt in ("json", "jsonl"):
         kind, evidence = _json_kind(head, whole, fmt)
@@ -138,10 +154,20 @@ def read(path: str, fmt: str = "auto", columns: dict | None = None, split: str |
     yield from (reader(path, columns) if fmt == "sql" else reader(path, split) if fmt.startswith("hf_") else reader(path))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what str.encode("utf-8") refuses; Arrow (datasets) cannot store it
+
+
 def _undecodable(value, where: str = "") -> str | None:
-    """The field holding bytes that were not UTF-8 (kept as lone surrogates by surrogateescape), if any."""
+    """Where a string cannot be written as UTF-8, if anywhere: the field, and "lone surrogate" when it came from a
+    JSON escape (half of an emoji's \\ud83d\\ude00 pair, the other half cut off) rather than from bytes that were not
+    UTF-8 (kept as \\udc80-\\udcff by surrogateescape)."""
     if isinstance(value, str):
-        return where or "text" if re.search("[\udc80-\udcff]", value) else None
+        hit = _SURROGATE.search(value)
+        if hit is None:
+            return None
+        field = where or "text"
+        return field if "\udc80" <= hit.group(0) <= "\udcff" else (
+            f"{field} (lone surrogate \\u{ord(hit.group(0)):04x}: half of an escaped pair; fix or remove it)")
     if isinstance(value, dict):
         return next((w for k, v in value.items() if (w := _undecodable(v, str(k)))), None)
     if isinstance(value, list):
@@ -313,34 +339,6 @@ def _hf_disk(path: str, split: str | None = None) -> Iterator[Row]:
         yield path, n, rec
 
 
-def _hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the hub cannot be reached, or None; a few seconds here instead of a minute of retries."""
-    import os
-    import socket
-    from urllib.parse import urlparse
-
-    if any(os.environ.get(v, "").lower() in ("1", "true") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
-        return None  # offline mode: load_dataset answers from the local cache, quickly
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-    except OSError as e:
-        return f"cannot reach {host}: {e}"
-    return None
-
-
 def _hf_hub(path: str, split: str | None = None) -> Iterator[Row]:
-    """A hub dataset id (Kaggle/Colab with internet on): its train split, or `split`."""
-    from datasets import load_dataset
-
-    advice = ("Without internet (Kaggle: Settings > Internet off; or locally), download it once and pass the saved "
-              "folder or a file instead, or set HF_HUB_OFFLINE=1 to use the local cache.")
-    if why := _hub_unreachable():
-        raise ValueError(f"{path}: looks like a Hugging Face dataset id, but {why}. {advice}")
-    try:
-        ds = load_dataset(path, split=split or "train")
-    except Exception as e:  # noqa: BLE001 -- the hub raises many types; the message says what to do
-        raise ValueError(f"{path}: could not load it as a Hugging Face dataset id "
-                         f"({type(e).__name__}: {str(e)[:200]}). {advice}") from e
-    for n, rec in enumerate(ds, 1):
-        yield path, n, rec
+    """A hub dataset id, owner/name[:config][@split] (`nbutils.data.hubdata`)."""
+    yield from hubdata.read(path, split)

@@ -44,6 +44,11 @@ def text_field(value, name: str) -> str:
     return value.strip()
 
 
+def _first(turn: dict, *keys: str):
+    """The first of `keys` that the turn holds with a value (not None)."""
+    return next((turn[k] for k in keys if turn.get(k) is not None), None)
+
+
 def turns(value, name: str) -> list[dict]:
     """A message list as {"role", "content"} turns, wherever it appears (SFT records, preference prompts and answers).
 
@@ -63,10 +68,10 @@ def turns(value, name: str) -> list[dict]:
         if not isinstance(t, dict):
             raise ValueError(f"wrong-type: {where} is {type(t).__name__}")
         t = {str(k).strip().lower(): v for k, v in t.items()}
-        role = t.get("role", t.get("from"))
+        role = _first(t, "role", "from")  # Arrow/Parquet unify the shapes: both keys, one of them null
         if not isinstance(role, str) or role.strip().lower() not in ROLES:
             raise ValueError(f"unknown-role: {role} in {where}" if role is not None else f"missing-field: {where} role")
-        content = t.get("content", t.get("value"))
+        content = _first(t, "content", "value")
         if content is None:
             raise ValueError(f"missing-field: {where} content")
         if not isinstance(content, str):

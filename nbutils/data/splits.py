@@ -30,8 +30,9 @@ from pathlib import Path
 
 from nbutils import defaults
 from nbutils.chain import MARKERS
-from nbutils.data import chatformat, readers, records
+from nbutils.data import chatformat
 from nbutils.data.batching import IGNORE_INDEX
+from nbutils.data.intake import read_records
 from nbutils.data.ledger import Ledger
 
 SPLIT_COLUMNS = ["messages", "input_ids", "labels", "length"]
@@ -84,6 +85,27 @@ def control_tokens(tokenizer, template: str) -> re.Pattern | None:
     return re.compile("|".join(map(re.escape, sorted(toks, key=len, reverse=True)))) if toks else None
 
 
+REASONING = ("<think>", "</think>")  # reasoning markers a template (Qwen3) writes inside the last answer itself
+
+
+def _content_problem(msgs: list[dict], control: re.Pattern | None, markers: set[str]) -> str | None:
+    """Why a conversation's text cannot be rendered as written (a quarantine reason), or None.
+
+    A control token inside content would be read as a chat marker or EOS; the template's own reasoning markers are
+    the exception in the last answer, where the template keeps them (single-turn reasoning SFT). In an earlier answer
+    the template drops the reasoning, so that answer would not be found, let alone trained."""
+    for i, m in enumerate(msgs):
+        for hit in control.finditer(m["content"]) if control else ():
+            token = hit.group(0)
+            if token not in markers or m["role"] != "assistant":
+                return f"control-token: {token} in {m['role']} text"
+            if i != len(msgs) - 1:
+                return (f"earlier-reasoning: {token} in an answer before the last (turn {i + 1} of {len(msgs)}): the "
+                        "chat template drops earlier answers' reasoning, so it cannot be trained there. Make one "
+                        "record per answer (the turns before it and that answer), or remove the earlier think blocks")
+    return None
+
+
 def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -> dict:
     """Batched tokenization with completion-only labels (a datasets.map function).
 
@@ -92,21 +114,24 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
     """
     render, control = renderer(tokenizer, template), control_tokens(tokenizer, template)
     rules, eot = chatformat.role_rules(render), chatformat.end_of_turn(tokenizer)
-    texts, spans, errors, fixed, merges = [], [], [], [], {"system": [], "turns": []}
+    markers = {t for t in REASONING if t in template}
+    bos = tokenizer.bos_token if tokenizer.bos_token and render(chatformat.PROBE).startswith(tokenizer.bos_token) else ""
+    texts, spans, errors, fixed, merges = [], [], [], [], {"system": [], "turns": [], "leading": [], "plain": []}
     for msgs in batch["messages"]:
         msgs, merged = chatformat.normalize_roles(msgs, rules)
+        plain = not rules["assistant_first"] and all(m["role"] != "user" for m in msgs)
         fixed.append(msgs)
         for k in merges:
-            merges[k].append(merged[k])
+            merges[k].append(int(plain) if k == "plain" else merged[k])
         try:
-            for m in msgs:
-                if control and (hit := control.search(m["content"])):
-                    raise ValueError(f"control-token: {hit.group(0)} in {m['role']} text")
-            text, sp = chatformat.target_spans(render, msgs, eot)
+            if problem := _content_problem(msgs, control, markers):
+                raise ValueError(problem)
+            text, sp = chatformat.plain_spans(msgs, bos, tokenizer.eos_token) if plain else \
+                chatformat.target_spans(render, msgs, eot)
             err = ""
         except Exception as e:  # noqa: BLE001 -- jinja raises anything (TemplateError, TypeError, ...)
             text, sp = "", []
-            err = str(e) if str(e).startswith(("control-token:", "template-error:")) else \
+            err = str(e) if str(e).startswith(("control-token:", "earlier-reasoning:", "template-error:")) else \
                 f"template-error: {type(e).__name__}: {str(e)[:120]}"
         texts.append(text)
         spans.append(sp)
@@ -128,7 +153,8 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
         labels.append(lab)
         straddles.append(n)
     return {"messages": fixed, "input_ids": input_ids, "labels": labels, "length": [len(i) for i in input_ids],
-            "error": errors, "merged_system": merges["system"], "merged_turns": merges["turns"], "straddled": straddles}
+            "error": errors, "merged_system": merges["system"], "merged_turns": merges["turns"], "straddled": straddles,
+            "dropped_leading": merges["leading"], "plain_text": merges["plain"]}
 
 
 def _tokenize(tokenizer, texts: list[str]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
@@ -187,8 +213,13 @@ def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int 
 
     tokenizer: a prepared tokenizer or the model's name; base_model: the name recorded for 02, 03 and 04 (default:
     the tokenizer's name); seq_len_cap: (longest sequence that trains, why) for max_seq_len="auto"; split: the split
-    read from a saved HF dataset folder that holds several (default: train, said in the log and the manifest); plot:
+    read from a saved HF dataset folder that holds several, or from a hub dataset whose id names none (default: train,
+    else the first train* split, said in the log); eval_fraction: the share held out, above 0 and below 1; plot:
     draw lengths.png (01 shows it; a script that only wants the splits saves the ~0.2 s of matplotlib)."""
+    if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float)) or not 0 < eval_fraction < 1:
+        raise DataError(f"eval_fraction={eval_fraction!r}: the share of records held out for evaluation, above 0 and "
+                        "below 1 (0.1 holds out 10%). Not 0: 02 measures eval loss and picks its best checkpoint on "
+                        "the eval split and 03 scores it; a tiny fraction (0.001) holds out a single record.")
     if isinstance(tokenizer, (str, Path)):
         base_model = str(tokenizer) if base_model is None else base_model
         tokenizer = chatformat.load_tokenizer(str(tokenizer))
@@ -201,33 +232,6 @@ def prepare(inputs: list[str], out_dir: str | Path, tokenizer, max_seq_len: int 
     manifest.update(base_model=base_model, tokenizer_fingerprint=chatformat.fingerprint(tokenizer))
     (Path(out_dir) / MARKERS["data_prep"]).write_text(json.dumps(manifest, indent=2))  # the stage's marker: last
     return manifest
-
-
-def read_records(inputs: list[str], ledger, fmt: str = "auto", columns: dict | None = None, max_records: int | None = None,
-         split: str | None = None, verbose: bool = False) -> list[dict]:
-    """Every record of every input as chat messages ({"messages", "source", "line"}), duplicates dropped; each record
-    read is counted in the ledger (`nbutils.data.ledger`) and the ones kept out are listed there with their reason."""
-    rows = []
-    for path in inputs:
-        kind, why = readers.sniff_why(path, split) if fmt == "auto" else (fmt, "given")
-        ledger.inputs[path] = {"format": kind, "why": why}
-        before = ledger.counts["records"]
-        for source, line, rec in readers.read(path, kind, columns, split):
-            if max_records and ledger.counts["records"] >= max_records:
-                break
-            ledger.counts["records"] += 1
-            try:
-                if isinstance(rec, readers.Bad):
-                    raise ValueError(rec.reason)
-                msgs = records.to_messages(rec, columns)
-            except ValueError as e:
-                ledger.bad(source, line, str(e))
-                continue
-            if ledger.first(records.normalized_key(msgs), source, line):
-                rows.append({"messages": msgs, "source": source, "line": line})
-        if verbose:
-            print(f"[data] {path}: read as {kind} ({why}), {ledger.counts['records'] - before} records")
-    return rows
 
 
 def _encode_rows(rows, tokenizer, template, train_on_prompt):
@@ -245,7 +249,8 @@ def _encode_rows(rows, tokenizer, template, train_on_prompt):
     errors = ds["error"][:]  # lists: datasets' lazy Column indexes slowly
     fixes = {k: sum(v for v, e in zip(ds[col][:], errors) if not e) for k, col in
              (("system_merged", "merged_system"), ("turns_merged", "merged_turns"),
-              ("boundary_tokens_kept", "straddled"))}
+              ("boundary_tokens_kept", "straddled"), ("leading_answers_dropped", "dropped_leading"),
+              ("plain_text", "plain_text"))}
     if getattr(tokenizer, "pad_reason", "").startswith("the last ordinary") and any(
             tokenizer.pad_token_id in ids for ids in ds["input_ids"][:]):
         raise DataError(f"the pad token chosen, {tokenizer.pad_token!r}, occurs in the data: set "
@@ -300,6 +305,10 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     keep, truncated, fixes, seq_why, ds = [], 0, {}, "given", None
     if rows:
         ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
+        if verbose and (fixes["leading_answers_dropped"] or fixes["plain_text"]):  # the template needs the user first
+            print(f"[roles] {fixes['plain_text']} records without a question trained as plain text + EOS; "
+                  f"{fixes['leading_answers_dropped']} answers before a conversation's first question dropped "
+                  "(manifest role_fixes)")
         usable = [n for n, e in zip(ds["length"][:], ds["error"][:]) if not e]
         max_seq_len, seq_why = defaults.max_seq_len(max_seq_len, usable, defaults.model_config_of(tokenizer), seq_len_cap)
         if verbose:

@@ -245,3 +245,39 @@ def test_fingerprint_follows_the_vocabulary_and_template_of_each_tokenizer_it_ha
     assert chatformat.fingerprint(tok) == chatformat.fingerprint(other)  # `other` hashed its grown vocabulary afresh
     tok.chat_template = "{{ messages[0]['content'] }}"
     assert chatformat.fingerprint(tok) != chatformat.fingerprint(other)
+
+
+@pytest.mark.parametrize("name", ["gemma-2", pytest.param("mistral-v0.3", marks=pytest.mark.integration),
+                                  pytest.param("gemma-3", marks=pytest.mark.integration)])
+def test_where_the_user_must_speak_first_text_trains_as_plain_text_and_a_greeting_is_dropped(twin, name, tmp_path):
+    """Gemma and Mistral templates refuse a conversation that opens with the model: a plain `text` record is its text
+    and EOS, all trained, outside the template; an answer before the first question is dropped and counted."""
+    path = tmp_path / "in.jsonl"
+    greeting = [{"role": "assistant", "content": "Welcome!"}, *CONVS[2]]
+    path.write_text(json.dumps({"text": "Once upon a time."}) + "\n" + json.dumps({"messages": greeting}) + "\n")
+    tok = _tok(twin, name)
+    m = splits.prepare([str(path)], tmp_path / "out", tok, eval_fraction=0.0001, verbose=False, plot=False)
+    assert m["counts"]["kept"] == 2 and m["role_fixes"]["plain_text"] == 1
+    assert m["role_fixes"]["leading_answers_dropped"] == 1
+    rows = {r["messages"][0]["content"]: r for r in list(splits.load_split(tmp_path / "out", "train"))
+            + list(splits.load_split(tmp_path / "out", "eval"))}
+    plain = rows["Once upon a time."]
+    assert tok.decode(plain["input_ids"]) == tok.bos_token + "Once upon a time." + tok.eos_token
+    assert [tok.decode(r) for r in _label_runs(plain)] == ["Once upon a time." + tok.eos_token]
+    assert [m["role"] for m in rows["tell me what rome is ."]["messages"]] == ["user", "assistant"]
+
+
+def test_a_reasoning_answer_is_trained_in_the_last_turn_and_refused_with_its_reason_earlier(twin):
+    """Qwen3's <think>/</think> are in its template: written by the model in its last answer they are kept and
+    labelled; in an earlier answer the template drops the reasoning, which is said, not called a control token."""
+    tok = _tok(twin, "qwen3")
+    single = [{"role": "user", "content": "Think about 2+2"},
+              {"role": "assistant", "content": "<think>\n2+2 is 4\n</think>\n\nIt is 4."}]
+    multi = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"},
+             {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "<think>\nr2\n</think>\n\nA2"}]
+    fake = [{"role": "user", "content": "what does <think> do?"}, {"role": "assistant", "content": "it opens"}]
+    b = splits.encode_batch({"messages": [single, multi, fake]}, tok, tok.chat_template, False)
+    assert b["error"][0] == "" and b["error"][2] == "control-token: <think> in user text"
+    assert b["error"][1].startswith("earlier-reasoning: <think> in an answer before the last (turn 2 of 4)")
+    row = {"input_ids": b["input_ids"][0], "labels": b["labels"][0]}
+    assert [tok.decode(r) for r in _label_runs(row)] == ["<think>\n2+2 is 4\n</think>\n\nIt is 4.<|im_end|>"]

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from nbutils.data import pairs, readers, records, splits
+from nbutils.data import hubdata, pairs, readers, records, splits
 from nbutils.data.ledger import Ledger
 from tests.data import damage
 
@@ -68,7 +68,7 @@ def test_hub_id_without_internet_is_a_clear_error(tmp_path, monkeypatch):
         with pytest.raises(FileNotFoundError, match="no such file"):
             readers.sniff(not_an_id)
     # Unreachable whatever this machine's network: the check answers before any download is tried.
-    monkeypatch.setattr(readers, "_hub_unreachable", lambda timeout=3.0: "cannot reach huggingface.co: timed out")
+    monkeypatch.setattr(hubdata, "unreachable", lambda timeout=3.0: "cannot reach huggingface.co: timed out")
     with pytest.raises(ValueError, match="but cannot reach huggingface.co: timed out. .*download it once and pass the "
                                          "saved folder"):
         list(readers.read("someone/some_dataset"))
@@ -261,3 +261,36 @@ def test_several_lists_in_one_json_object_are_refused_not_one_read(tmp_path):
     path.write_text(json.dumps({"train": [{"text": "a"}], "test": [{"text": "b"}]}))
     with pytest.raises(ValueError, match=r"several lists of records \(train, test\)"):
         _rows(path)
+
+
+def test_a_lone_surrogate_from_a_json_escape_is_quarantined_naming_its_field(tmp_path):
+    """Half an emoji pair (`\\ud83d` escaped, its other half cut off) parses as JSON but cannot be written as UTF-8:
+    the record is quarantined, not the whole input lost when the splits are written."""
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"prompt": "hi", "completion": "ok \\ud83d cut"}\n'
+                    '{"prompt": "q", "completion": "fine \\ud83d\\ude00 pair"}\n')
+    (_, bad), (_, good) = _rows(path)
+    assert re.fullmatch(r"invalid-utf8: in completion \(lone surrogate \\ud83d: .*\)", bad.reason)
+    assert good["completion"] == "fine \U0001f600 pair"
+    (tmp_path / "x.json").write_text('[{"messages": [{"role": "user", "content": "\\udfff"}]}]')
+    assert _rows(tmp_path / "x.json")[0][1].reason.startswith("invalid-utf8: in content (lone surrogate \\udfff")
+
+
+@pytest.mark.parametrize("head, says", [
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00", "gzip-compressed file: decompress it first"),
+    (b"PK\x03\x04\x14\x00\x00\x00[Content_Types].xml\x00xl/workbook.xml", "Excel workbook .* 'CSV UTF-8"),
+    (b"PK\x03\x04\x14\x00\x00\x00data.jsonl\x00\x00", "a zip archive: unzip it first"),
+    ("prompt,completion\nq,a\n".encode("utf-16-le"), "UTF-16 text"),  # no BOM: every other byte NUL
+])
+def test_binary_files_are_named_with_what_to_do(tmp_path, head, says):
+    path = tmp_path / "x.csv"
+    path.write_bytes(head + b"\x00" * 16)
+    with pytest.raises(ValueError, match=rf"x.csv: .*{says}"):
+        readers.sniff_why(str(path))
+
+
+def test_a_stray_nul_in_utf8_text_is_read_not_called_utf16(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"prompt,completion\nq,a\x00b\nq2,a2\n")
+    assert readers.sniff_why(str(path))[0] == "csv"
+    assert [rec["completion"] for _, rec in _rows(path)] == ["a\x00b", "a2"]

@@ -105,3 +105,10 @@ def test_turn_reasons_name_the_field_and_the_turn(value, reason):
 
 def test_preference_columns_are_recognised_too():
     assert recognised(["prompt", "chosen", "rejected"]) and recognised(["chosen", "rejected"])
+
+
+def test_unified_arrow_structs_take_the_key_that_holds_a_value():
+    """Parquet/Arrow give every turn both shapes' keys, the other shape's null: role/content or from/value."""
+    unified = [{"role": None, "content": None, "from": "human", "value": "q"},
+               {"role": "assistant", "content": "a", "from": None, "value": None}]
+    assert to_messages({"conversations": unified}) == [U, A]

@@ -293,3 +293,19 @@ def test_system_text_is_merged_where_the_template_refuses_it(tok, tmp_path):
     assert m["counts"]["quarantined"] == 0 and m["role_fixes"]["system_merged"] == 1
     row = next(r for r in _rows(tmp_path / "out") if r["messages"][0]["content"].startswith("be brief"))
     assert row["messages"][0] == {"role": "user", "content": "be brief\n\na ?"}
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 10, -0.1, "0.1"])
+def test_eval_fraction_outside_zero_to_one_is_refused_with_why(tok, tmp_path, fraction):
+    """10 meant as 10% would hold out all but one record; 0 would leave 02 and 03 nothing to measure on."""
+    path = _write(tmp_path / "x.jsonl", GOOD)
+    with pytest.raises(splits.DataError, match=rf"eval_fraction={fraction!r}: .*above 0 and below 1"):
+        splits.prepare([path], tmp_path / "out", tok, eval_fraction=fraction, verbose=False, plot=False)
+
+
+def test_a_lone_surrogate_is_quarantined_and_the_rest_written(tok, tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(GOOD) + '\n{"instruction": "hi", "output": "ok \\ud83d cut"}\n')
+    m = splits.prepare([str(path)], tmp_path / "out", tok, verbose=False, plot=False)
+    assert m["counts"]["kept"] == 1 and m["quarantine_reasons"] == {"invalid-utf8": 1}
+    assert "lone surrogate" in _quarantine(tmp_path / "out")[0]["reason"]

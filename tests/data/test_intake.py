@@ -1,0 +1,38 @@
+"""Reading every input into records: a record cap shared by the inputs, and the fix for an Excel (cp1252) CSV."""
+
+import json
+
+from nbutils.data.intake import read_records
+from nbutils.data.ledger import Ledger
+
+
+def _jsonl(path, n, tag):
+    path.write_text("".join(json.dumps({"prompt": f"{tag} {i}", "response": "a"}) + "\n" for i in range(n)))
+    return str(path)
+
+
+def test_the_record_cap_is_shared_so_every_input_is_read(tmp_path, capsys):
+    inputs = [_jsonl(tmp_path / "a.jsonl", 300, "a"), _jsonl(tmp_path / "b.jsonl", 5, "b"),
+              _jsonl(tmp_path / "c.jsonl", 300, "c")]
+    ledger = Ledger()
+    rows = read_records(inputs, ledger, max_records=200, verbose=True)
+    got = {p: sum(r["source"] == p for r in rows) for p in inputs}
+    assert got == {inputs[0]: 67, inputs[1]: 5, inputs[2]: 128}  # b's unused share goes to c
+    assert ledger.counts["records"] == 200 and ledger.inputs[inputs[0]]["capped"] == 67
+    out = capsys.readouterr().out
+    assert f"{inputs[0]}: read as jsonl" in out and "stopped there: max_records=200 is shared by 3 inputs" in out
+
+
+def test_a_windows_1252_csv_says_how_to_convert_it_and_keeps_its_rows_quarantined(tmp_path, capsys):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("instruction,output\r\nSay café,It’s café\r\nSay hi,hi\r\n".encode("cp1252"))
+    ledger = Ledger()
+    rows = read_records([str(path)], ledger, verbose=True)
+    assert len(rows) == 1 and [q["reason"] for q in ledger.quarantine] == ["invalid-utf8: in instruction"]
+    assert "iconv -f cp1252 -t utf-8" in ledger.inputs[str(path)]["hint"]
+    assert "Windows-1252" in capsys.readouterr().out
+    mixed = tmp_path / "mixed.csv"  # UTF-8 accents beside one cp1252 row: converting would garble the UTF-8 ones
+    mixed.write_bytes("instruction,output\nSay café,café\n".encode() + "Say thé,thé\n".encode("cp1252"))
+    ledger = Ledger()
+    read_records([str(mixed)], ledger)
+    assert ledger.counts["quarantined"] == 1 and "hint" not in ledger.inputs[str(mixed)]
