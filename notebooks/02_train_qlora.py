@@ -235,7 +235,7 @@ def training_arguments():
 # last, says why training stopped and where the checkpoint is.
 
 # %%
-from nbutils.train import argcheck, checkpoints
+from nbutils.train import argcheck, checkpoints, planning
 
 
 def train_on_this_process():
@@ -243,14 +243,14 @@ def train_on_this_process():
     from nbutils.train import training
 
     args = training_arguments()  # checked before the model loads: a mistake costs seconds, not hours
-    argcheck.validate(argcheck.of_arguments(args), n_train=len(plan.train_ds), gpu_capability=plan.env.gpu_capability,
-                      resume=resume)
+    argcheck.validate(argcheck.of_arguments(args), n_train=planning.train_rows(plan.train_ds, plan.batching),
+                      gpu_capability=plan.env.gpu_capability, resume=resume)  # rows as batched: packed blocks, as planned
     training.lock(plan.out, args.process_index == 0)  # one run per output folder, before anything loads
     model, tokenizer = load_model()
     run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=plan.time_budget_min),
                        time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,
                        probe=evaluation.training_probe(plan.eval_ds, tokenizer, probe_prompts), progress=plan.progress,
-                       memory_estimate_gb=plan.memory["estimate_gb"], time_plan=time_plan)
+                       memory_estimate_gb=plan.memory["allocated_gb"], time_plan=time_plan)
     trainer = make_trainer(model, tokenizer, run)
     with run.session(trainer) as resume_from:
         if not run.finished:  # a rerun of a finished run has nothing left to train
@@ -293,8 +293,9 @@ if trained is not None:
 summary = json.loads((plan.out / "training_summary.json").read_text())  # written by the first process
 print(f"step {summary['global_step']} ({summary['stopped_reason']}) on {summary['world_size']} process(es): "
       f"train loss {summary['train_loss']:.4f}, eval loss {summary['eval_loss']:.4f}")
-if summary["measured_peak_gb"] is not None:  # on a GPU: the measured peak beside the plan
-    print(f"memory: measured peak {summary['measured_peak_gb']:.2f} GB, planned {plan.memory['estimate_gb']:.2f} GB")
+if summary["measured_peak_gb"] is not None:  # on a GPU: torch's counter beside the plan, both without the CUDA context
+    print(f"memory: peak allocated {summary['measured_peak_gb']:.2f} GB, planned {plan.memory['allocated_gb']:.2f} GB "
+          f"(the plan's {plan.memory['estimate_gb']:.2f} GB less the CUDA context, which torch does not count)")
 if summary["time_plan"]:  # the time plan beside what the run took: its error shows after every run
     timing = summary["time_plan"]
     print(f"time: planned {timing['predicted_s']:.0f} s, took {timing['actual_s']:.0f} s ({timing['error']:+.1%})")
@@ -335,8 +336,8 @@ print(summary["diagnosis"])
 # A resume refuses, naming each difference, when a setting that changes the trained weights differs from the
 # checkpoint's: the base model, 01's data, the precision, the 4-bit or LoRA config, the learning rate and its
 # schedule, the batch size, accumulation or number of processes, the seed. Training longer (a larger `max_steps`
-# or `num_epochs`) is allowed. Then set a new `output_dir` to keep both runs, or `resume=False` to start over
-# (the old checkpoints are moved aside).
+# or `num_epochs`) is allowed; continuing a `smoke=True` run's checkpoint without smoke is not. Then set a new
+# `output_dir` to keep both runs, or `resume=False` to start over (the old checkpoints are moved aside).
 #
 # What the checkpoint folder holds, and what 03 and 04 read from it:
 

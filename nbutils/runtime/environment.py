@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,18 +124,3 @@ def process_start_time() -> float:
         with open("/proc/stat") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def session_start(platform=None) -> float:
-    """When the time budget starts counting: on Kaggle the kernel's start (its 12 hours run from the
-    session start, not from this cell), elsewhere now (a local kernel may have been open for days).
-    Processes the notebook starts for DDP inherit the kernel's answer through NBUTILS_SESSION_START:
-    their own start is the fork, which may come hours into the session."""
-    if os.environ.get("NBUTILS_SESSION_START"):
-        return float(os.environ["NBUTILS_SESSION_START"])
-    if (platform or detect_platform()).name != "kaggle":
-        return time.time()
-    try:
-        return process_start_time()
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()

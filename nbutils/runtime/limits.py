@@ -8,6 +8,8 @@ free tier and ends sessions earlier when GPUs are scarce, so its session limit i
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 HOUR = 3600.0
@@ -63,3 +65,21 @@ def budget_min(value="auto", platform: str | None = None) -> float | None:
     if not is_auto(value):
         return float(value)
     return default_budget_min(for_platform(platform))
+
+
+def session_start(platform=None) -> float:
+    """When the time budget starts counting: on a platform whose sessions end at a wall-clock limit (Kaggle, Colab:
+    LIMITS) the kernel's start, since that limit runs from the session's start, not from this cell
+    (nor from its rerun); elsewhere now (a local kernel may have been open for days, and nothing stops it).
+    Processes the notebook starts for DDP inherit the kernel's answer through NBUTILS_SESSION_START:
+    their own start is the fork, which may come hours into the session."""
+    from nbutils.runtime.environment import detect_platform, process_start_time
+
+    if os.environ.get("NBUTILS_SESSION_START"):
+        return float(os.environ["NBUTILS_SESSION_START"])
+    if for_platform((platform or detect_platform()).name).session_h is None:
+        return time.time()
+    try:
+        return process_start_time()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()

@@ -13,7 +13,8 @@ import time
 
 from transformers import TrainerCallback
 
-from nbutils.runtime.environment import session_start
+from nbutils.runtime.limits import session_start
+from nbutils.train import curves
 
 
 class StopReason:
@@ -79,26 +80,36 @@ class NanGuard(TrainerCallback):
     def __init__(self, stop: StopReason, patience: int = 3):
         self.stop, self.patience, self.bad_norms = stop, patience, 0
 
-    def _stop(self, control, detail: str) -> None:
-        self.stop.set("nan", detail + ": in fp16 this is usually an overflow; lower learning_rate, keep LoRA "
-                                      "weights fp32, or use bf16 on compute capability >= 8.0")
-        control.should_training_stop = True
-        control.should_save = False
-
     def on_log(self, args, state, control, logs=None, **kw):
         logs = logs or {}
-        loss, norm = logs.get("loss"), logs.get("grad_norm")
-        if loss is not None and not math.isfinite(float(loss)):
-            return self._stop(control, f"loss is {loss} at step {state.global_step}")
+        for key in ("loss", "eval_loss"):  # a NaN eval loss: weights gone bad since the last training log
+            if logs.get(key) is not None and not math.isfinite(float(logs[key])):
+                return nan_stop(self.stop, control, f"{key} is {logs[key]} at step {state.global_step}")
+        norm = logs.get("grad_norm")
         if norm is None:
             return
         self.bad_norms = 0 if math.isfinite(float(norm)) else self.bad_norms + 1
         if self.bad_norms >= (self.patience if getattr(args, "fp16", False) else 1):
-            self._stop(control, f"grad_norm is {norm} at step {state.global_step}")
+            nan_stop(self.stop, control, f"grad_norm is {norm} at step {state.global_step}")
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        if control.should_save and model is not None and agree(not finite_trainables(model)):
-            self._stop(control, f"trainable weights hold NaN/inf at step {state.global_step}")
+        if control.should_save:
+            self.bad_weights(model, control, state.global_step)
+
+    def bad_weights(self, model, control, step: int) -> bool:
+        """True, and training stopping (nan_stop), when the trainable weights hold NaN/inf on any process."""
+        if model is None or not agree(not finite_trainables(model)):
+            return False
+        nan_stop(self.stop, control, f"trainable weights hold NaN/inf at step {step}")
+        return True
+
+
+def nan_stop(stop: StopReason, control, detail: str) -> None:
+    """Stop at once with reason "nan" and no save: the last verified checkpoint stays the one to use."""
+    stop.set("nan", detail + ": in fp16 this is usually an overflow; lower learning_rate, keep LoRA "
+                             "weights fp32, or use bf16 on compute capability >= 8.0")
+    control.should_training_stop = True
+    control.should_save = False
 
 
 def finite_trainables(model) -> bool:
@@ -164,13 +175,17 @@ class Probe(TrainerCallback):
             control.should_save = True
 
 
-class ThisRunsIntervals(TrainerCallback):
+class ResumedState(TrainerCallback):
     """A resumed Trainer takes its TrainerState from the checkpoint, eval, save and logging intervals included (only
     a warning says so), so a smoke run's every 5 steps would rule the real run resumed from it, and a save_steps
-    raised to fit the time budget would change nothing. This run's arguments set them again before the first step."""
+    raised to fit the time budget would change nothing. This run's arguments set them again before the first step.
+    The resume goes into the log history too (kept in every later checkpoint): the resumed run's first logged loss is
+    the mean of the steps since the resume, not since the log before the stop, and curves.run_loss weighs it so."""
 
     def on_train_begin(self, args, state, control, **kw):
         state.compute_steps(args, state.max_steps)
+        if state.global_step > 0:
+            state.log_history.append({"step": state.global_step, curves.RESUMED: True})
 
 
 class StartEvalRng(TrainerCallback):
@@ -201,10 +216,11 @@ class StartEvalRng(TrainerCallback):
 
 class PeakMemory(TrainerCallback):
     """On a GPU, the measured peak (torch.cuda.max_memory_allocated) after the first steps of this
-    run, printed next to the memory plan's estimate; at the end, the peak of the whole run."""
+    run, printed next to the memory plan's `allocated_gb` (its peak less the CUDA context, which that counter
+    never sees: what it should read); at the end, the peak of the whole run."""
 
-    def __init__(self, after_steps: int = 3, estimate_gb: float | None = None, stream=None):
-        self.after, self.estimate_gb, self.stream = after_steps, estimate_gb, stream
+    def __init__(self, after_steps: int = 3, planned_gb: float | None = None, stream=None):
+        self.after, self.planned_gb, self.stream = after_steps, planned_gb, stream
         self.steps, self.peak_gb, self.run_peak_gb = 0, None, None
 
     def on_step_end(self, args, state, control, **kw):
@@ -214,8 +230,8 @@ class PeakMemory(TrainerCallback):
         if self.steps == self.after and torch.cuda.is_available():
             self.peak_gb = torch.cuda.max_memory_allocated() / 2**30
             if state.is_world_process_zero:
-                est = f" (estimate {self.estimate_gb:.2f} GB)" if self.estimate_gb else ""
-                print(f"[memory] measured peak after {self.after} steps: {self.peak_gb:.2f} GB{est}",
+                planned = f"; planned {self.planned_gb:.2f} GB (without the CUDA context)" if self.planned_gb else ""
+                print(f"[memory] peak allocated after {self.after} steps: {self.peak_gb:.2f} GB{planned}",
                       file=self.stream or sys.stdout, flush=True)
 
     def on_train_end(self, args, state, control, **kw):

@@ -63,7 +63,7 @@ def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: di
     dest = Path(dest)
     tmp = atomic.tmp_name(dest)
     try:
-        unwrap(model).save_pretrained(tmp)
+        save_adapter(model, tmp)
         faultpoints.point("final_save")
         chatformat.save_tokenizer(tokenizer, tmp)
         (tmp / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str))
@@ -80,6 +80,15 @@ def save_final(model, tokenizer, dest: Path, run_config: dict, trainer_state: di
         raise
     atomic.swap_in(tmp, dest)
     return dest
+
+
+def save_adapter(model, dest: Path) -> None:
+    """The active (trained) adapter alone. A PEFT model saves every adapter it holds by default, and 05's DPO and KTO
+    hold a frozen copy of 02's adapter ("ref", which trl builds again from 02's adapter on every run): a second
+    adapter in the checkpoint, doubling what is written and uploaded for nothing."""
+    model = unwrap(model)
+    active = list(getattr(model, "active_adapters", None) or []) if hasattr(model, "peft_config") else []
+    model.save_pretrained(dest, **({"selected_adapters": active} if active else {}))
 
 
 def copy_complete(src: Path, dest: Path) -> Path:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+RESUMED = "resumed"  # the log_history entry a resumed run adds at its first step ({"step": N, "resumed": True})
+
 
 def series(log_history: list[dict]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     train = [(h["step"], float(h["loss"])) for h in log_history if "loss" in h and "step" in h]
@@ -67,11 +69,16 @@ def plot(log_history: list[dict], path: str | Path, title: str = "Learning curve
 
 
 def run_loss(log_history: list[dict]) -> float:
-    """Mean training loss of the whole run, across resumes: the logged losses weighted by the steps each covers."""
-    logs = sorted((h["step"], h["loss"]) for h in log_history if "loss" in h and "step" in h)
+    """Mean training loss of the whole run, across resumes: the logged losses weighted by the steps each covers. A
+    logged loss is the mean since the log before it, or since the resume in between (a RESUMED entry): a run stopped
+    between two logs resumes at its checkpoint's step, and its first log covers only the steps after that."""
+    logs = sorted(((h["step"], h.get("loss")) for h in log_history if ("loss" in h or RESUMED in h) and "step" in h),
+                  key=lambda log: log[0])
     total, steps, prev = 0.0, 0, 0
     for step, loss in logs:
-        total, steps, prev = total + loss * (step - prev), steps + (step - prev), step
+        if loss is not None:
+            total, steps = total + loss * (step - prev), steps + (step - prev)
+        prev = step
     return total / steps if steps else float("nan")
 
 

@@ -99,7 +99,7 @@ def run_in_processes(fn, processes: int):
     from accelerate import notebook_launcher
     from accelerate.utils import patch_environment
 
-    from nbutils.runtime.environment import session_start
+    from nbutils.runtime.limits import session_start
 
     def each_process():
         if int(os.environ.get("RANK", "0")) > 0:

@@ -10,8 +10,12 @@ import enum
 import hashlib
 import json
 
+# smoke=True is a check of the chain, not a run to continue: its few steps spend the learning-rate schedule, and a
+# real run resumed from it would read as training longer. So a smoke run's settings say so; only a smoke run's,
+# so the settings (and their hash) of every other run stay what they were.
+SMOKE_KEY = "smoke"
 # run_config.json entries that do not change the trained weights: comparing them would refuse harmless resumes.
-NOT_RESULT = frozenset({"time_budget_min", "smoke", "versions", "loss", "world_size_started"})
+NOT_RESULT = frozenset({"time_budget_min", SMOKE_KEY, "versions", "loss", "world_size_started"})
 # Nested entries flattened as "<section>.<key>", so a refused resume names the key that changed.
 SECTIONS = ("quantization", "lora", "training")
 
@@ -49,6 +53,8 @@ def settings(run_config: dict | None) -> dict:
     precision, the data's hash ...) and its quantization, LoRA and training sections as "<section>.<key>"."""
     run_config = run_config or {}
     flat = {k: v for k, v in run_config.items() if k not in SECTIONS and k not in NOT_RESULT}
+    if run_config.get(SMOKE_KEY):
+        flat[SMOKE_KEY] = True
     for section in SECTIONS:
         values = run_config.get(section)
         if section == "quantization":
@@ -103,6 +109,9 @@ def differences(old: dict, new: dict) -> list[str]:
     out = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, MISSING), new.get(key, MISSING)
-        if a != b and not _same(key, a, b, old, new):
-            out.append(f"{key}: checkpoint has {a!r}, this run {b!r}")
+        if a == b or _same(key, a, b, old, new):
+            continue
+        out.append(f"smoke: checkpoint has {a is True}, this run {b is True} (a smoke run's few steps spend its "
+                   "learning-rate schedule: it checks the chain, it is no start to continue)" if key == SMOKE_KEY
+                   else f"{key}: checkpoint has {a!r}, this run {b!r}")
     return out

@@ -35,7 +35,7 @@ from nbutils.chain import MARKERS
 from nbutils.runtime import limits
 from nbutils.train import atomic, checkpoints, curves, diskspace, faultpoints, recipe, reports, runlock, runsettings, timeplan
 from nbutils.train import loss as lm_loss
-from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, StartEvalRng, StopReason, ThisRunsIntervals, TimeBudget, agree
+from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, ResumedState, StartEvalRng, StopReason, TimeBudget, agree
 from nbutils.train.modeling import unwrap
 
 __all__ = ["TrainResult", "Run", "write_summary", "save_checkpoint"]
@@ -69,19 +69,25 @@ class TrainResult:
 class MarkComplete(TrainerCallback):
     """After the Trainer wrote checkpoint-N: add the run config, the checksums and the COMPLETE marker, then
     rotate by step keeping the newest `keep` verified checkpoints (main process only). The run config and the
-    settings are the Run's, known once its session starts."""
+    settings are the Run's, known once its session starts. Weights holding NaN/inf are never marked: a callback
+    may ask for a save after NanGuard looked (the time plan's calibration does), and a complete checkpoint is
+    what a NaN stop later copies as the final one; that folder is removed and training stops (reason "nan")."""
 
     def __init__(self, run: Run):
         self.run, self.verified = run, set()
 
-    def on_save(self, args, state, control, **kw):
+    def on_save(self, args, state, control, model=None, **kw):
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             dist.barrier()  # every rank has written its rng_state_<rank>.pth before checksums.json lists the folder
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.run.nan.bad_weights(model, control, state.global_step):
+            if state.is_world_process_zero and path.exists():
+                checkpoints.discard(path)
+            return
         if not state.is_world_process_zero:
             return
-        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         (path / "run_config.json").write_text(json.dumps(self.run.run_config, indent=2, default=str))
         faultpoints.point("save")
         checkpoints.mark_complete(path, state.global_step, self.run.settings)
@@ -97,7 +103,8 @@ class Run:
     record: what the checkpoints record beyond what is read off the model and the Trainer (planning.record:
     base model, precision, the data's hash, versions). probe(model) -> True at an evaluation means degenerate
     generations; clock/session_start drive the time budget (tests fake them); callbacks: extra TrainerCallbacks;
-    time_plan: time the first steps and print the time plan there (nbutils.train.timeplan)."""
+    time_plan: time the first steps and print the time plan there (nbutils.train.timeplan); memory_estimate_gb: the
+    memory plan's `allocated_gb`, printed beside the peak torch measures (which never counts the CUDA context)."""
 
     def __init__(self, output_dir: str | Path, record: dict, *, time_budget_min="auto", keep_checkpoints: int | None = 2,
                  resume: bool = True, probe=None, progress: str = "log", memory_estimate_gb: float | None = None,
@@ -107,11 +114,11 @@ class Run:
         self.keep_checkpoints = keep_checkpoints
         self.run_config, self.settings = dict(record), {}
         self.stop, self.progress = StopReason(), progress
-        self.peak = PeakMemory(estimate_gb=memory_estimate_gb)
+        self.peak, self.nan = PeakMemory(planned_gb=memory_estimate_gb), NanGuard(self.stop)
         self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
         self.probe = Probe(probe, self.stop, uncounted=self.timelog.forced) if probe is not None else None
         self.budget = TimeBudget(limits.budget_min(time_budget_min), self.stop, session_start, clock)  # "auto": limits.py
-        self.callbacks = [ThisRunsIntervals(), StartEvalRng(), MarkComplete(self), self.budget, NanGuard(self.stop), self.peak,
+        self.callbacks = [ResumedState(), StartEvalRng(), MarkComplete(self), self.budget, self.nan, self.peak,
                           *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
                           *(callbacks or []), self.timelog]
         self.finished, self.resume_step, self.result, self.is_main, self.time_plan = False, None, None, True, None
@@ -265,16 +272,15 @@ def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dic
         return None
     found = checkpoints.find_resumable(output_dir)
     if found is not None:
-        changed = checkpoints.resume_mismatch(found, settings)
         longer = checkpoints.extended(found, settings)
-        if longer:
-            print(f"[train] training longer ({'; '.join(longer)}): the learning-rate schedule is recomputed for the new "
-                  "length from here on, so the result differs from a run planned that long from the start")
-        changed = [c for c in changed if c not in longer]
+        changed = [c for c in checkpoints.resume_mismatch(found, settings) if c not in longer]
         if changed:
             raise checkpoints.ResumeMismatchError(
                 f"{found} was trained with other settings, and resuming it would mix two runs:\n- "
                 + "\n- ".join(changed) + "\nUse a new output_dir to keep both, or resume=False to start over in this one.")
+        if longer:
+            print(f"[train] training longer ({'; '.join(longer)}): the learning-rate schedule is recomputed for the new "
+                  "length from here on, so the result differs from a run planned that long from the start")
         print(f"[train] resuming from {found} (step {checkpoints.checkpoint_step(found)}, verified)")
     if main:
         checkpoints.clean_unverified(trainer_dir, checkpoints.checkpoint_step(found) if found else None)

@@ -9,7 +9,8 @@ import pytest
 
 from nbutils.chain import MARKERS
 from nbutils.runtime import environment
-from nbutils.runtime.environment import detect_platform, find_upstream, process_start_time, session_start, stage_dir
+from nbutils.runtime.environment import detect_platform, find_upstream, process_start_time, stage_dir
+from nbutils.runtime.limits import session_start
 
 
 def test_kaggle_batch_and_interactive():
@@ -66,6 +67,15 @@ def test_time_budget_counts_from_the_kaggle_session_start(monkeypatch):
     assert process_start_time() == pytest.approx(started, abs=1)
     monkeypatch.setenv("NBUTILS_SESSION_START", "1234.5")  # set by the notebook launcher for the processes it forks
     assert session_start(kaggle) == session_start(local) == 1234.5
+
+
+def test_on_colab_the_time_budget_counts_from_the_kernel_start_as_on_kaggle(monkeypatch):
+    """Colab's 12 hours run from its runtime's start: not from the cell that builds the Run, nor from its rerun."""
+    monkeypatch.delenv("NBUTILS_SESSION_START", raising=False)
+    monkeypatch.setattr(environment, "process_start_time", lambda: 1000.0)
+    colab = detect_platform({"COLAB_RELEASE_TAG": "release-colab-2026"})
+    assert session_start(colab) == session_start(detect_platform({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})) == 1000.0
+    assert session_start(detect_platform({})) > 1000.0  # a local kernel: no session limit, now
 
 
 def test_on_colab_with_drive_mounted_every_notebook_writes_to_and_finds_upstream_on_drive(tmp_path, monkeypatch):

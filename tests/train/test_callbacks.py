@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from nbutils.train import callbacks
+from nbutils.train import callbacks, curves
 from nbutils.train.callbacks import NanGuard, StopReason
 
 
@@ -53,6 +53,7 @@ def test_nan_guard_tolerates_fp16_scaler_skips_but_not_nan_loss():
     assert guard.stop.reason == "nan"
     assert log(NanGuard(StopReason()), False, loss=1.0, grad_norm=math.inf)  # fp32/bf16: no scaler, a failure
     assert log(NanGuard(StopReason()), True, loss=math.nan, grad_norm=1.0)
+    assert log(NanGuard(StopReason()), True, eval_loss=math.nan)  # weights gone bad since the last training log
     healed = NanGuard(StopReason())
     assert not any(log(healed, True, loss=1.0, grad_norm=n) for n in (math.inf, math.inf, 1.0, math.inf, math.inf))
 
@@ -109,12 +110,31 @@ def test_probe_gives_no_verdict_on_the_model_before_the_first_step():
     assert len(calls) == 1 and control.should_training_stop
 
 
+def test_a_resumed_run_notes_its_resume_step_in_the_log_history():
+    """curves.run_loss weighs the resumed run's first log by the steps since the resume: the step goes in the history."""
+    fresh, resumed = (SimpleNamespace(global_step=step, log_history=[{"step": 10}][:step], max_steps=20,
+                                      compute_steps=lambda args, max_steps: None) for step in (0, 13))
+    for state in (fresh, resumed):
+        callbacks.ResumedState().on_train_begin(None, state, _control())
+    assert fresh.log_history == [] and resumed.log_history == [{"step": 10}, {"step": 13, curves.RESUMED: True}]
+
+
 def test_peak_memory_measures_nothing_without_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    peak = callbacks.PeakMemory(after_steps=1, estimate_gb=2.0)
+    peak = callbacks.PeakMemory(after_steps=1, planned_gb=2.0)
     peak.on_step_end(None, _state(1), None)
     peak.on_train_end(None, _state(1), None)
     assert peak.steps == 1 and peak.peak_gb is None and peak.run_peak_gb is None and capsys.readouterr().out == ""
+
+
+def test_peak_memory_prints_the_measured_peak_beside_the_plan_without_the_cuda_context(monkeypatch):
+    """torch.cuda.max_memory_allocated never sees the CUDA context: the line compares it with the plan's allocated_gb
+    and says so."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 1.5 * 2**30)
+    out = io.StringIO()
+    callbacks.PeakMemory(after_steps=1, planned_gb=1.4, stream=out).on_step_end(None, _state(1), None)
+    assert out.getvalue() == "[memory] peak allocated after 1 steps: 1.50 GB; planned 1.40 GB (without the CUDA context)\n"
 
 
 def test_a_resumed_run_evaluates_and_saves_at_its_own_intervals(tmp_path):
@@ -128,5 +148,5 @@ def test_a_resumed_run_evaluates_and_saves_at_its_own_intervals(tmp_path):
     state.max_steps = 1234
     args = TrainingArguments(output_dir=str(tmp_path), eval_steps=20, save_steps=40, logging_steps=10, use_cpu=True,
                              report_to=[])
-    callbacks.ThisRunsIntervals().on_train_begin(args, state, _control())
+    callbacks.ResumedState().on_train_begin(args, state, _control())
     assert (state.eval_steps, state.save_steps, state.logging_steps) == (20, 40, 10)

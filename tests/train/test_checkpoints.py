@@ -43,6 +43,19 @@ def test_save_final_unwraps_writes_everything_and_verifies(lora, tmp_path):
     assert report["ok"] and isinstance(report["generated"], str)
 
 
+def test_save_final_writes_the_trained_adapter_alone(lora, tmp_path):
+    """05's DPO and KTO hold a frozen copy of 02's adapter ("ref") beside the trained one: the checkpoint is the trained
+    adapter, not twice its size, and it verifies and reloads as before."""
+    model, tok = lora
+    model.add_adapter("ref", recipe.lora(4))  # as trl adds it: the active adapter stays "default"
+    try:
+        ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)
+    finally:
+        model.delete_adapter("ref")
+    assert not (ckpt / "ref").exists() and checkpoints.problems(ckpt) == []
+    assert checkpoints.verify(ckpt)["ok"]
+
+
 def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
     model, tok = lora
     ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)

@@ -83,3 +83,13 @@ def test_final_eval_reuses_the_evaluation_the_run_ended_on_and_evaluates_otherwi
     best = _Trainer(_history([(10, 2.0)], [(10, 2.5)]), 10, best=True)  # the best checkpoint's weights were loaded
     assert curves.final_eval(best) == {"eval_loss": 9.0} and best.evaluated == 1
     assert curves.final_eval(_Trainer([], 0))["eval_loss"] == 9.0  # no evaluation at all
+
+
+def test_run_loss_weighs_each_log_by_the_steps_it_covers_across_a_resume():
+    """Stopped at step 13 (logging every 10), resumed there: the log at 20 is the mean of steps 14-20, seven steps."""
+    history = _history([(10, 2.0), (20, 1.0)], []) + [{"step": 13, curves.RESUMED: True}]
+    assert curves.run_loss(history) == pytest.approx((2.0 * 10 + 1.0 * 7) / 17)
+    at_a_log = _history([(10, 2.0), (20, 1.0)], []) + [{"step": 10, curves.RESUMED: True}]  # stopped where it logged
+    assert curves.run_loss(at_a_log) == pytest.approx(1.5)
+    assert curves.run_loss(_history([(10, 2.0), (20, 1.0)], [])) == pytest.approx(1.5)  # no resume: ten steps each
+    assert curves.series(history) == ([(10, 2.0), (20, 1.0)], [])  # the resume is no point of the curves

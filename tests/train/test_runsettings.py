@@ -57,11 +57,22 @@ def test_differences_say_missing_on_one_side():
                                                                   "c: checkpoint has '<missing>', this run 3"]
 
 
-def test_package_versions_and_smoke_do_not_refuse_a_resume():
-    """A Kaggle image updated between sessions (or smoke toggled) trains the same weights from the checkpoint on."""
-    later = {**RUN, "smoke": True, "versions": {"torch": "2.7.0", "peft": "0.21.2"}, "time_budget_min": 600}
+def test_package_versions_do_not_refuse_a_resume():
+    """A Kaggle image updated between sessions trains the same weights from the checkpoint on."""
+    later = {**RUN, "versions": {"torch": "2.7.0", "peft": "0.21.2"}, "time_budget_min": 600}
     assert runsettings.settings(RUN) == runsettings.settings(later)
     assert runsettings.settings(RUN) != runsettings.settings({**RUN, "training": {"max_steps": 7, "learning_rate": 1e-4}})
+
+
+def test_a_real_run_never_continues_a_smoke_run():
+    """smoke=True trains a few steps to a spent schedule: a real run resumed from it would read as training longer.
+    Smoke to smoke resumes, and every other run's settings (and hash) stay as they were without the flag."""
+    smoke = runsettings.settings({**RUN, "smoke": True})
+    assert runsettings.differences(smoke, runsettings.settings(RUN)) == [
+        "smoke: checkpoint has True, this run False (a smoke run's few steps spend its learning-rate schedule: it "
+        "checks the chain, it is no start to continue)"]
+    assert runsettings.differences(smoke, runsettings.settings({**RUN, "smoke": True})) == []
+    assert "smoke" not in runsettings.settings(RUN) and "smoke" not in runsettings.settings({**RUN, "smoke": None})
 
 
 def test_a_lora_field_one_peft_lacks_is_the_same_at_its_default():

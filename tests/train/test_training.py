@@ -4,6 +4,7 @@ nbutils.harness.notebook_recipe): resumable, time-boxed, NaN-guarded, probed, an
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import TrainerCallback
@@ -251,6 +252,22 @@ def test_resume_refuses_a_checkpoint_of_another_lora_config(tmp_path, fake_check
     assert training._pick_resume(tmp_path, True, 2, trained, model, main=True) == ckpt
 
 
+def test_a_save_of_nan_weights_is_never_marked_complete(tmp_path, fake_checkpoint):
+    """A callback after NanGuard may ask for a save (the time plan's calibration does): the folder the Trainer wrote
+    is removed unmarked, and the run stops for NaN, so the final checkpoint is the last good one."""
+    import torch
+
+    run, model, control = training.Run(tmp_path, {}, time_budget_min=None), torch.nn.Linear(2, 2), SimpleNamespace()
+    for step in (4, 8):
+        fake_checkpoint(tmp_path / "trainer" / f"checkpoint-{step}", step, complete=False)
+        model.weight.data[0, 0] = math.nan if step == 8 else 0.0
+        training.MarkComplete(run).on_save(SimpleNamespace(output_dir=str(tmp_path / "trainer")), SimpleNamespace(
+            global_step=step, is_world_process_zero=True, best_model_checkpoint=None), control, model=model)
+    assert [p.name for p in checkpoints.checkpoint_dirs(tmp_path / "trainer")] == ["checkpoint-4"]
+    assert checkpoints.problems(tmp_path / "trainer" / "checkpoint-4", resumable=True) == []
+    assert control.should_training_stop and run.stop.reason == "nan" and "at step 8" in run.stop.detail
+
+
 @trains
 def test_resume_false_starts_over_and_keeps_the_earlier_checkpoints_aside(prepared_data, tmp_path):
     no_eval = {"eval_strategy": "no"}
@@ -275,6 +292,27 @@ def test_packed_plan_trains(prepared_data, tmp_path):
     # tokens seen are tokens (what the time plan and tokens/s read), not the sum of the 4D block mask's pairs
     seen = session.result.trainer.state.num_input_tokens_seen
     assert 6 * 4 * 16 < seen <= 6 * 4 * 256, seen
+
+
+def test_02_checks_the_rows_it_batches_and_sets_its_peak_beside_the_plan_without_the_context(prepared_data, tmp_path,
+                                                                                              monkeypatch):
+    """02's own train_on_this_process: the argument check counts packed blocks, as the plan does, and the peak torch
+    measures (no CUDA context) is set beside the plan's allocated_gb, not its estimate with the context."""
+    from nbutils.eval import evaluation
+    from nbutils.train import argcheck, planning
+
+    plan = notebook_recipe.plan_for(prepared_data, tmp_path, **{**PARAMS, "max_steps": 6, "eval_steps": 6, "save_steps": 6})
+    plan.manifest["batching"] = {"strategy": "packed", "block_size": 256, "batch_size": 4}
+    ns, seen = notebook_recipe.namespace(plan, per_device_batch_size=4), {}
+    ns["load_model"] = lambda: (None, None)
+    for owner, name, fake in ((argcheck, "validate", lambda values, n_train, **kw: seen.update(n_train=n_train)),
+                              (training, "lock", lambda *a, **k: None), (evaluation, "training_probe", lambda *a: None),
+                              (training, "Run", lambda *a, **kw: seen.update(memory=kw["memory_estimate_gb"]) or 1 / 0)):
+        monkeypatch.setattr(owner, name, fake)
+    with pytest.raises(ZeroDivisionError):  # stopped once the Run is built: nothing loads or trains
+        ns["train_on_this_process"]()
+    assert seen["n_train"] == planning.train_rows(plan.train_ds, plan.batching) < len(plan.train_ds)
+    assert seen["memory"] == plan.memory["allocated_gb"] < plan.memory["estimate_gb"]
 
 
 @trains
@@ -337,6 +375,17 @@ def test_resume_trains_longer_but_refuses_a_shorter_length(tmp_path, fake_checkp
         key = next(iter(after))
         with pytest.raises(checkpoints.ResumeMismatchError, match=rf"\n- training.{key}: checkpoint has "):
             training._pick_resume(tmp_path, True, 2, now, model, main=True)
+
+
+def test_a_real_run_refuses_to_continue_a_smoke_run(tmp_path, fake_checkpoint, capsys):
+    """smoke=True then smoke=False in one output_dir: not training longer from a spent schedule, but a refusal."""
+    import torch
+
+    fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings={"smoke": True, "training.max_steps": 10})
+    with pytest.raises(checkpoints.ResumeMismatchError, match=r"\n- smoke: checkpoint has True, this run False") as err:
+        training._pick_resume(tmp_path, True, 2, {"training.max_steps": 400}, torch.nn.Linear(2, 2), main=True)
+    assert "new output_dir" in str(err.value) and "resume=False" in str(err.value)
+    assert "training longer" not in capsys.readouterr().out
 
 
 def test_num_epochs_changed_under_a_set_max_steps_resumes_as_the_same_run(tmp_path, fake_checkpoint, capsys):
