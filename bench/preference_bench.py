@@ -38,7 +38,7 @@ def _plan(out: Path, rows: list[dict]):
     env, _ = inspect(load_in_4bit=True)
     return SimpleNamespace(out=out, max_steps=STEPS, learning_rate=2e-3, precision=env.precision, save_steps=STEPS,
                            env=env, max_length=256, train_rows=rows, eval_rows=rows[:8], method="grpo",
-                           held_out_rows=lambda: rows[:8])
+                           held_out_rows=lambda: rows[:8], max_completion_length=COMPLETION)
 
 
 def held_out_reward(model, tokenizer, rows: list[dict], seed: int = 0) -> list[float]:

@@ -72,21 +72,23 @@ seed = 0
 smoke = False
 precision = "auto"  # auto: 02's (fp16 on a T4), or this machine's rule where it lacks that one (fp32 on a CPU)
 attn_implementation = "auto"  # auto: sdpa where the model class supports it, else eager (Gemma-2)
-max_steps = "auto"  # auto: the method's own (preference.STEPS; GRPO, learning from its own rollouts, needs more)
+max_steps = "auto"  # auto: one epoch for real models (capped, preferencedata.MAX_AUTO_STEPS); the method's own for toy ones
 learning_rate = "auto"  # auto: 2e-5 for real models (LoRA preference tuning), 2e-3 for toy ones
 beta = 0.1  # DPO/KTO: how far the policy may move from the reference; ORPO: weight of its odds-ratio term; GRPO: KL weight
 per_device_batch_size = 16  # pairs (DPO, ORPO), rows (KTO) or completions (GRPO: a multiple of num_generations)
 grad_accum = 1
-max_length = 256  # prompt + answer, in tokens; longer records are quarantined, never cut
+max_length = 256  # prompt + answer, in tokens; longer records are quarantined, never cut (a fifth or more: the plan
+# stops, naming the max_length that keeps 99% of them)
 reward_functions = "nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
 num_generations = 4  # GRPO: completions per prompt, compared with each other
-max_completion_length = 16  # GRPO: tokens per completion at most
+max_completion_length = "auto"  # GRPO: tokens per completion at most; auto: 1.5x the longest reference answer, 16 or more
 guard = "flag"  # GRPO: flag runs rollouts under the degeneration guard (03's word); off only counts their tokens
 save_steps = 8
 keep_checkpoints = 2  # Trainer checkpoints kept on disk: the newest that verify
 time_budget_min = "auto"  # auto: this platform's session limit less a margin for the save (nbutils/runtime/limits.py)
 resume = True  # continue from the latest complete checkpoint in output_dir
-eval_samples = 48  # held-out prompts generated on for the task metric (and GRPO's held-out reward)
+eval_samples = 48  # held-out prompts generated on for the task metric (and GRPO's held-out reward); the preference
+# figures score up to 4x as many held-out pairs (or KTO rows), which costs no generation
 reward_samples = 4  # GRPO: completions sampled per held-out prompt for the mean reward
 n_bootstrap = 1000
 
@@ -118,8 +120,8 @@ adapter_dir = environment.find_upstream("train_qlora", adapter_dir)
 plan = preference.plan_preference(
     method=method, data_dir=data_dir, adapter_dir=adapter_dir, out=environment.stage_dir("preference", output_dir),
     preference_data=preference_data, preference_eval=preference_eval, eval_fraction=eval_fraction, seed=seed,
-    smoke=smoke, precision=precision, per_device_batch_size=per_device_batch_size, num_generations=num_generations,
-    max_completion_length=max_completion_length, max_length=max_length, max_steps=max_steps,
+    smoke=smoke, precision=precision, per_device_batch_size=per_device_batch_size, grad_accum=grad_accum,
+    num_generations=num_generations, max_completion_length=max_completion_length, max_length=max_length, max_steps=max_steps,
     learning_rate_value=learning_rate, save_steps=save_steps, keep_checkpoints=keep_checkpoints)
 
 # %% [markdown]
@@ -196,14 +198,17 @@ def trainer_arguments():
         return KTOConfig(
             **shared,
             beta=beta,
-            desirable_weight=1.0, undesirable_weight=1.0,  # raise one when good and bad answers are unbalanced
+            # trl's equal weights: pairs give as many desirable rows as undesirable ones. For your own unbalanced KTO
+            # rows, raise the rarer side's weight here (trl: desirable_weight x desirable rows over
+            # undesirable_weight x undesirable rows between 1 and 4/3)
+            desirable_weight=1.0, undesirable_weight=1.0,
             max_length=plan.max_length,
         )
     return GRPOConfig(
         **shared,
         beta=beta,  # KL to the reference: keeps the policy near 02's adapter (0 skips the reference pass)
         num_generations=num_generations,  # completions per prompt; rewards are compared within the group
-        max_completion_length=max_completion_length,  # the longest a rollout may run (the guard stops loops sooner)
+        max_completion_length=plan.max_completion_length,  # the longest a rollout may run (the guard stops loops sooner)
         temperature=1.0,  # sample: a group of identical completions teaches nothing
         use_vllm=False,  # generate with transformers: vLLM dropped the T4
         scale_rewards="group",  # rewards divided by the group's spread: one scale for every prompt
@@ -265,7 +270,7 @@ def train_on_this_process():
     grpo = rollouts.settings(trainer_arguments(), reward_functions, guard)  # GRPO's rollouts and rewards: {} otherwise
     run = training.Run(plan.out, plan.record(smoke=smoke, beta=beta, time_budget_min=time_budget_min, **grpo),
                        time_budget_min=time_budget_min, keep_checkpoints=keep_checkpoints, resume=resume,
-                       progress="log", memory_estimate_gb=plan.memory["estimate_gb"])
+                       progress="log", memory_estimate_gb=plan.memory["allocated_gb"])
     trainer = make_trainer(model, tokenizer, run)
     if "ref" in model.peft_config:
         print(preference.check_reference(model, plan.sft_checkpoint))
@@ -314,7 +319,7 @@ if method == "grpo":
         with judge.adapter(model, name):  # each reward function called as trl calls it in training
             per_prompt[name] = judge.sampled_rewards(model, tokenizer, plan.eval_rows[:limit],
                                                      rewards.load(reward_functions), reward_samples,
-                                                     max_completion_length, seed)
+                                                     plan.max_completion_length, seed)
     report["held_out_reward"] = judge.reward_figures(per_prompt[judge.SFT], per_prompt["default"], n_bootstrap, seed)
 else:
     report.update(judge.held_out_figures(model, tokenizer, plan.eval_rows[:limit * 4], beta,  # pairs, KTO rows
@@ -336,8 +341,8 @@ print(f"step {summary['global_step']} ({summary['stopped_reason']}), {summary['s
 
 # %% [markdown]
 # ## Learning curves
-# The method's loss over the steps, on a log axis, with the one-line diagnosis. GRPO's loss can be zero or below,
-# which a log axis leaves out: its mean reward per step, from the trainer's log, is printed under the plot.
+# The method's loss over the steps, with the one-line diagnosis: on a log axis, or a linear one where a loss is zero
+# or below, as GRPO's can be. GRPO's mean reward per step, from the trainer's log, is printed under the plot too.
 
 # %%
 import json

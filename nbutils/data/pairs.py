@@ -8,6 +8,8 @@ Shapes read (JSONL/JSON/CSV/Parquet ... through `readers`, so every record keeps
   to the last "\\n\\nAssistant:" is the prompt, and it must be the same in both; or (Dahoas/full-hh-rlhf) a "prompt"
   in that markup, "\\n\\nHuman: ... \\n\\nAssistant:", with the answers alone in "chosen" and "rejected";
 - unpaired KTO rows: {"prompt", "completion", "label"} (label true for a desirable completion).
+A message list a CSV holds as text (pandas' to_csv writes a list of dicts as its repr) is parsed back into the list;
+text that looks like one and does not parse is quarantined, asking for JSONL or Parquet, which keep lists.
 
 Every record read ends up in one place (`nbutils.data.ledger`): kept, quarantined (source, line, reason in
 quarantine.jsonl) or a duplicate (listed there too, with the line it repeats): records == kept + quarantined +
@@ -20,6 +22,7 @@ as 01 rendered SFT data: the prompt with the generation prompt, each answer thro
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import random
@@ -30,6 +33,14 @@ from nbutils.data.ledger import Ledger
 
 HH_TURN = re.compile(r"\n\n(Human|Assistant):")
 SHAPES = ("pairs", "messages", "hh", "kto")
+# Text that opens like a list of role/content (or from/value) dicts: a message list a CSV holds as its repr.
+LISTED = re.compile(r"^\s*\[\s*\{\s*['\"](?:role|content|from|value)['\"]\s*:")
+FIELDS = ("prompt", "chosen", "rejected", "completion")
+# Column names other preference sets use for each field: named in the reason, never renamed silently (a wrong guess
+# would train on the wrong side).
+ALIASES = {"prompt": ("question", "instruction", "input", "query"),
+           "chosen": ("response_chosen", "chosen_response", "response_j", "better_response"),
+           "rejected": ("response_rejected", "rejected_response", "response_k", "worse_response")}
 
 
 class PreferenceDataError(ValueError):
@@ -43,7 +54,7 @@ def shape_of(rec: dict) -> str:
         return "kto"
     if not {"chosen", "rejected"} <= keys:
         raise ValueError(f"unrecognised-record: keys {', '.join(sorted(keys))[:80]} (want prompt/chosen/rejected, "
-                         "chosen/rejected transcripts, or prompt/completion/label)")
+                         f"chosen/rejected transcripts, or prompt/completion/label){renames(keys)}")
     chosen, prompt = rec.get("chosen"), rec.get("prompt")
     if isinstance(chosen, list):
         return "messages"
@@ -52,6 +63,32 @@ def shape_of(rec: dict) -> str:
     if isinstance(prompt, str) and HH_TURN.search(prompt):  # Dahoas/full-hh-rlhf: the prompt holds the turns
         return "hh"
     return "pairs"
+
+
+def renames(keys) -> str:
+    """The reason's advice for columns named otherwise: "; found 'question': rename it to 'prompt'" ("" for none)."""
+    found = [f"found {alias!r}: rename it to {name!r}" for name, aliases in ALIASES.items() if name not in keys
+             for alias in aliases if alias in keys]
+    return "".join(f"; {f}" for f in found)
+
+
+def listed(value, name: str):
+    """value, or the message list it holds as text (a CSV's repr of a list of dicts) parsed back: json first, then
+    Python's literal syntax (pandas writes dicts with single quotes); text that looks like one and parses to no list
+    of dicts raises, since reading it as plain text would train on the repr."""
+    if not (isinstance(value, str) and LISTED.match(value)):
+        return value
+    # numpy's repr of an array of dicts (a Parquet or HF list column through pandas) has no commas between them
+    for text in (value, re.sub(r"\}\s*\n\s*\{", "}, {", value)):
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                found = parse(text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if isinstance(found, list) and all(isinstance(m, dict) for m in found):
+                return found
+    raise ValueError(f"unparsed-messages: {name} is text that looks like a message list but does not parse (a CSV "
+                     "written from message lists?): save the data as JSONL or Parquet, which keep lists")
 
 
 def checked_prompt(msgs: list[dict], name: str = "prompt") -> list[dict]:
@@ -87,10 +124,12 @@ def _answer(value, name: str) -> tuple[list[dict], str]:
     return msgs[:-1], msgs[-1]["content"]
 
 
-def _prompt(before: list[dict], given) -> list[dict]:
+def _prompt(before: list[dict], given, hint: str = "") -> list[dict]:
     """The prompt: the turns before the answer, or the prompt field when the answers are answers only; a prompt field
-    beside whole conversations must be their last user turn."""
+    beside whole conversations must be their last user turn. hint: `renames`' advice, for a prompt not found."""
     if not before:
+        if given is None and hint:
+            raise ValueError(f"missing-field: prompt{hint}")
         return prompt_turns(given)
     msgs = checked_prompt(before)
     if given is not None:
@@ -142,10 +181,11 @@ def normalize(rec: dict) -> dict:
     """One record as {"prompt": messages, "chosen", "rejected"} or {"prompt": messages, "completion", "label"};
     raises ValueError("<reason-id>: <detail>") for the quarantine, naming the side and the field."""
     rec = {str(k).strip().lower(): v for k, v in rec.items()}
+    rec.update({k: listed(rec[k], k) for k in FIELDS if k in rec})
     shape = shape_of(rec)
     if shape == "kto":
         before, completion = _answer(rec["completion"], "completion")
-        return {"shape": shape, "prompt": _prompt(before, rec.get("prompt")), "completion": completion,
+        return {"shape": shape, "prompt": _prompt(before, rec.get("prompt"), renames(rec)), "completion": completion,
                 "label": _label(rec["label"])}
     if shape == "hh" and HH_TURN.search(str(rec["chosen"])):  # transcripts (a prompt in HH markup beside answers: below)
         (p1, chosen), (p2, rejected) = _hh_split(rec["chosen"], "chosen"), _hh_split(rec["rejected"], "rejected")
@@ -158,7 +198,7 @@ def normalize(rec: dict) -> dict:
         (c_before, chosen), (r_before, rejected) = _answer(rec["chosen"], "chosen"), _answer(rec["rejected"], "rejected")
         if c_before != r_before:
             raise ValueError("prompt-mismatch: chosen and rejected do not share the turns before their answers")
-        prompt = _prompt(c_before, rec.get("prompt"))
+        prompt = _prompt(c_before, rec.get("prompt"), renames(rec))
     if " ".join(chosen.split()) == " ".join(rejected.split()):
         raise ValueError("identical-sides: chosen and rejected are the same text")
     return {"shape": shape, "prompt": prompt, "chosen": chosen, "rejected": rejected}
@@ -184,20 +224,19 @@ def trained_length(tokenizer, prompt_text: str, answer: str) -> int:
     return len(tokenizer(prompt_text + answer + ("" if answer.endswith(eos) else eos))["input_ids"])
 
 
-def _rendered(row: dict, tokenizer, max_tokens: int) -> dict:
-    """The trl row (prompt / chosen / rejected, or prompt / completion / label) as text; too-long sides raise."""
+def _rendered(row: dict, tokenizer) -> tuple[dict, int, str]:
+    """The trl row (prompt / chosen / rejected, or prompt / completion / label) as text, with its length in tokens
+    (the longer side, as trl trains it) and that side's name."""
     sides = ("chosen", "rejected") if "chosen" in row else ("completion",)
-    out, prompt_text = {}, None
+    out, prompt_text, longest = {}, None, (0, "")
     for side in sides:
         prompt_text, answer = render(tokenizer, row["prompt"], row[side])
-        n = trained_length(tokenizer, prompt_text, answer)
-        if n > max_tokens:
-            raise ValueError(f"too-long: prompt + {side} is {n} tokens, over the limit of {max_tokens}")
+        longest = max(longest, (trained_length(tokenizer, prompt_text, answer), side))
         out[side] = answer
     out["prompt"] = prompt_text
     if "label" in row:
         out["label"] = row["label"]
-    return out
+    return out, *longest
 
 
 def collect(paths: list[str], *, fmt: str = "auto", max_records: int | None = None, ledger: Ledger | None = None,
@@ -236,10 +275,18 @@ def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max
     rows = []
     for row in found:
         try:
-            rows.append({**_rendered(row, tokenizer, max_tokens), "source": row["source"], "line": row["line"]})
+            out, n, side = _rendered(row, tokenizer)
         except ValueError as e:
             ledger.bad(row["source"], row["line"], str(e))
             ledger.shapes[row["shape"]] -= 1
+            continue
+        if n > max_tokens:
+            ledger.bad(row["source"], row["line"], f"too-long: prompt + {side} is {n} tokens, over the limit of "
+                                                   f"{max_tokens}")
+            ledger.quarantine[-1]["tokens"] = n  # what max_length would keep it (05's plan names one)
+            ledger.shapes[row["shape"]] -= 1
+            continue
+        rows.append({**out, "tokens": n, "shape": row["shape"], "source": row["source"], "line": row["line"]})
     ledger.counts["kept"] = len(rows)
     if not rows:
         top = ", ".join(f"{k} x{v}" for k, v in sorted(ledger.reasons().items(), key=lambda kv: -kv[1])[:3])
@@ -250,6 +297,23 @@ def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max
             f"{ledger.counts['quarantined']} quarantined ({top or 'none'}){where}. Each record needs prompt/chosen/"
             "rejected, chosen/rejected conversations or HH transcripts, or prompt/completion/label for KTO.")
     return rows, ledger
+
+
+def drop_overlap(train: list[dict], held: list[dict], ledger: Ledger) -> list[dict]:
+    """Held-out rows whose prompt (as rendered: what the split compares) is also a training row's, quarantined with
+    the training line they share it with: a pair judged on a prompt the policy trained on flatters its accuracy."""
+    trained = {}
+    for r in train:
+        trained.setdefault(r["prompt"], r)
+    kept = []
+    for r in held:
+        if (t := trained.get(r["prompt"])) is None:
+            kept.append(r)
+            continue
+        ledger.bad(r["source"], r["line"], f"held-out-overlap: its prompt is also the prompt of training record "
+                                           f"{t['source']} line {t['line']}; held-out pairs need prompts of their own")
+        ledger.shapes[r["shape"]] -= 1
+    return kept
 
 
 def unpaired(rows: list[dict]) -> list[dict]:

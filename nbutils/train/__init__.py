@@ -21,4 +21,5 @@
 - `timeplan`: the run's first steps timed, then its wall time, sessions and quota predicted before it goes on.
 - `launch`: several processes for 02, from inside the notebook or from a shell.
 - `preference`: 05's plan (the SFT adapter's recipe, the data, the method's memory) and the proof its reference is 02's adapter.
+- `preferencedata`: 05's data read for its method, held out apart from training, and the steps and lengths it sets.
 """

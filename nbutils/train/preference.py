@@ -4,9 +4,8 @@
 (`recipe.from_checkpoint`), and the policy is that adapter, trainable. The reference policy of DPO, KTO and GRPO
 (beta > 0) is the same adapter, frozen: trl copies it into a second adapter named "ref" when the trainer is built
 (`check_reference` proves the copy equals 02's file and is frozen). ORPO needs no reference.
-Data: pairs (DPO, ORPO) or unpaired rows (KTO) from `nbutils.data.pairs`; GRPO's prompts and reference
-answers are 01's splits. `preference_data="embedded"` builds pairs from 01's task (train pairs from 01's train
-split, held-out pairs from its eval split).
+The rows each method trains on and holds out, and the steps and lengths the data asks for:
+`nbutils.train.preferencedata`.
 """
 
 from __future__ import annotations
@@ -18,20 +17,16 @@ from pathlib import Path
 
 from nbutils import defaults
 from nbutils.data import pairs as prefdata
-from nbutils.data import splits
-from nbutils.data.ledger import Ledger
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
 from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, recipe, reports, runlock
 from nbutils.train import loss as lm_loss
+from nbutils.train import preferencedata as rowsplan
 
 METHODS = ("dpo", "orpo", "kto", "grpo")
 WITH_REFERENCE = ("dpo", "kto")  # and GRPO when beta > 0
 LR_TINY, LR_REAL = 2e-3, 2e-5  # LoRA preference tuning: about a tenth of SFT's rate (toy: 3e-3 -> 2e-3)
 SMOKE = {"max_steps": 4, "save_steps": 2}
-# Steps when max_steps is "auto": GRPO learns from its own sampled rollouts, which needs more steps than the pair methods
-# (embedded default, docs/preference.md: 16 steps left the held-out reward where it was, 40 raised it).
-STEPS = {"dpo": 16, "orpo": 16, "kto": 16, "grpo": 40}
 # A smoke run reads this many records: enough to train its steps and show every figure, few enough that the
 # held-out passes (two sequences per pair, policy and reference, a 150k-token vocabulary) take seconds on a CPU.
 SMOKE_RECORDS = {"train": 64, "held_out": 8}
@@ -61,6 +56,10 @@ class PreferencePlan:
     save_steps: int
     max_length: int
     sft_settings_hash: str = ""
+    steps_why: str = ""
+    max_completion_length: int = 0  # GRPO's rollouts and its held-out reward's samples; 0 for the others
+    max_completion_length_why: str = ""
+    data_manifest_hash: str = ""  # 02's: the 01 output this adapter's line trained on (recipe refuses another)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -82,7 +81,7 @@ class PreferencePlan:
         content (a file fixed with the same number of records trains another policy), and extra (the notebook's
         beta, GRPO's rollout settings ...)."""
         return {"base_model": self.recipe.base_model, "precision": self.precision, "method": self.method,
-                "sft_settings_hash": self.sft_settings_hash,
+                "sft_settings_hash": self.sft_settings_hash, "data_manifest_hash": self.data_manifest_hash,
                 "data_counts": {k: v for k, v in self.counts.items() if k != "inputs"},  # where the files lie is no setting
                 "preference_data_hash": prefdata.content_hash(self.train_rows),
                 "versions": dict(self.env.versions), **extra}
@@ -96,8 +95,11 @@ class PreferencePlan:
             else "none (ORPO needs none)" if self.method == "orpo" else "02's adapter, frozen, when beta > 0",
             "base_model": f"{self.recipe.base_model}: {'4-bit' if self.recipe.quantization else 'full precision'}, "
                           f"computing in {self.precision}",
-            "data": f"{len(self.train_rows)} train / {len(self.eval_rows)} held out; " + ", ".join(
+            "data": f"{self._train_size()} train / {len(self.eval_rows)} held out; " + ", ".join(
                 f"{k} {v}" for k, v in self.counts.items() if k != "inputs"),
+            **({"data.overlap": f"{n} held-out records share a training record's prompt: quarantined "
+                                "(held-out-overlap), the held-out figures measure prompts never trained on"}
+               if (n := self.counts.get("reasons", {}).get("held-out-overlap")) else {}),
             **{f"data.{i}": f"{p}: {how}" for i, (p, how) in enumerate(self.counts.get("inputs", {}).items(), 1)},
             **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
             "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
@@ -105,9 +107,18 @@ class PreferencePlan:
                 f"{m['largest_batch_that_fits']}" if m.get("gpu_memory_gb")
                 else "; no GPU: the plan is what a GPU run would need"),
             "learning_rate": f"{self.learning_rate:g} ({self.learning_rate_why})",
-            "steps": f"{self.max_steps}; save every {self.save_steps}",
+            "steps": f"{self.max_steps} ({self.steps_why}); save every {self.save_steps}",
+            **({"max_completion_length": f"{self.max_completion_length} ({self.max_completion_length_why})"}
+               if self.method == "grpo" else {}),
             "output": str(self.out),
         }
+
+    def _train_size(self) -> str:
+        """KTO trains on rows, a pair giving two, while the held-out side and the counts are records: both units."""
+        if self.method != "kto":
+            return str(len(self.train_rows))
+        records = len({(r.get("source"), r.get("line")) for r in self.train_rows})
+        return f"{len(self.train_rows)} rows from {records} records (a pair gives two rows)"
 
     def table(self) -> str:
         rows = {**self.env.rows(), **self.rows(), "problems": len(self.problems) or "none"}
@@ -125,61 +136,10 @@ def learning_rate(value, model_config) -> tuple[float, str]:
     return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, LoRA preference tuning's usual range"
 
 
-def grpo_rows(ds) -> list[dict]:
-    """01's rows as GRPO prompts (the conversation before the answer) with the reference `answer`."""
-    return [{"prompt": r["messages"][:-1], "answer": r["messages"][-1]["content"]} for r in ds]
-
-
-def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], list[str]]:
-    """Pairs built from 01's train and eval splits, written as JSONL so they are read like a user's file."""
-    files = []
-    for split in ("train", "eval"):
-        path = out / f"embedded_pairs.{split}.jsonl"
-        rows = prefdata.embedded_records(splits.load_split(data_dir, split), seed=seed + (split == "eval"))
-        atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-        files.append(str(path))
-    return [files[0]], [files[1]]
-
-
-def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
-              eval_fraction: float, seed: int, max_length: int, max_records: dict | None,
-              split: str | None = None) -> tuple[list, list, dict]:
-    """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan.
-
-    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS); split:
-    of a saved HF dataset folder holding several."""
-    limit = max_records or {}
-    if method == "grpo":
-        train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
-        train, held = train[:limit.get("train")], held[:limit.get("held_out")]
-        return train, held, {"prompts": len(train), "held_out_prompts": len(held)}
-    if preference_data == "embedded":
-        train_files, eval_files = _embedded_files(data_dir, out, seed)
-    else:
-        train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
-        eval_files = [] if defaults.is_auto(preference_eval) else [p.strip() for p in preference_eval.split(",") if p.strip()]
-    ledger = Ledger()
-    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger,
-                                 split=split)
-    if eval_files:
-        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"),
-                                     ledger=ledger, split=split)
-    else:
-        rows, held = prefdata.split(rows, eval_fraction, seed)
-    ledger.counts["kept"] = len(rows) + len(held)
-    ledger.write(out, atomic.write_text)
-    counts = {**ledger.counts, "shapes": dict(ledger.shapes),
-              "inputs": {p: f"{how['format']} ({how['why']})" for p, how in ledger.inputs.items()}}
-    counts.update({"reasons": ledger.reasons()} if ledger.quarantine else {})
-    if method == "kto":
-        rows = prefdata.unpaired(rows)  # held-out rows keep their shape: pairs are ranked, KTO rows judged by label
-    return rows, held, counts
-
-
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
                     preference_eval: str = "auto", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
-                    precision: str = "auto", per_device_batch_size: int = 16, num_generations: int = 4,
-                    max_completion_length: int = 16, max_length: int = 256, max_steps="auto",
+                    precision: str = "auto", per_device_batch_size: int = 16, grad_accum: int = 1,
+                    num_generations: int = 4, max_completion_length="auto", max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, keep_checkpoints: int = 2,
                     lora_r: int | None = None, show: bool = True, split: str | None = None) -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
@@ -193,17 +153,23 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     modelsource.check(rec.base_model)
     tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # 02's, saved with the adapter: 01's tokens and template
     config = modelsource.load_config(rec.base_model)
-    train, held, counts = read_data(method, Path(data_dir), Path(out), tokenizer, preference_data, preference_eval,
-                                    eval_fraction, seed, max_length, SMOKE_RECORDS if smoke else None, split)
+    train, held, counts = rowsplan.read_data(method, Path(data_dir), Path(out), tokenizer, preference_data,
+                                             preference_eval, eval_fraction, seed, max_length,
+                                             SMOKE_RECORDS if smoke else None, split)
+    completion, completion_why = rowsplan.completion_length(method, max_completion_length, tokenizer, train)
     r = int(lora_r or rec.lora.get("r", 16))
     gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
-    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, max_completion_length, gpu)
+    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, completion, gpu)
     lr, lr_why = learning_rate(learning_rate_value, config)
-    steps = SMOKE if smoke else {"max_steps": STEPS[method] if defaults.is_auto(max_steps) else int(max_steps), "save_steps": save_steps}
+    steps, steps_why = _schedule(method, max_steps, smoke, len(train), per_device_batch_size, grad_accum,
+                                 num_generations, config)
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
-                          steps["max_steps"], steps["save_steps"], max_length, sft_summary.get("settings_hash", ""))
-    plan.problems = problems + fit_problems(method, train, held, preference_data, per_device_batch_size) + \
-        _checks(plan, per_device_batch_size, num_generations, keep_checkpoints)
+                          steps, SMOKE["save_steps"] if smoke else save_steps, max_length,
+                          sft_summary.get("settings_hash", ""), steps_why, completion, completion_why,
+                          recipe.read_run_config(ckpt).get("data_manifest_hash") or "")
+    plan.problems = problems + rowsplan.fit_problems(method, train, held, preference_data, per_device_batch_size) + \
+        rowsplan.length_problems(counts, max_length) + _checks(plan, per_device_batch_size, num_generations,
+                                                               keep_checkpoints)
     if show and int(os.environ.get("RANK", "0")) == 0:
         print(plan.table())
     if plan.problems:
@@ -211,29 +177,14 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     return plan
 
 
-def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
-    """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
-    rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
-    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file."""
-    found = []
-    if method in ("dpo", "orpo"):
-        unpaired = {side: sum("completion" in r for r in rows) for side, rows in (("train", train), ("held-out", held))}
-        if any(unpaired.values()):
-            where = " and ".join(f"{n} {side}" for side, n in unpaired.items() if n)
-            found.append(f"the data holds unpaired KTO rows (prompt/completion/label: {where}), and {method.upper()} "
-                         "trains on pairs (prompt/chosen/rejected): set method='kto' to train on them, or give pairs")
-    if method == "kto" and batch < 2:
-        found.append(f"per_device_batch_size={batch}: KTO estimates its KL term from the other rows of a batch; use 2 "
-                     "or more")
-    if method == "grpo":
-        if preference_data not in ("", "embedded"):
-            found.append(f"preference_data={preference_data!r}: GRPO samples its own answers to 01's prompts and reads "
-                         "no preference file; leave preference_data='embedded', or choose dpo, orpo or kto for it")
-        empty = sum(not any(m["role"] == "user" for m in r["prompt"]) for r in (*train, *held))
-        if empty:
-            found.append(f"{empty} of 01's records have no user turn before their answer (plain text): GRPO needs "
-                         "prompts to answer; prepare 01 from prompt/answer records")
-    return found
+def _schedule(method: str, max_steps, smoke: bool, rows: int, batch: int, grad_accum: int, num_generations: int,
+              model_config) -> tuple[int, str]:
+    """(max_steps, why): preferencedata.auto_steps, with the passes over the training rows it makes."""
+    steps, why = rowsplan.auto_steps(method, max_steps, SMOKE if smoke else None, rows, batch, grad_accum,
+                                     num_generations, model_config)
+    unit = "prompts" if method == "grpo" else "rows"
+    return steps, f"{why}; {rowsplan.epochs(method, steps, rows, batch, grad_accum, num_generations):.2f} epochs of " \
+                  f"{rows} training {unit}"
 
 
 def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4,
@@ -363,9 +314,6 @@ def trainables_fp32(model, exact: dict | None = None) -> None:
             p.data = exact[name].to(p.device) if exact is not None and name in exact else p.data.to(torch.float32)
 
 
-EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
-
-
 def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
     """eval_report.json (03's shape) and training_summary.json, both naming the checkpoint they describe, then
     preference_summary.json, the stage's marker, last: it lists every file beside it that this run wrote (GRPO reads
@@ -385,7 +333,8 @@ def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
               **{k: report[k] for k in keep if k in report},
               "guard": getattr(run.result.trainer, "guard_stats", None),
               "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"]}
-    read = [] if plan.method == "grpo" else ["quarantine.jsonl", *(n for n in EMBEDDED_FILES if (out / n).exists())]
+    read = [] if plan.method == "grpo" else ["quarantine.jsonl",
+                                             *(n for n in rowsplan.EMBEDDED_FILES if (out / n).exists())]
     files = [summary["checkpoint_dir"], MARKERS["eval"], MARKERS["train_qlora"], "learning_curves.png",
              "log_history.json", *read]
     try:

@@ -219,5 +219,69 @@ def test_the_length_limit_counts_what_trl_trains_eos_included(twin):
     bare = len(tok(text + answer, add_special_tokens=False)["input_ids"])
     assert not answer.endswith(tok.eos_token) and pairs.trained_length(tok, text, answer) == bare + 1
     row = {"prompt": prompt, "chosen": "city", "rejected": "town"}
-    with pytest.raises(ValueError, match=r"too-long: prompt \+ chosen is \d+ tokens"):
-        pairs._rendered(row, tok, bare)
+    _, n, side = pairs._rendered(row, tok)
+    assert n > bare and side in ("chosen", "rejected")
+
+
+def test_a_too_long_record_is_quarantined_with_its_length_and_kept_rows_carry_theirs(tok, tmp_path):
+    """05's plan names the max_length that keeps most records: every rendered row and too-long entry says its length."""
+    short, long = {"prompt": "p", "chosen": "a", "rejected": "b"}, {"prompt": "q", "chosen": "word " * 80, "rejected": "c"}
+    [row], ledger = pairs.read([_file(tmp_path, short, long)], tok, 64)
+    [q] = ledger.quarantine
+    assert q["reason"].startswith(f"too-long: prompt + chosen is {q['tokens']} tokens, over the limit of 64")
+    assert q["tokens"] > 64 >= row["tokens"] > 0 and ledger.shapes == {"pairs": 1}
+
+
+def _csv(tmp_path, rows):
+    import pandas as pd
+
+    path = tmp_path / "uf.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)  # a list of dicts becomes its repr in the cell
+    return str(path)
+
+
+def test_a_csv_written_from_message_lists_is_read_as_messages_not_as_their_repr(tok, tmp_path):
+    def conv(answer):
+        return [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": answer}]
+
+    [row], ledger = pairs.read([_csv(tmp_path, [{"prompt": "What is 2+2?", "chosen": conv("4"),
+                                                 "rejected": conv("5")}])], tok, 128)
+    assert ledger.shapes == {"messages": 1} and row["chosen"] == pairs.render(tok, conv("4")[:1], "4")[1]
+    assert row["prompt"] == pairs.render(tok, conv("4")[:1], "4")[0]
+
+
+def test_numpys_repr_of_a_message_array_is_read_and_an_unparsable_one_quarantined(tok, tmp_path):
+    """A Parquet or HF list column through pandas is a numpy array of dicts: its repr has no commas between them."""
+    arr = "[{'content': 'Hi', 'role': 'user'}\n {'content': 'Hello', 'role': 'assistant'}]"
+    assert pairs.listed(arr, "chosen")[1] == {"content": "Hello", "role": "assistant"}
+    cut = "[{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hel"  # a cell cut short
+    rows, ledger = pairs.read([_csv(tmp_path, [{"prompt": "Hi", "chosen": cut, "rejected": "no"},
+                                               {"prompt": "Q", "chosen": "a", "rejected": "b"}])], tok, 128)
+    [q] = ledger.quarantine
+    assert [r["line"] for r in rows] == [3] and q["line"] == 2
+    assert q["reason"].startswith("unparsed-messages: chosen is text that looks like a message list")
+    assert "save the data as JSONL or Parquet" in q["reason"]
+    assert pairs.listed("[a list in words]", "chosen") == "[a list in words]"  # plain text stays text
+
+
+@pytest.mark.parametrize("rec, reason", [
+    ({"question": "Q", "response_chosen": "a", "response_rejected": "b"},
+     "found 'question': rename it to 'prompt'; found 'response_chosen': rename it to 'chosen'"),
+    ({"instruction": "Q", "chosen": "a", "rejected": "b"}, "missing-field: prompt; found 'instruction': rename it"),
+])
+def test_columns_named_otherwise_are_named_with_the_rename_that_reads_them(rec, reason):
+    with pytest.raises(ValueError, match=reason):
+        pairs.normalize(rec)
+
+
+def test_held_out_rows_that_share_a_training_prompt_are_quarantined_naming_the_training_line():
+    from nbutils.data.ledger import Ledger
+
+    train = [{"prompt": f"p{i}", "shape": "pairs", "source": "t.jsonl", "line": i} for i in range(3)]
+    held = [{"prompt": "p1", "shape": "pairs", "source": "e.jsonl", "line": 1},
+            {"prompt": "new", "shape": "pairs", "source": "e.jsonl", "line": 2}]
+    ledger = Ledger(counts={"kept": 5}, shapes={"pairs": 5})
+    assert pairs.drop_overlap(train, held, ledger) == [held[1]]
+    [q] = ledger.quarantine
+    assert (q["line"], ledger.counts["quarantined"], ledger.shapes["pairs"]) == (2 - 1, 1, 4)
+    assert q["reason"].startswith("held-out-overlap: its prompt is also the prompt of training record t.jsonl line 1")

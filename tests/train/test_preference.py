@@ -3,7 +3,7 @@
 import pytest
 
 from nbutils.runtime import modelsource
-from nbutils.train import memory, preference
+from nbutils.train import memory, preference, preferencedata
 
 
 def test_memory_plan_counts_two_sequences_per_pair_the_reference_and_grpos_cache():
@@ -91,7 +91,7 @@ def test_05s_trainer_keeps_the_adapter_fp32_on_a_4bit_base(method, tmp_path):
            "grpo": {"prompt": "a", "answer": "b"}}[method]
     env, _ = inspect(load_in_4bit=True)
     plan = SimpleNamespace(out=tmp_path, max_steps=1, learning_rate=1e-4, precision="fp32", save_steps=10, env=env,
-                           max_length=32, train_rows=[row] * 4, eval_rows=[row] * 4, method=method,
+                           max_length=32, max_completion_length=4, train_rows=[row] * 4, eval_rows=[row] * 4, method=method,
                            held_out_rows=lambda: [row] * 4)
     ns = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method=method, per_device_batch_size=2,
                                    num_generations=2, max_completion_length=4,
@@ -117,11 +117,22 @@ def test_05s_steps_default_to_the_methods_own(prepared_data, tmp_path):
     out = tmp_path / "preference"
     out.mkdir()
 
-    def steps(method, **kw):
+    def plan(method, **kw):
         return preference.plan_preference(method=method, data_dir=prepared_data, adapter_dir=sft, out=out, show=False,
-                                          **kw).max_steps
+                                          **kw)
+
+    def steps(method, **kw):
+        return plan(method, **kw).max_steps
 
     assert (steps("grpo"), steps("dpo"), steps("grpo", max_steps=12), steps("grpo", smoke=True)) == (40, 16, 12, 4)
+    grpo = plan("grpo")  # the embedded task's one-word answers keep GRPO's rollouts at 16 tokens: as fast as before
+    assert grpo.max_completion_length == 16 and "auto: longest reference answer" in grpo.max_completion_length_why
+    assert "epochs of" in grpo.table()
+    # 02's data hash travels into 05's checkpoints: 03 and 04 refuse 05's adapter with another 01 output
+    from nbutils.train import checkpoints, recipe
+
+    sft_hash = recipe.read_run_config(checkpoints.for_eval(sft)[0])["data_manifest_hash"]
+    assert sft_hash and plan("dpo").record()["data_manifest_hash"] == sft_hash
 
 
 def _kto_file(prepared_data, path):
@@ -138,21 +149,9 @@ def _kto_file(prepared_data, path):
     return str(path)
 
 
-def test_the_data_must_fit_the_method_before_anything_loads():
-    kto_row, pair = {"prompt": "p", "completion": "c", "label": True}, {"prompt": "p", "chosen": "a", "rejected": "b"}
-    [dpo] = preference.fit_problems("dpo", [kto_row] * 3, [kto_row], "kto.jsonl", 16)
-    assert "unpaired KTO rows (prompt/completion/label: 3 train and 1 held-out)" in dpo and "set method='kto'" in dpo
-    assert preference.fit_problems("orpo", [pair], [pair], "pairs.jsonl", 16) == []
-    assert preference.fit_problems("kto", [kto_row], [pair], "x", 16) == []  # pairs or unpaired rows
-    assert "per_device_batch_size=1: KTO estimates its KL term" in preference.fit_problems("kto", [kto_row], [], "x", 1)[0]
-    grpo = preference.fit_problems("grpo", [{"prompt": [], "answer": "a"}], [], "pairs.jsonl", 16)
-    assert "GRPO samples its own answers to 01's prompts and reads no preference file" in grpo[0]
-    assert "1 of 01's records have no user turn" in grpo[1]
-
-
 def test_kto_held_out_rows_stay_unpaired_and_the_table_names_each_input(prepared_data, tmp_path, tok):
     data = _kto_file(prepared_data, tmp_path / "k.jsonl")
-    train, held, counts = preference.read_data("kto", prepared_data, tmp_path, tok, data, "", 0.1, 0, 256,
+    train, held, counts = preferencedata.read_data("kto", prepared_data, tmp_path, tok, data, "", 0.1, 0, 256,
                                                {"train": 40, "held_out": 8})
     assert held and all("completion" in r and "label" in r for r in train + held)  # the report judges them by label
     assert set(counts["shapes"]) == {"kto"} and counts["inputs"][data] == "jsonl (extension .jsonl)"
@@ -281,7 +280,7 @@ def _record(rows, method="dpo", **extra):
 
     plan = SimpleNamespace(recipe=SimpleNamespace(base_model="embedded"), precision="fp32", method=method,
                            sft_settings_hash="h", counts={"records": len(rows)}, train_rows=rows,
-                           env=SimpleNamespace(versions={}))
+                           env=SimpleNamespace(versions={}), data_manifest_hash=extra.pop("data_hash", "d1"))
     return preference.PreferencePlan.record(plan, beta=0.1, **extra)
 
 
@@ -334,3 +333,24 @@ def test_after_a_nan_stop_the_judge_scores_the_checkpoints_adapter_not_the_weigh
     assert f"reloaded from {tmp_path} ({len(good)} tensors)" in line
     live = {n: p for n, p in model.named_parameters() if ".default." in n}
     assert len(live) == len(good) and all(bool((p == 0.25).all()) and p.requires_grad for p in live.values())
+
+
+def test_05s_checkpoint_carries_02s_data_hash_so_another_01_output_is_refused(tmp_path, prepared_data):
+    """recipe.from_checkpoint (03, 04) compares run_config.json's data_manifest_hash with the 01 output given: 05's
+    checkpoint records 02's, so 05's adapter with another run of 01 is refused as 02's is."""
+    import json
+
+    from nbutils.chain import MARKERS
+    from nbutils.data import splits
+    from nbutils.train import recipe
+
+    ours = splits.load_manifest(prepared_data)["content_hash"]
+    ckpt, other = tmp_path / "checkpoint", tmp_path / "other_data_prep"
+    ckpt.mkdir()
+    other.mkdir()
+    (ckpt / "run_config.json").write_text(json.dumps(_record([{"prompt": "p", "chosen": "a", "rejected": "b"}],
+                                                             data_hash=ours)))
+    (other / MARKERS["data_prep"]).write_text(json.dumps({"content_hash": "another"}))
+    assert recipe.from_checkpoint(ckpt, data_dir=prepared_data).base_model == "embedded"
+    with pytest.raises(recipe.UpstreamMismatch, match="holds other data"):
+        recipe.from_checkpoint(ckpt, data_dir=other)

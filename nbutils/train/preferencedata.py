@@ -1,0 +1,166 @@
+"""05's rows and the checks on them before anything loads: what each method trains on, held out apart from it, and
+the steps and lengths the data asks for.
+
+Pairs (DPO, ORPO) or unpaired rows (KTO) come from `nbutils.data.pairs`; GRPO's prompts and reference answers are
+01's splits. `preference_data="embedded"` builds pairs from 01's task (train pairs from 01's train split, held-out
+pairs from its eval split). Held-out rows whose prompt is also a training prompt are quarantined, whichever way they
+were held out, so the held-out accuracy is measured on prompts the policy never trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from nbutils import defaults
+from nbutils.data import pairs as prefdata
+from nbutils.data import splits
+from nbutils.data.ledger import Ledger
+from nbutils.train import atomic
+
+# Steps when max_steps is "auto", for a toy model (the embedded default, the twins) and every smoke run: GRPO learns
+# from its own sampled rollouts, which needs more steps than the pair methods (embedded default, docs/preference.md:
+# 16 steps left the held-out reward where it was, 40 raised it).
+STEPS = {"dpo": 16, "orpo": 16, "kto": 16, "grpo": 40}
+# A real model's "auto" is one pass over the training rows, at most this many steps: preference sets run to 60k pairs
+# and more (UltraFeedback), 3,800 steps at batch 16, more than a free T4 session trains (the time budget would stop
+# it part-way with no schedule finished); past a thousand steps a run is a choice to make, max_steps=N.
+MAX_AUTO_STEPS = 1000
+TOO_LONG_SHARE = 0.2  # more than a fifth of the records over max_length: the data wants another max_length
+EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
+
+
+def grpo_rows(ds) -> list[dict]:
+    """01's rows as GRPO prompts (the conversation before the answer) with the reference `answer`."""
+    return [{"prompt": r["messages"][:-1], "answer": r["messages"][-1]["content"]} for r in ds]
+
+
+def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], list[str]]:
+    """Pairs built from 01's train and eval splits, written as JSONL so they are read like a user's file."""
+    files = []
+    for split, name in zip(("train", "eval"), EMBEDDED_FILES):
+        path = out / name
+        rows = prefdata.embedded_records(splits.load_split(data_dir, split), seed=seed + (split == "eval"))
+        atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+        files.append(str(path))
+    return [files[0]], [files[1]]
+
+
+def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data: str, preference_eval: str,
+              eval_fraction: float, seed: int, max_length: int, max_records: dict | None,
+              split: str | None = None) -> tuple[list, list, dict]:
+    """(train rows, held-out rows, counts): the method's rows; quarantine.jsonl written beside the plan.
+
+    max_records: {"train": n, "held_out": n}, the records read from each side (a smoke run's SMOKE_RECORDS); split:
+    of a saved HF dataset folder holding several. counts["length"]: the records over max_length, of those measured,
+    and the max_length that keeps 99% of them."""
+    limit = max_records or {}
+    if method == "grpo":
+        train, held = grpo_rows(splits.load_split(data_dir, "train")), grpo_rows(splits.load_split(data_dir, "eval"))
+        train, held = train[:limit.get("train")], held[:limit.get("held_out")]
+        return train, held, {"prompts": len(train), "held_out_prompts": len(held)}
+    if preference_data == "embedded":
+        train_files, eval_files = _embedded_files(data_dir, out, seed)
+    else:
+        train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
+        eval_files = [] if defaults.is_auto(preference_eval) else [p.strip() for p in preference_eval.split(",") if p.strip()]
+    ledger = Ledger()
+    rows, ledger = prefdata.read(train_files, tokenizer, max_length, max_records=limit.get("train"), ledger=ledger,
+                                 split=split)
+    if eval_files:
+        held, ledger = prefdata.read(eval_files, tokenizer, max_length, max_records=limit.get("held_out"),
+                                     ledger=ledger, split=split)
+        held = prefdata.drop_overlap(rows, held, ledger)  # two files: nothing else keeps a training prompt out
+    else:
+        rows, held = prefdata.split(rows, eval_fraction, seed)
+    ledger.counts["kept"] = len(rows) + len(held)
+    ledger.write(out, atomic.write_text)
+    counts = {**ledger.counts, "shapes": dict(ledger.shapes),
+              "inputs": {p: f"{how['format']} ({how['why']})" for p, how in ledger.inputs.items()}}
+    counts.update({"reasons": ledger.reasons()} if ledger.quarantine else {})
+    counts.update(_lengths(rows + held, ledger))
+    if method == "kto":
+        rows = prefdata.unpaired(rows)  # held-out rows keep their shape: pairs are ranked, KTO rows judged by label
+    return rows, held, counts
+
+
+def _lengths(kept: list[dict], ledger: Ledger) -> dict:
+    """{"length": ...} when records were too long: how many of those rendered, and the max_length keeping 99%."""
+    long = [q["tokens"] for q in ledger.quarantine if "tokens" in q]
+    if not long:
+        return {}
+    lengths = [r["tokens"] for r in kept] + long
+    return {"length": {"too_long": len(long), "measured": len(lengths),
+                       "keeps_99_percent": defaults.max_seq_len("auto", lengths)[0]}}
+
+
+def length_problems(counts: dict, max_length: int) -> list[str]:
+    """More than a fifth of the records over max_length is a plan problem naming the max_length that keeps 99%:
+    training on what is left would be training on the short end of the data."""
+    length = counts.get("length")
+    if not length or length["too_long"] <= TOO_LONG_SHARE * length["measured"]:
+        return []
+    return [f"{length['too_long']} of {length['measured']} records are longer than max_length={max_length} tokens "
+            f"(quarantined as too-long): set max_length={length['keeps_99_percent']}, which keeps 99% of them (the "
+            "plan then says whether it fits the GPU), or give shorter records"]
+
+
+def auto_steps(method: str, value, smoke: dict | None, rows: int, batch: int, grad_accum: int,
+               num_generations: int, model_config) -> tuple[int, str]:
+    """(max_steps, why): smoke's, the value given, the method's own (STEPS) for a toy model, else one pass over the
+    training rows (GRPO: prompts, batch // num_generations a step), at most MAX_AUTO_STEPS."""
+    if smoke:
+        return smoke["max_steps"], "smoke"
+    if not defaults.is_auto(value):
+        return int(value), "given"
+    if defaults.body_parameters(model_config) < defaults.TINY_PARAMS:
+        return STEPS[method], f"auto: {method}'s own for a toy model"
+    steps = max(1, math.ceil(rows / _per_step(method, batch, grad_accum, num_generations)))
+    if steps > MAX_AUTO_STEPS:
+        return MAX_AUTO_STEPS, f"auto: one epoch would be {steps} steps, capped at {MAX_AUTO_STEPS}"
+    return steps, "auto: one epoch"
+
+
+def epochs(method: str, steps: int, rows: int, batch: int, grad_accum: int, num_generations: int) -> float:
+    """The passes over the training rows that `steps` make (the plan's table prints it)."""
+    return steps * _per_step(method, batch, grad_accum, num_generations) / max(1, rows)
+
+
+def _per_step(method: str, batch: int, grad_accum: int, num_generations: int) -> int:
+    """Training rows one optimizer step reads: GRPO's batch holds num_generations completions of each prompt."""
+    return max(1, batch // num_generations if method == "grpo" else batch) * grad_accum
+
+
+def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
+    """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
+    rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
+    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file."""
+    found = []
+    if method in ("dpo", "orpo"):
+        unpaired = {side: sum("completion" in r for r in rows) for side, rows in (("train", train), ("held-out", held))}
+        if any(unpaired.values()):
+            where = " and ".join(f"{n} {side}" for side, n in unpaired.items() if n)
+            found.append(f"the data holds unpaired KTO rows (prompt/completion/label: {where}), and {method.upper()} "
+                         "trains on pairs (prompt/chosen/rejected): set method='kto' to train on them, or give pairs")
+    if method == "kto" and batch < 2:
+        found.append(f"per_device_batch_size={batch}: KTO estimates its KL term from the other rows of a batch; use 2 "
+                     "or more")
+    if method == "grpo":
+        if preference_data not in ("", "embedded"):
+            found.append(f"preference_data={preference_data!r}: GRPO samples its own answers to 01's prompts and reads "
+                         "no preference file; leave preference_data='embedded', or choose dpo, orpo or kto for it")
+        empty = sum(not any(m["role"] == "user" for m in r["prompt"]) for r in (*train, *held))
+        if empty:
+            found.append(f"{empty} of 01's records have no user turn before their answer (plain text): GRPO needs "
+                         "prompts to answer; prepare 01 from prompt/answer records")
+    return found
+
+
+def completion_length(method: str, value, tokenizer, train: list[dict]) -> tuple[int, str]:
+    """GRPO's max_completion_length: the value given, else 03's max_new_tokens rule over the training rows' reference
+    answers (1.5x the longest, at least 16: the embedded task's one-word answers keep 16). 0 for the other methods,
+    which sample nothing."""
+    if method != "grpo":
+        return (0, "not used: only GRPO samples completions") if defaults.is_auto(value) else (int(value), "given")
+    return defaults.max_new_tokens(value, tokenizer, [r["answer"] for r in train])
