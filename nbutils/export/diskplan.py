@@ -191,14 +191,19 @@ def base_download(base_model: str, params: int) -> tuple[int, Path | None]:
 
 
 def _weights_complete(snapshot: Path) -> bool:
-    """Every safetensors file the snapshot's index names is there (or the single-file weights)."""
+    """Every weight file the snapshot's index names is there, or its single-file weights: safetensors, or the
+    pytorch_model*.bin of an older upload (transformers loads either)."""
     import json
 
-    index = snapshot / "model.safetensors.index.json"
-    if index.exists():
-        shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
-        return bool(shards) and all((snapshot / s).exists() for s in shards)
-    return (snapshot / "model.safetensors").exists()
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (snapshot / index).exists():
+            shards = set(json.loads((snapshot / index).read_text(encoding="utf-8")).get("weight_map", {}).values())
+            if shards and all((snapshot / s).exists() for s in shards):
+                return True
+        elif (snapshot / single).exists():
+            return True
+    return False
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json")

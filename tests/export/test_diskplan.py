@@ -209,11 +209,17 @@ def test_a_base_not_cached_yet_is_counted_as_16_bit_weights_downloaded_into_the_
     index = json.dumps({"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}})
     _hub_snapshot(cache, "org/sharded", {"model.safetensors.index.json": index, "model-1.safetensors": ""})
     assert diskplan.base_download("org/sharded", 1000) == (2000, cache)  # a shard missing: downloaded again
+    _hub_snapshot(cache, "org/older", {"config.json": "{}", "pytorch_model.bin": ""})  # an older upload's weights
+    assert diskplan.base_download("org/older", 1000) == (0, None)
     assert diskplan.base_download(str(tmp_path), 1000) == (0, None)  # a local folder
     assert diskplan.base_download("embedded", 1000) == (0, None)
 
 
-def test_the_download_takes_room_from_the_disk_it_shares_and_is_said(tmp_path):
+def test_the_download_takes_room_from_the_disk_it_shares_and_is_said(tmp_path, monkeypatch):
+    import collections
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(diskplan.shutil, "disk_usage", lambda path: usage(2**40, 0, 2**38))  # not the live disk
     sizes = {"adapter": 10, "merged": 20}
     free = diskplan.make_plan(tmp_path / "o", tmp_path / "t", sizes)
     taken = diskplan.make_plan(tmp_path / "o", tmp_path / "t", sizes, download=(2**30, tmp_path / "hub" / "x"))
