@@ -182,7 +182,9 @@ def describe_line(tokenizer) -> str:
 # --- roles a template accepts ------------------------------------------------------------------
 
 def role_rules(render) -> dict:
-    """What the template does with a system message and with two user turns in a row."""
+    """What the template does with a system message, two user turns in a row, an answer before the first question
+    (`assistant_first`) and answers with no question at all (`answer_alone`). The last two are probed apart: some
+    templates refuse only a conversation without any user message (Qwen3-2507's 'No user query found')."""
     def ok(msgs, marker=None):
         try:
             text = render(msgs)
@@ -192,13 +194,16 @@ def role_rules(render) -> dict:
 
     sys_msgs = [{"role": "system", "content": "SYSMARK"}, *PROBE]
     two_users = [{"role": "user", "content": "a"}, *PROBE]
-    return {"system": ok(sys_msgs, "SYSMARK"), "consecutive": ok(two_users), "assistant_first": ok(PROBE[1:])}
+    greeting = [{"role": "assistant", "content": "hello"}, *PROBE]
+    return {"system": ok(sys_msgs, "SYSMARK"), "consecutive": ok(two_users), "assistant_first": ok(greeting),
+            "answer_alone": ok(PROBE[1:])}
 
 
 def normalize_roles(msgs: list[dict], rules: dict) -> tuple[list[dict], dict]:
     """Merge the system text into the first user turn and same-role turns, and drop answers before the first
-    question, where the template needs it (Gemma, Mistral: user first; a greeting the model opened with cannot be
-    rendered there). A conversation with no question at all (a plain `text` record) is left whole: `plain_spans`.
+    question, where the template refuses each (`role_rules`; Gemma, Mistral: user first, a greeting the model opened
+    with cannot be rendered there). A conversation with no question at all (a plain `text` record) is left whole:
+    where the template refuses it, `plain_spans`.
 
     Returns the messages as the template can render them and what was changed ({"system": 0|1, "turns": n merged,
     "leading": n answers dropped}).

@@ -8,13 +8,16 @@ stay quarantined.
 
 from __future__ import annotations
 
+import codecs
 import re
-from pathlib import Path
 
 from nbutils.data import readers, records
 
 _ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that was not UTF-8, kept by surrogateescape
 _NOT_ASCII = re.compile("[^\x00-\x7f\udc80-\udcff]")  # text that decoded as UTF-8 beyond ASCII (a mixed file)
+# What the encoding hint reads past a file's first undecodable byte: thousands of lines to judge it by, in bounded memory
+HINT_SAMPLE = 4 << 20
+_CHUNK = 1 << 20
 
 
 def read_records(inputs: list[str], ledger, fmt: str = "auto", columns: dict | None = None,
@@ -55,15 +58,33 @@ def read_records(inputs: list[str], ledger, fmt: str = "auto", columns: dict | N
 
 def encoding_hint(path: str) -> str | None:
     """The fix for a file in Windows-1252 (Excel's 'CSV', accents as single bytes), or None: its bytes are not all
-    UTF-8, read whole as cp1252, and hold no UTF-8 beyond ASCII (converting a mixed file would garble its UTF-8)."""
+    UTF-8, read as cp1252, and hold no UTF-8 beyond ASCII (converting a mixed file would garble its UTF-8)."""
     try:
-        raw = Path(path).read_bytes()
-        raw.decode("cp1252")
-    except (OSError, UnicodeDecodeError):  # a folder, a hub id; bytes cp1252 leaves undefined
-        return None
-    text = raw.decode("utf-8-sig", "surrogateescape")
-    if not _ESCAPED.search(text) or _NOT_ASCII.search(text):  # all UTF-8, or a mixed file
+        with open(path, "rb") as f:
+            if not _cp1252_only(f):
+                return None
+    except OSError:  # a folder, a hub id
         return None
     return (f"{path}: its records with undecodable bytes read as Windows-1252 (Excel's default 'CSV'); they are "
             f"quarantined. Convert the file (`iconv -f cp1252 -t utf-8 {path} > NEW`, or save it from Excel as "
             "'CSV UTF-8') and pass the new one.")
+
+
+def _cp1252_only(f) -> bool:
+    """Whether a file's bytes look like cp1252 and not UTF-8, judged on it streamed up to about HINT_SAMPLE bytes past
+    its first undecodable byte: never the whole of a large file in memory, nor read further than the judgement needs."""
+    decoder, seen = codecs.getincrementaldecoder("utf-8-sig")("surrogateescape"), None
+    while seen is None or f.tell() - seen < HINT_SAMPLE:
+        chunk = f.read(_CHUNK)
+        try:
+            chunk.decode("cp1252")
+        except UnicodeDecodeError:  # bytes cp1252 leaves undefined
+            return False
+        text = decoder.decode(chunk, final=not chunk)
+        if _NOT_ASCII.search(text):  # a mixed file
+            return False
+        if seen is None and _ESCAPED.search(text):
+            seen = f.tell()
+        if not chunk:
+            break
+    return seen is not None  # None: all UTF-8

@@ -83,21 +83,45 @@ def _json_kind(head: bytes, whole: bool, named: str) -> tuple[str, str]:
                    "each bad record quarantined")
 
 
+_SAVE_AS_TEXT = "write its records as JSONL or CSV (UTF-8) and pass that file"
+_MAGIC = (  # first bytes of the binary files people pass by mistake, and what to do with each
+    (b"\x1f\x8b", "a gzip-compressed file: decompress it first (`gunzip -k FILE`) and pass the file inside."),
+    (b"SQLite format 3\x00", "an SQLite database, not text: dump it as SQL (`sqlite3 FILE .dump > NEW.sql`) or one "
+                             "table as CSV (`sqlite3 -header -csv FILE 'SELECT * FROM t' > NEW.csv`) and pass that."),
+    (b"\x93NUMPY", f"a NumPy array (.npy), not text: {_SAVE_AS_TEXT}."),
+    (b"%PDF", "a PDF document, not text: extract its text (`pdftotext FILE NEW.txt`), shape it into records (JSONL "
+              "or CSV) and pass that file."),
+    (b"\xd0\xcf\x11\xe0", "an old Office file (Excel .xls, Word .doc), not text: in Excel, File > Save As > "
+                         "'CSV UTF-8 (Comma delimited)', and pass the .csv."),
+)
+# NULs in the first 4 KiB that text may still hold: a record damaged by a NUL or a few is read (and quarantined by
+# what follows); random or compressed bytes average 16 NULs per 4 KiB and binary headers and padding far more.
+STRAY_NULS = 8
+
+
 def not_text(head: bytes) -> str | None:
     """What a file is and what to do, when its first bytes say it is not UTF-8 text (None: it may be): a compressed
-    archive, a spreadsheet, UTF-16. A stray NUL in UTF-8 text is none of these: the record holding it is read."""
-    if head.startswith(b"\x1f\x8b"):
-        return "a gzip-compressed file: decompress it first (`gunzip -k FILE`) and pass the file inside."
+    archive, a spreadsheet, a database, a pickle, UTF-16, other binary. A stray NUL in UTF-8 text is none of these:
+    the record holding it is read."""
+    if why := next((why for magic, why in _MAGIC if head.startswith(magic)), None):
+        return why
     if head.startswith(b"PK\x03\x04"):
         if b"xl/" in head[:4096] or b"[Content_Types].xml" in head[:4096]:
             return ("an Excel workbook (.xlsx), not text: in Excel, File > Save As > 'CSV UTF-8 (Comma delimited)', "
                     "and pass the .csv.")
         return "a zip archive: unzip it first (`unzip FILE`) and pass the file inside."
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # PROTO opcode, protocol 2-5
+        return f"a Python pickle, not text: load it in Python and {_SAVE_AS_TEXT}."
     sample = head[:4096]
-    alternate = len(sample) >= 8 and max(sample[0::2].count(0), sample[1::2].count(0)) * 4 >= len(sample)
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or alternate:  # a BOM, or every other byte NUL (ASCII in UTF-16)
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    # ASCII in UTF-16: every other byte NUL, far fewer between them (U+xx00, a stray U+0000); a binary's fall on both
+    alternate = len(sample) >= 8 and max(even, odd) * 4 >= len(sample) and min(even, odd) * 2 <= max(even, odd)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or alternate:
         return ("UTF-16 text (Excel's 'Unicode Text', PowerShell's `>`), not UTF-8: save it as UTF-8 (Excel: CSV "
                 "UTF-8; `iconv -f UTF-16 -t UTF-8 FILE > NEW`) and pass the new file.")
+    if (nuls := even + odd) > STRAY_NULS:
+        return (f"binary, not text ({nuls} NUL bytes in its first {len(sample)} bytes): pass the records as UTF-8 text "
+                "(JSONL, JSON, CSV, TSV, HTML, SQL), Parquet or a saved Hugging Face dataset.")
     return None
 
 

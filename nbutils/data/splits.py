@@ -119,7 +119,7 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
     texts, spans, errors, fixed, merges = [], [], [], [], {"system": [], "turns": [], "leading": [], "plain": []}
     for msgs in batch["messages"]:
         msgs, merged = chatformat.normalize_roles(msgs, rules)
-        plain = not rules["assistant_first"] and all(m["role"] != "user" for m in msgs)
+        plain = not rules["answer_alone"] and all(m["role"] != "user" for m in msgs)
         fixed.append(msgs)
         for k in merges:
             merges[k].append(int(plain) if k == "plain" else merged[k])
@@ -305,7 +305,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     keep, truncated, fixes, seq_why, ds = [], 0, {}, "given", None
     if rows:
         ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
-        if verbose and (fixes["leading_answers_dropped"] or fixes["plain_text"]):  # the template needs the user first
+        if verbose and (fixes["leading_answers_dropped"] or fixes["plain_text"]):  # the template refuses those turns
             print(f"[roles] {fixes['plain_text']} records without a question trained as plain text + EOS; "
                   f"{fixes['leading_answers_dropped']} answers before a conversation's first question dropped "
                   "(manifest role_fixes)")

@@ -267,6 +267,25 @@ def test_where_the_user_must_speak_first_text_trains_as_plain_text_and_a_greetin
     assert [m["role"] for m in rows["tell me what rome is ."]["messages"]] == ["user", "assistant"]
 
 
+def test_a_template_that_refuses_only_a_conversation_without_a_question_keeps_a_greeting(twin):
+    """Qwen3-2507's template raises 'No user query found' for answers alone but renders a greeting before the first
+    question: the greeting is kept and trained, and only a record without a question is trained as plain text."""
+    tok = _tok(twin, "qwen3")
+    loop = "{%- endfor %}\n{%- for message in messages %}"
+    refuse = "{%- if ns.multi_step_tool %}{{- raise_exception('No user query found in messages.') }}{%- endif %}\n"
+    template = tok.chat_template.replace(loop, loop.replace("\n", "\n" + refuse, 1), 1)
+    assert template != tok.chat_template
+    rules = chatformat.role_rules(splits.renderer(tok, template))
+    assert rules["assistant_first"] and not rules["answer_alone"]
+    greeting = [{"role": "assistant", "content": "Welcome!"}, *CONVS[2]]
+    b = splits.encode_batch({"messages": [greeting, [{"role": "assistant", "content": "Once upon a time."}]]},
+                            tok, template, False)
+    assert b["error"] == ["", ""] and b["dropped_leading"] == [0, 0] and b["plain_text"] == [0, 1]
+    row = {"input_ids": b["input_ids"][0], "labels": b["labels"][0]}
+    assert [tok.decode(r) for r in _label_runs(row)] == ["Welcome!<|im_end|>",
+                                                        "<think>\n\n</think>\n\ncity<|im_end|>"]
+
+
 def test_a_reasoning_answer_is_trained_in_the_last_turn_and_refused_with_its_reason_earlier(twin):
     """Qwen3's <think>/</think> are in its template: written by the model in its last answer they are kept and
     labelled; in an earlier answer the template drops the reasoning, which is said, not called a control token."""

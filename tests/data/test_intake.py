@@ -1,7 +1,9 @@
 """Reading every input into records: a record cap shared by the inputs, and the fix for an Excel (cp1252) CSV."""
 
 import json
+import tracemalloc
 
+from nbutils.data import intake
 from nbutils.data.intake import read_records
 from nbutils.data.ledger import Ledger
 
@@ -36,3 +38,22 @@ def test_a_windows_1252_csv_says_how_to_convert_it_and_keeps_its_rows_quarantine
     ledger = Ledger()
     read_records([str(mixed)], ledger)
     assert ledger.counts["quarantined"] == 1 and "hint" not in ledger.inputs[str(mixed)]
+
+
+def test_the_encoding_of_a_large_file_is_judged_in_bounded_memory(tmp_path):
+    """A multi-GB Excel CSV must not be read whole (and decoded twice) to say how to convert it: a 48 MiB one is
+    judged from a bounded stream, and a cp1252 accent far down the file still gets the hint."""
+    path = tmp_path / "big.csv"
+    line = b"instruction,output\r\n" + b"Say hi,hi there and a few more words\r\n" * 20000
+    with open(path, "wb") as f:
+        for _ in range(48 << 20 // len(line)):
+            f.write(line)
+        f.write("Say café,café\r\n".encode("cp1252"))
+    tracemalloc.start()
+    try:
+        hint = intake.encoding_hint(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert hint and "iconv -f cp1252" in hint
+    assert peak < 4 * intake.HINT_SAMPLE  # the chunks in flight, not the file's 48 MiB

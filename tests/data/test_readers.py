@@ -1,9 +1,13 @@
 """Readers: each format yields (source, line, record | Bad); what cannot be read is marked Bad with its reason, and
 damage stays where it is. The fuzz test at the end damages thousands of valid files (tests/data/damage.py)."""
 
+import contextlib
 import json
+import pickle
 import re
+import sqlite3
 
+import numpy as np
 import pytest
 
 from nbutils.data import hubdata, pairs, readers, records, splits
@@ -281,6 +285,10 @@ def test_a_lone_surrogate_from_a_json_escape_is_quarantined_naming_its_field(tmp
     (b"PK\x03\x04\x14\x00\x00\x00[Content_Types].xml\x00xl/workbook.xml", "Excel workbook .* 'CSV UTF-8"),
     (b"PK\x03\x04\x14\x00\x00\x00data.jsonl\x00\x00", "a zip archive: unzip it first"),
     ("prompt,completion\nq,a\n".encode("utf-16-le"), "UTF-16 text"),  # no BOM: every other byte NUL
+    (pickle.dumps([{"prompt": "q", "completion": "a"}]), "a Python pickle, not text: .* JSONL or CSV"),
+    (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj", "a PDF document, not text: extract its text"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 512, r"an old Office file \(Excel .xls.*'CSV UTF-8"),
+    (bytes(range(256)) * 4, r"binary, not text \(20 NUL bytes in its first 1040 bytes\)"),  # no magic, NULs spread
 ])
 def test_binary_files_are_named_with_what_to_do(tmp_path, head, says):
     path = tmp_path / "x.csv"
@@ -289,8 +297,27 @@ def test_binary_files_are_named_with_what_to_do(tmp_path, head, says):
         readers.sniff_why(str(path))
 
 
+def test_a_database_or_numpy_array_named_csv_is_named_not_called_utf16(tmp_path):
+    """Both hold NULs at every offset (page headers, zero padding, small numbers): what they are, and the way out."""
+    db = tmp_path / "x.csv"
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        con.execute("CREATE TABLE t (prompt TEXT, completion TEXT)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [("q", "a")] * 50)
+    with pytest.raises(ValueError, match=r"x.csv: an SQLite database, not text: .* \.dump > NEW.sql"):
+        readers.sniff_why(str(db))
+    array = tmp_path / "y.csv"
+    with open(array, "wb") as f:
+        np.save(f, np.arange(1000, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"y.csv: a NumPy array \(.npy\), not text"):
+        readers.sniff_why(str(array))
+
+
 def test_a_stray_nul_in_utf8_text_is_read_not_called_utf16(tmp_path):
     path = tmp_path / "x.csv"
-    path.write_bytes(b"prompt,completion\nq,a\x00b\nq2,a2\n")
+    nuls = b"\x00" * (readers.STRAY_NULS - 1)  # with the NUL above, as many as text may hold
+    path.write_bytes(b"prompt,completion\nq,a\x00b\nq2,a2\nq3," + nuls + b"\n")
     assert readers.sniff_why(str(path))[0] == "csv"
-    assert [rec["completion"] for _, rec in _rows(path)] == ["a\x00b", "a2"]
+    assert [rec["completion"] for _, rec in _rows(path)] == ["a\x00b", "a2", nuls.decode()]
+    path.write_bytes(path.read_bytes() + b"q4,\x00\n")
+    with pytest.raises(ValueError, match=r"x.csv: binary, not text \(9 NUL bytes"):
+        readers.sniff_why(str(path))
