@@ -1,7 +1,11 @@
 # ---
 # jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: accelerator,colab
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -27,6 +31,8 @@
 # @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
+if sys.version_info < (3, 11):  # the pinned packages need it
+    raise RuntimeError(f"this kernel runs Python {sys.version_info[0]}.{sys.version_info[1]}; the notebooks need 3.11+: on Kaggle, Settings > Environment > Always use latest environment, then run this cell again")
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{root}/{d}/nbutils-*.whl"))
@@ -39,7 +45,8 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
         if pip.returncode == 0:
             break
     else:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({spec}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
+        hint = "" if wheels or "resolve host" not in pip.stderr else "no internet and no qlora-nbutils dataset: Add Input > Datasets > qlora-nbutils, or Settings > Internet on (a phone-verified Kaggle account), then run this cell again. "
+        raise RuntimeError(f"{hint}pip could not install nbutils ({spec}):\n{pip.stdout[-3000:]}{pip.stderr[-3000:]}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 

@@ -100,16 +100,29 @@ def credentials_problem() -> str | None:
             f"KAGGLE_KEY=<key>, or save kaggle.json as {where}/kaggle.json (chmod 600).")
 
 
-def _wait(api, kernel_id: str, poll_s: float) -> str:
-    """Poll a kernel's run until it ends; the final status name (COMPLETE, ERROR, CANCEL_...)."""
-    last = None
+TERMINAL = ("COMPLETE", "ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
+STARTED = ("QUEUED", "RUNNING")
+
+
+def _wait(api, kernel_id: str, poll_s: float, grace_s: float = 300.0) -> str:
+    """Poll a kernel's run until it ends; the final status name (COMPLETE, ERROR, CANCEL_...).
+
+    Right after kernels_push the status can still be the previous version's (COMPLETE from the last run): taken at face
+    value, the next notebook would start on that run's output. A terminal status counts once this run was seen queued
+    or running, or after grace_s (a run that ended between two polls is never seen running)."""
+    last, started, since = None, False, time.monotonic()
     while True:
         response = api.kernels_status(kernel_id)
         status = getattr(response.status, "name", str(response.status)).upper()
         if status != last:
             print(f"[kaggle] {kernel_id}: {status}", flush=True)
             last = status
-        if status in ("COMPLETE", "ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED"):
+        started = started or status in STARTED
+        waited = time.monotonic() - since
+        if status in TERMINAL and (started or waited >= grace_s):
+            if not started:
+                print(f"[kaggle] {kernel_id}: not seen queued or running in {waited:.0f} s; taking {status} as this "
+                      "version's (check its log on Kaggle if in doubt)", flush=True)
             if response.failure_message:
                 print(f"[kaggle] {kernel_id}: {response.failure_message}", file=sys.stderr)
             return status

@@ -230,11 +230,12 @@ def run_install(plan: InstallPlan) -> None:
              if after[n] is None or version(after[n]) != version(v)]
     if wrong:
         raise RuntimeError("Installed versions differ from the pins: " + ", ".join(wrong) +
-                           ". Restart the session and run this cell first, before any other import.")
+                           f"; {install_verify.restart_advice(plan.platform)} and run this cell first, "
+                           "before any other import.")
     verdict = install_verify.verify(before, list(pinned), output, CHAIN_PACKAGES)
     for conflict in verdict.conflicts:
         print(f"[install] conflict: {conflict}", flush=True)
-    errors = verdict.errors()
+    errors = verdict.errors(plan.platform)
     if errors:
         raise RuntimeError("The install left this environment broken:\n- " + "\n- ".join(errors))
     moved = len(verdict.moved) - len(pinned)
@@ -321,6 +322,15 @@ def ensure_extra(names: tuple[str, ...]) -> str:
     return line
 
 
+# pyproject.toml's requires-python (a test holds them equal): the pins (transformers 5.23, trl 1.16, pandas 3 ...) need
+# it, and pip would otherwise refuse nbutils itself with a message that names no way out.
+MIN_PYTHON = (3, 11)
+PYTHON_ADVICE = (f"the notebooks need {MIN_PYTHON[0]}.{MIN_PYTHON[1]}+: on Kaggle, Settings > Environment > Always use "
+                 "latest environment, then run this cell again")
+# What the install cell says first when it found no wheel and GitHub did not resolve: Kaggle with the internet off.
+OFFLINE_ADVICE = (f"no internet and no {settings.DATASET_SLUG} dataset: Add Input > Datasets > {settings.DATASET_SLUG}, "
+                  "or Settings > Internet on (a phone-verified Kaggle account), then run this cell again. ")
+
 # The install cell folds to its title line in Colab (a form) and in Kaggle and JupyterLab (input hidden): a learner
 # meets one line saying what it does; the code is one click away.
 BOOTSTRAP_CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}, "_kg_hide-input": True}
@@ -339,6 +349,8 @@ def bootstrap_cell_source() -> str:
     return f'''# @title Install nbutils (this notebook's version: dataset wheel, else GitHub), then what the image lacks; never torch
 import glob, importlib.util, os, subprocess, sys
 
+if sys.version_info < {MIN_PYTHON}:  # the pinned packages need it
+    raise RuntimeError(f"this kernel runs Python {{sys.version_info[0]}}.{{sys.version_info[1]}}; {PYTHON_ADVICE}")
 if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installed it
     root = os.environ.get("NBUTILS_INPUT_ROOT", "/kaggle/input")
     wheels = sorted(w for d in ("*", "*/*", "*/*/*") for w in glob.glob(f"{{root}}/{{d}}/nbutils-*.whl"))
@@ -351,7 +363,8 @@ if importlib.util.find_spec("nbutils") is None:  # locally `make setup` installe
         if pip.returncode == 0:
             break
     else:  # pip's own output does not reach every notebook UI: it goes into the error
-        raise RuntimeError(f"pip could not install nbutils ({{spec}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
+        hint = "" if wheels or "resolve host" not in pip.stderr else "{OFFLINE_ADVICE}"
+        raise RuntimeError(f"{{hint}}pip could not install nbutils ({{spec}}):\\n{{pip.stdout[-3000:]}}{{pip.stderr[-3000:]}}")
 from nbutils.runtime.install import ensure_packages
 ensure_packages()  # installs only what is missing or too old, pinned; never torch
 '''

@@ -194,6 +194,17 @@ def conflicts(pip_output: str, chain_roots) -> list[Conflict]:
     return out
 
 
+# Each platform's own menu for a fresh interpreter (Colab's "Runtime > Restart session"; Kaggle's Run menu).
+RESTART = {"kaggle": "restart the session (Run > Restart)", "colab": "restart the session (Runtime > Restart session)",
+           "local": "restart the kernel (Kernel > Restart Kernel)"}
+
+
+
+def restart_advice(platform: str) -> str:
+    """How to get a fresh interpreter on this platform ("kaggle", "colab", anything else: Jupyter)."""
+    return RESTART.get(platform, RESTART["local"])
+
+
 @dataclass
 class Verdict:
     moved: dict[str, tuple] = field(default_factory=dict)
@@ -202,20 +213,21 @@ class Verdict:
     mismatched: dict[str, str] = field(default_factory=dict)  # module -> "loaded X, installed Y"
     conflicts: list[Conflict] = field(default_factory=list)
 
-    def errors(self) -> list[str]:
-        """What leaves the environment broken, each with what to do."""
+    def errors(self, platform: str = "local") -> list[str]:
+        """What leaves the environment broken, each with what to do (the restart named by `platform`'s menu)."""
+        restart = restart_advice(platform)
         out = []
         if self.broken:
             out += [f"{m} does not import in a fresh process after the install: {e} -- the install left it broken; "
                     "rebuild the dataset with `make kaggle-dataset` (its pins fit this image's numpy) or report it"
                     for m, e in self.broken.items()]
         if self.mismatched:
-            out += [f"{m}: {v} -- two copies are installed; restart the session and run this cell again"
+            out += [f"{m}: {v} -- two copies are installed; {restart} and run this cell again"
                     for m, v in self.mismatched.items()]
         if self.stale:
             names = ", ".join(f"{m} ({self.moved[d][0]} -> {self.moved[d][1]})" for m, d in sorted(self.stale.items()))
             out.append(f"{names} were loaded before this cell replaced them, so the old builds are still in memory: "
-                       "restart the session (Run > Restart) and run this cell first; move any cell that imports "
+                       f"{restart} and run this cell first; move any cell that imports "
                        "numpy/pandas/transformers (Kaggle's template cell) below it")
         out += [f"pip left a conflict the chain depends on: {c}" for c in self.conflicts if c.matters]
         return out

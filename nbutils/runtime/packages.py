@@ -42,7 +42,9 @@ NEEDED = {
     "pyarrow": Need("26.0.1", "24.0", "pyarrow"),
     "beautifulsoup4": Need("4.15.0", "4.12", "bs4"),
     "tqdm": Need("4.70.1", "4.66.3", "tqdm"),
-    "ipywidgets": Need("8.1.9", "8.0", "ipywidgets"),
+    # 7: what tqdm.auto's notebook bars need (tqdm asks ipywidgets>=6). Colab keeps 7.7.1 on purpose: its frontend
+    # renders 8.x widgets badly (googlecolab/colabtools#3020), so an upgrade broke the progress bars there.
+    "ipywidgets": Need("8.1.9", "7.0", "ipywidgets"),
     "rouge-score": Need("0.1.2", "0.1.2", "rouge_score"),
     "sacrebleu": Need("2.6.0", "2.0", "sacrebleu"),
     "filelock": Need("4.2.11", "3.10", "filelock"),  # the output_dir run lock (nbutils.train.runlock)

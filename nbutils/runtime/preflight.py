@@ -123,6 +123,50 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
     return Precision(dtype, attn, reason)
 
 
+def torch_arch_list() -> list[str]:
+    """The GPU architectures this torch carries kernels for ("sm_75", PTX "compute_90"); empty on a CPU build.
+
+    torch.cuda.get_arch_list() would do, but it asks torch.cuda.is_available() first, whose device count
+    initialises the CUDA driver: that poisons the forked workers of accelerate's launcher (see accelerators()).
+    The flags are a string compiled into the build; no CUDA call reads them.
+    """
+    import torch
+
+    if not torch.version.cuda:  # a CPU build (the flags function is absent from it)
+        return []
+    try:
+        return (torch._C._cuda_getArchFlags() or "").split()
+    except (AttributeError, RuntimeError):  # a private function: gone or failing, there is nothing to judge by
+        return []
+
+
+def runs_on(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Can a GPU of this compute capability run this build? A cubin (sm_XY) runs on its major at minor Y or above;
+    PTX (compute_XY) is compiled on load for XY or newer. An empty list (a CPU build, a private API gone) says yes:
+    nothing to judge by."""
+    def cap(entry: str) -> tuple[int, int]:
+        digits = "".join(ch for ch in entry.split("_", 1)[1] if ch.isdigit())  # sm_90a, sm_100, compute_120
+        return int(digits[:-1]), int(digits[-1])
+
+    archs = [a for a in arch_list if a.startswith(("sm_", "compute_")) and any(ch.isdigit() for ch in a)]
+    cubins = [cap(a) for a in archs if a.startswith("sm_")]
+    ptx = [cap(a) for a in archs if a.startswith("compute_")]
+    return not archs or any(c[0] == capability[0] and c <= capability for c in cubins) or any(c <= capability for c in ptx)
+
+
+def kernel_problems(accels: list[Accelerator], arch_list: list[str], platform_name: str) -> list[str]:
+    """One blocker per GPU this torch has no kernels for (Kaggle's P100, cc 6.0, under a torch built from sm_70 up):
+    its first CUDA operation would fail with "no kernel image is available for execution on the device"."""
+    way_out = {"kaggle": "Choose Settings > Accelerator > GPU T4 x2, then run the notebook again",
+               "colab": "Choose Runtime > Change runtime type > T4 GPU, then run the notebook again"}.get(
+        platform_name, "Run on a GPU this torch supports, or install a torch built for this one")
+    built = ", ".join(a for a in arch_list if a.startswith("sm_"))
+    return [f"{a.name} (GPU {a.index}, compute capability {a.capability[0]}.{a.capability[1]}) has no kernels in "
+            f"this torch (built for {built or ', '.join(arch_list)}): its first CUDA operation would fail with \"no kernel "
+            f"image is available\". {way_out}."
+            for a in accels if not runs_on(a.capability, arch_list)]
+
+
 def versions() -> dict[str, str]:
     """Installed versions of the packages the notebooks rely on ('missing' when absent)."""
     out = {}
@@ -168,6 +212,7 @@ def inspect(precision: str = "auto", load_in_4bit: bool = True, platform: Platfo
     except PreflightError as e:
         problems.append(str(e))
         chosen = None
+    problems += kernel_problems(accels, torch_arch_list() if accels else [], platform.name)
     if load_in_4bit and vers["bitsandbytes"] == "missing":
         problems.append("load_in_4bit=True but bitsandbytes is not installed: run the install cell "
                         "(pip install bitsandbytes) or set load_in_4bit=False.")

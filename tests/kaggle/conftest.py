@@ -21,8 +21,9 @@ class FakeKaggle:
         if name == "SaveKernel":
             payload = {"ref": body["slug"], "url": f"https://www.kaggle.com/code/{body['slug']}", "versionNumber": 1,
                        "error": self.error}
-        elif name == "GetKernelSessionStatus":
-            payload = {"status": self.statuses.get(body["kernelSlug"], "COMPLETE")}
+        elif name == "GetKernelSessionStatus":  # a run is seen running, then ends (statuses: the sequence, last repeats)
+            seq = self.statuses.setdefault(body["kernelSlug"], ["RUNNING", "COMPLETE"])
+            payload = {"status": seq.pop(0) if len(seq) > 1 else seq[0]}
         else:
             raise AssertionError(f"unexpected Kaggle call {name}")
         response = requests.Response()

@@ -80,3 +80,16 @@ def test_sync_rewrites_badges_and_the_install_cell(tmp_path, monkeypatch):
     assert badges.badges_markdown("03_eval") in text and install.bootstrap_cell_source() in text
     assert text.endswith("# %%\nx = 1\n") and "(old)" not in text
     assert badges.sync_notebooks(tmp_path) == []  # idempotent
+
+
+def test_the_colab_badge_opens_the_gpu_notebooks_on_a_t4():
+    """Colab reads the runtime from the notebook's metadata: without it 02-05 opened on a CPU runtime. The metadata sits
+    in each .py's jupytext header (notebook_metadata_filter keeps it both ways), so `make sync` writes it into the .ipynb."""
+    import nbformat
+
+    for nb in chain.STAGES:
+        meta = nbformat.read(ROOT / "notebooks" / f"{nb.notebook}.ipynb", as_version=4).metadata
+        want = ({"accelerator": "GPU", "colab": {"gpuType": "T4"}} if nb.gpu else {"accelerator": None, "colab": None})
+        assert {k: meta.get(k) for k in want} == want, f"{nb.notebook}: add the jupytext header of 02's .py, then make sync"
+        if nb.gpu:  # kept when the .py is written from the .ipynb too
+            assert {"accelerator", "colab"} <= set(meta.jupytext.get("notebook_metadata_filter", "").split(","))

@@ -107,20 +107,66 @@ def test_push_goes_in_chain_order_and_waits_for_each_run(fake_kaggle, tmp_path, 
     monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
     assert kernels.push(tmp_path, wait=True, poll_s=0) == 0
     names = [(name, body.get("slug") or body.get("kernelSlug")) for name, body in fake_kaggle.calls]
-    assert names == [("SaveKernel", "someone/qlora-01-data-prep"), ("GetKernelSessionStatus", "qlora-01-data-prep"),
-                     ("SaveKernel", "someone/qlora-02-train-qlora"), ("GetKernelSessionStatus", "qlora-02-train-qlora"),
-                     ("SaveKernel", "someone/qlora-03-eval"), ("GetKernelSessionStatus", "qlora-03-eval"),
-                     ("SaveKernel", "someone/qlora-04-export"), ("GetKernelSessionStatus", "qlora-04-export"),
+    status = "GetKernelSessionStatus"
+    assert names == [("SaveKernel", "someone/qlora-01-data-prep"), *[(status, "qlora-01-data-prep")] * 2,
+                     ("SaveKernel", "someone/qlora-02-train-qlora"), *[(status, "qlora-02-train-qlora")] * 2,
+                     ("SaveKernel", "someone/qlora-03-eval"), *[(status, "qlora-03-eval")] * 2,
+                     ("SaveKernel", "someone/qlora-04-export"), *[(status, "qlora-04-export")] * 2,
                      ("SaveKernel", "someone/qlora-05-preference")]
 
 
 def test_push_stops_the_chain_when_a_run_fails(fake_kaggle, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KAGGLE_USERNAME", "someone")
     monkeypatch.setenv("KAGGLE_KEY", "0" * 32)
-    fake_kaggle.statuses["qlora-01-data-prep"] = "ERROR"
+    fake_kaggle.statuses["qlora-01-data-prep"] = ["QUEUED", "ERROR"]
     assert kernels.push(tmp_path, wait=True, poll_s=0) == 1
     assert [n for n, _ in fake_kaggle.calls].count("SaveKernel") == 1
     assert "ended ERROR" in capsys.readouterr().err
+
+
+class FakeClock:
+    """time.monotonic and time.sleep for _wait: sleeping advances the clock, nothing waits."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _fake_api(statuses):
+    """A kaggle client whose kernels_status walks through `statuses` (the last one repeats)."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def kernels_status(kernel_id):
+        seen.append(statuses.pop(0) if len(statuses) > 1 else statuses[0])
+        return SimpleNamespace(status=seen[-1], failure_message="")
+
+    return SimpleNamespace(kernels_status=kernels_status), seen
+
+
+def test_wait_does_not_take_the_previous_versions_status_for_this_runs(monkeypatch, capsys):
+    """Right after the push the status can still be the last version's COMPLETE: the chain went on to the next
+    notebook, which read the old run's output."""
+    clock = FakeClock()
+    monkeypatch.setattr(kernels, "time", clock)
+    api, seen = _fake_api(["COMPLETE", "COMPLETE", "QUEUED", "RUNNING", "ERROR"])
+    assert kernels._wait(api, "someone/k", poll_s=60) == "ERROR"
+    assert seen == ["COMPLETE", "COMPLETE", "QUEUED", "RUNNING", "ERROR"]
+
+
+def test_wait_takes_a_terminal_status_after_the_grace_period_when_the_run_was_never_seen_running(monkeypatch, capsys):
+    clock = FakeClock()
+    monkeypatch.setattr(kernels, "time", clock)
+    api, seen = _fake_api(["COMPLETE"])  # it ran and ended between two polls
+    assert kernels._wait(api, "someone/k", poll_s=60, grace_s=300) == "COMPLETE"
+    assert len(seen) == 6 and clock.now == 300
+    assert "not seen queued or running in 300 s; taking COMPLETE" in capsys.readouterr().out
 
 
 def test_push_reports_a_server_side_rejection(fake_kaggle, tmp_path, monkeypatch, capsys):

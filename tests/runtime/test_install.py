@@ -92,6 +92,18 @@ def test_colabs_older_datasets_and_pyarrow_get_the_pins_not_the_newest_release()
     assert not any(k.startswith(("datasets", "pyarrow")) for k in plan.keep)
 
 
+def test_colabs_own_ipywidgets_7_is_left_alone():
+    """Colab keeps ipywidgets 7.7.1 on purpose (its frontend renders 8.x widgets badly, googlecolab/colabtools#3020):
+    upgrading it broke the tqdm/Hugging Face progress bars. tqdm.auto needs only ipywidgets>=6."""
+    from nbutils.harness.platforms import platform
+
+    colab = platform("colab").version("ipywidgets")
+    assert colab.startswith("7.")  # the freeze this test stands on
+    plan = plan_install("colab", True, None, {**CURRENT, "ipywidgets": colab, "peft": None})
+    assert not any(p.startswith("ipywidgets") for p in plan.packages)
+    assert "ipywidgets>=7.0" in plan.keep
+
+
 def test_find_dataset_looks_a_few_levels_deep(tmp_path):
     assert install.find_dataset(tmp_path) is None
     deep = tmp_path / "datasets" / "someone" / "qlora-nbutils"
@@ -173,8 +185,9 @@ def test_run_install_prints_runs_pip_with_the_torch_hold_and_verifies(monkeypatc
 def test_run_install_says_when_a_pin_did_not_take(monkeypatch, no_verify):
     monkeypatch.setattr(subprocess, "run", FakePip(0))
     monkeypatch.setattr(install, "installed_versions", lambda names: {n: "0.1" for n in names})
-    with pytest.raises(RuntimeError, match=r"differ from the pins: peft==.* \(found 0.1\)"):
-        install.run_install(plan_install("kaggle", True, None, {**CURRENT, "peft": None}))
+    with pytest.raises(RuntimeError, match=r"differ from the pins: peft==.* \(found 0.1\); restart the session "
+                                           r"\(Runtime > Restart session\)"):
+        install.run_install(plan_install("colab", True, None, {**CURRENT, "peft": None}))
 
 
 def test_run_install_explains_a_wheelhouse_failure(monkeypatch, tmp_path, no_verify):

@@ -15,7 +15,7 @@ SOURCE = install.bootstrap_cell_source()
 
 def test_bootstrap_is_short_plain_and_pins_no_torch():
     compile(SOURCE, "bootstrap", "exec")
-    assert len(SOURCE.strip().splitlines()) <= 18 and "noqa" not in SOURCE
+    assert len(SOURCE.strip().splitlines()) <= 21 and "noqa" not in SOURCE
     assert SOURCE.startswith("# @title ")  # the line a learner sees when the cell is folded
     assert "%%capture" not in SOURCE and "&" not in SOURCE and "!" not in SOURCE.replace("!=", "")
     assert "torch" not in SOURCE.replace("never torch", "")
@@ -118,3 +118,38 @@ def test_bootstrap_fails_loudly_with_pips_messages_when_pip_fails(monkeypatch, t
     monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"pip could not install nbutils \(nbutils @ git\+.*\):\nERROR: no space"):
         exec(SOURCE, {"__name__": "__main__"})
+
+
+def test_offline_without_a_dataset_the_error_starts_with_the_way_out(monkeypatch, tmp_path):
+    """Kaggle, internet off, no dataset attached: pip's git error alone ("Could not resolve host") named no way out."""
+    git = "fatal: unable to access 'https://github.com/x/y/': Could not resolve host: github.com"
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", git))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None)
+    monkeypatch.setenv("NBUTILS_INPUT_ROOT", str(tmp_path))
+    with pytest.raises(RuntimeError) as err:
+        exec(SOURCE, {"__name__": "__main__"})
+    assert str(err.value).startswith(install.OFFLINE_ADVICE) and git in str(err.value)
+    assert "Add Input > Datasets > qlora-nbutils, or Settings > Internet on" in install.OFFLINE_ADVICE
+    (tmp_path / "qlora-nbutils").mkdir()  # a dataset is attached (its wheel failed): not the advice to give
+    (tmp_path / "qlora-nbutils" / "nbutils-0.0.1-py3-none-any.whl").write_text("")
+    with pytest.raises(RuntimeError, match=r"^pip could not install nbutils"):
+        exec(SOURCE, {"__name__": "__main__"})
+
+
+def test_an_old_python_is_stopped_first_with_the_menu_that_fixes_it(monkeypatch):
+    """A kernel pinned to an old Kaggle image (Python 3.10): pip would refuse nbutils and the pins with errors that
+    name no way out; the cell says what to change before it runs pip at all."""
+    monkeypatch.setattr(sys, "version_info", (3, 10, 12, "final", 0))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip ran"))
+    with pytest.raises(RuntimeError, match=r"^this kernel runs Python 3\.10; the notebooks need 3\.11\+: on Kaggle, "
+                                           r"Settings > Environment > Always use latest environment"):
+        exec(SOURCE, {"__name__": "__main__"})
+
+
+def test_the_cells_python_floor_is_pyprojects():
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    declared = re.search(r'^requires-python = ">=([0-9.]+)"', (root / "pyproject.toml").read_text(), re.M).group(1)
+    assert tuple(int(x) for x in declared.split(".")) == install.MIN_PYTHON
+    assert f"sys.version_info < {install.MIN_PYTHON}" in SOURCE

@@ -2,6 +2,8 @@
 
 import sys
 
+import pytest
+
 from nbutils.runtime import install_verify as iv
 
 PIP_TAIL = """ERROR: pip's dependency resolver does not currently take into account all the packages that are installed.
@@ -94,9 +96,19 @@ def test_a_module_every_interpreter_loads_at_startup_is_never_stale(monkeypatch)
 def test_errors_say_which_package_and_what_to_do():
     verdict = iv.Verdict(moved={"pyarrow": ("19.0.1", "25.0.1")}, stale={"pyarrow": "pyarrow"},
                          broken={"datasets": "ImportError: pyarrow requires NumPy 2.0 or newer, found 1.26.4"})
-    text = "\n".join(verdict.errors())
+    text = "\n".join(verdict.errors("kaggle"))
     assert "datasets does not import in a fresh process" in text and "make kaggle-dataset" in text
     assert "pyarrow (19.0.1 -> 25.0.1) were loaded before this cell" in text and "restart the session" in text
+
+
+@pytest.mark.parametrize("platform, menu", [("colab", "Runtime > Restart session"), ("kaggle", "Run > Restart"),
+                                            ("local", "Kernel > Restart Kernel")])
+def test_the_restart_advice_names_the_platforms_own_menu(platform, menu):
+    """Colab has no Run > Restart: its menu is Runtime > Restart session."""
+    verdict = iv.Verdict(moved={"pyarrow": ("19.0.1", "25.0.1")}, stale={"pyarrow": "pyarrow"},
+                         mismatched={"peft": "imports 0.18 but 0.21.2 is installed"})
+    errors = verdict.errors(platform)
+    assert len(errors) == 2 and all(f"({menu})" in e for e in errors)
 
 
 def test_modules_of_groups_import_names_by_canonical_distribution():

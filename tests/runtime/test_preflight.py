@@ -88,3 +88,50 @@ def test_inspect_returns_the_blockers_without_printing_or_raising(tmp_path, caps
     env, problems = inspect("bf16", platform=_platform(tmp_path), accels=[T4])
     assert env.precision == "blocked" and len(problems) == 1 and "bf16" in problems[0]
     assert capsys.readouterr().out == ""
+
+
+# What Kaggle's torch 2.x+cu128 carries: kernels from Volta up, no sm_60 (the P100's).
+CU128_ARCHS = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+
+
+@pytest.mark.parametrize("capability, archs, ok", [
+    ((6, 0), CU128_ARCHS, False), ((7, 5), CU128_ARCHS, True), ((8, 9), CU128_ARCHS, True),  # L4: sm_86 cubin runs on 8.9
+    ((8, 9), ["sm_90"], False),  # a cubin never runs on an older minor
+    ((6, 1), ["sm_50", "sm_60"], True), ((10, 0), ["sm_90", "compute_90"], True),  # PTX compiles for newer GPUs
+    ((6, 0), ["compute_70"], False), ((9, 0), ["sm_90a"], True),
+    ((6, 0), [], True),  # a CPU build or no flags: nothing to judge by, no blocker
+])
+def test_runs_on_reads_cubins_and_ptx(capability, archs, ok):
+    from nbutils.runtime.preflight import runs_on
+
+    assert runs_on(capability, archs) is ok
+
+
+@pytest.mark.parametrize("name, way_out", [("kaggle", "Settings > Accelerator > GPU T4 x2"),
+                                           ("colab", "Runtime > Change runtime type > T4 GPU")])
+def test_a_gpu_this_torch_has_no_kernels_for_is_a_blocker_naming_the_way_out(tmp_path, monkeypatch, name, way_out):
+    """Kaggle's P100 (cc 6.0) under a cu12.8 torch: fp16 by the precision rule, but the first CUDA op would fail with
+    "no kernel image is available" after the install and model download."""
+    import nbutils.runtime.preflight as pf
+
+    monkeypatch.setattr(pf, "torch_arch_list", lambda: CU128_ARCHS)
+    platform = Platform(name, "interactive", tmp_path / "in", tmp_path / "work", tmp_path / "tmp")
+    _, problems = pf.inspect(platform=platform, accels=[P100], load_in_4bit=False)
+    assert len(problems) == 1 and problems[0].startswith("Tesla P100-PCIE-16GB (GPU 0, compute capability 6.0) has no")
+    assert "sm_70" in problems[0] and "no kernel image is available" in problems[0] and way_out in problems[0]
+    assert pf.inspect(platform=platform, accels=[T4, T4], load_in_4bit=False)[1] == []
+
+
+def test_the_arch_list_is_read_without_touching_cuda(monkeypatch):
+    """torch.cuda.is_available() initialises the driver (its device count) and would break accelerate's forked
+    launcher: the arch flags are read from the build, and a CPU build gives none."""
+    import torch
+
+    import nbutils.runtime.preflight as pf
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("touched CUDA"))
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "sm_75 sm_80 compute_80", raising=False)
+    assert pf.torch_arch_list() == ["sm_75", "sm_80", "compute_80"]
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert pf.torch_arch_list() == []
