@@ -18,9 +18,10 @@ MODULES = ["bench.chain_bench", "bench.data_bench", "bench.degeneration_bench", 
 
 
 def print_table(rows: list[dict]) -> None:
+    """The rows under their column names (no rows: the header alone)."""
     cols = ["bench", "metric", "value", "target", "note"]
     cells = [[str(r.get(c, "")) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
     print(line(cols))
     print(line(["-" * w for w in widths]))

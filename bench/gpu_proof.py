@@ -349,7 +349,8 @@ def _setup(argv: list[str]) -> tuple[Setup, str | None]:
     parser.add_argument("--models", default=",".join(GPU_SETUP.models))
     parser.add_argument("--stages", default="", help="a comma-separated subset of: " + ", ".join(STAGES))
     parser.add_argument("--replan", metavar="RESULTS", help="no GPU needed: the memory plan as it is now against the "
-                                                            "peaks recorded in this results file")
+                                                            "peaks recorded in this results file (the memory sweep's "
+                                                            "and the tokens/s runs')")
     parser.add_argument("--eval-steps", type=int, default=GPU_SETUP.eval_steps)
     parser.add_argument("--throughput-rows", type=int, default=GPU_SETUP.throughput_rows)
     args = parser.parse_args(argv)
@@ -375,7 +376,11 @@ def main(setup: Setup | None = None, argv: list[str] | None = None) -> int:
         if replan_file:
             from bench import gpu_replan
 
-            print_table(gpu_replan.replan(Path(replan_file)))
+            rows = gpu_replan.replan(Path(replan_file)) + gpu_replan.replan_throughput(Path(replan_file))
+            print_table(rows)
+            if not rows:
+                print(f"[gpu-proof] {replan_file} records no memory peak to plan again (no plan / measured peak row, "
+                      "no tokens/s run with its peak)")
             return 0
     command = " ".join(["python -m bench.gpu_proof", *argv]) if argv else "make gpu-proof"
     t0 = time.perf_counter()

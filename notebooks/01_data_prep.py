@@ -93,9 +93,9 @@ env = preflight(load_in_4bit=False)
 # `<end_of_turn>`, or EOS), so the model learns to stop; the pad token is never EOS and never a new
 # token. A template that marks no assistant turn, or a tokenizer whose ids run past the model's
 # embedding, is refused here, naming the problem. A system message is merged into the first user turn
-# where the template refuses it; where it requires the user to speak first (Gemma, Mistral), a plain `text`
-# record trains as its text and EOS and a greeting before the first question is dropped (both counted in
-# `role_fixes`). Labels cover the answers only (completion-only) unless
+# where the template refuses it; where it refuses a conversation without a question (Gemma, Mistral), a plain
+# `text` record trains as its text and EOS, and where it refuses answers before the first question, a greeting
+# there is dropped (both counted in `role_fixes`). Labels cover the answers only (completion-only) unless
 # `train_on_prompt=True`. `max_seq_len="auto"`
 # covers 99% of the records, capped by the longest sequence a T4 (14.7 GB, as torch reports it) trains at
 # `batch_size` with the loss 02 takes there (the chunked loss where the whole logits would not fit), and says how

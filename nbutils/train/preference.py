@@ -222,9 +222,10 @@ def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 
     if plan.method == "grpo" and batch % num_generations:
         found.append(f"per_device_batch_size={batch} is not a multiple of num_generations={num_generations}: GRPO "
                      "compares the completions of one prompt within a batch")
-    if plan.method != "grpo" and not plan.eval_rows:
+    unbuilt = plan.counts.get("pairs") == rowsplan.NOT_EMBEDDED  # fit_problems says why: no rows follow from it
+    if plan.method != "grpo" and not plan.eval_rows and not unbuilt:
         found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
-    if not plan.train_rows:  # trl would stop on a bare StopIteration at its first batch
+    if not plan.train_rows and not unbuilt:  # trl would stop on a bare StopIteration at its first batch
         prompts = len({json.dumps(r["prompt"]) for r in plan.eval_rows})
         found.append(f"no training rows: the held-out side took all {len(plan.eval_rows)} (held out by prompt, and they "
                      f"share {prompts} prompt{'s' * (prompts != 1)}): give preference_eval (a held-out file), lower "

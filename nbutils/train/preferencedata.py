@@ -3,8 +3,10 @@ the steps and lengths the data asks for.
 
 Pairs (DPO, ORPO) or unpaired rows (KTO) come from `nbutils.data.pairs`; GRPO's prompts and reference answers are
 01's splits. `preference_data="embedded"` builds pairs from 01's task (train pairs from 01's train split, held-out
-pairs from its eval split). Held-out rows whose prompt is also a training prompt are quarantined, whichever way they
-were held out, so the held-out accuracy is measured on prompts the policy never trained on.
+pairs from its eval split) when 01 prepared the embedded task; on any other data it builds none and the plan refuses
+it (a rejected answer that is a random word of the toy task would report a high accuracy that means nothing).
+Held-out rows whose prompt is also a training prompt are quarantined, whichever way they were held out, so the
+held-out accuracy is measured on prompts the policy never trained on.
 """
 
 from __future__ import annotations
@@ -29,11 +31,20 @@ STEPS = {"dpo": 16, "orpo": 16, "kto": 16, "grpo": 40}
 MAX_AUTO_STEPS = 1000
 TOO_LONG_SHARE = 0.2  # more than a fifth of the records over max_length: the data wants another max_length
 EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
+NOT_EMBEDDED = "not built: 01's data is not the embedded task"  # counts["pairs"] when "embedded" meets other data
 
 
 def grpo_rows(ds) -> list[dict]:
     """01's rows as GRPO prompts (the conversation before the answer) with the reference `answer`."""
     return [{"prompt": r["messages"][:-1], "answer": r["messages"][-1]["content"]} for r in ds]
+
+
+def embedded_task(data_dir: Path) -> bool:
+    """Whether 01 prepared the embedded task alone: every input its manifest records is the embedded default's
+    `task.jsonl` (nbutils.embedded.resolve_raw_data: `<cache>/embedded-v<version>/task.jsonl`, on whichever machine
+    01 ran)."""
+    inputs = [Path(i.get("path", "")) for i in splits.load_manifest(data_dir).get("inputs") or []]
+    return bool(inputs) and all(p.name == "task.jsonl" and p.parent.name.startswith("embedded-v") for p in inputs)
 
 
 def _embedded_files(data_dir: Path, out: Path, seed: int) -> tuple[list[str], list[str]]:
@@ -61,6 +72,8 @@ def read_data(method: str, data_dir: Path, out: Path, tokenizer, preference_data
         train, held = train[:limit.get("train")], held[:limit.get("held_out")]
         return train, held, {"prompts": len(train), "held_out_prompts": len(held)}
     if preference_data == "embedded":
+        if not embedded_task(data_dir):  # fit_problems says what to set
+            return [], [], {"pairs": NOT_EMBEDDED}
         train_files, eval_files = _embedded_files(data_dir, out, seed)
     else:
         train_files = [p.strip() for p in preference_data.split(",") if p.strip()]
@@ -135,8 +148,15 @@ def _per_step(method: str, batch: int, grad_accum: int, num_generations: int) ->
 def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
     """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
     rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
-    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file."""
+    with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file; and
+    preference_data="embedded" only on the embedded task (read_data builds no rows on other data)."""
     found = []
+    if method != "grpo" and preference_data == "embedded" and not train and not held:
+        found.append("preference_data='embedded' builds toy pairs from the embedded task (the rejected answer a random "
+                     "word of that task), and 01 prepared your data: set preference_data to your pairs or KTO file(s) "
+                     "(JSONL/JSON/CSV/Parquet, docs/preference.md), or method='grpo', which needs none. No pairs were "
+                     "built, so 05 has no rows to train on or hold out")
+        return found
     if method in ("dpo", "orpo"):
         unpaired = {side: sum("completion" in r for r in rows) for side, rows in (("train", train), ("held-out", held))}
         if any(unpaired.values()):

@@ -106,3 +106,26 @@ def test_a_recorded_run_is_rerun_with_its_own_evaluation_cadence_and_rows():
     assert (setup.throughput_rows, setup.eval_steps, setup.stages, replan) == (128, 10, ("tokens/s", "time plan"), None)
     default, _ = gpu_proof._setup([])
     assert (default.throughput_rows, default.eval_steps) == (gpu_proof.GPU_SETUP.throughput_rows, gpu_proof.GPU_SETUP.eval_steps)
+
+
+def test_replan_prints_the_memory_sweeps_and_the_tokens_s_runs_rows_and_says_when_there_are_none(capsys):
+    """--replan plans again every peak a results file records: the memory sweep's rows and the tokens/s runs'; a
+    file with only one kind prints that kind, and one with neither (a time-plan run) says so, without a GPU."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "bench" / "results"
+    assert gpu_proof.main(argv=["--replan", str(results / "gpu-nvidia-h200-tokens-s-time-plan.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("memory plan / measured peak, GB, batch") == 4 and "peak/plan" in out
+    assert gpu_proof.main(argv=["--replan", str(results / "gpu-nvidia-h200.json")]) == 0
+    out = capsys.readouterr().out
+    assert "memory plan / measured peak at batch" in out and "memory plan / measured peak, GB, batch" in out
+    assert gpu_proof.main(argv=["--replan", str(results / "gpu-nvidia-h200-time-plan.json")]) == 0
+    assert "records no memory peak to plan again" in capsys.readouterr().out
+
+
+def test_an_empty_table_prints_its_header(capsys):
+    from bench.__main__ import print_table
+
+    print_table([])  # max() of one column name alone: no TypeError
+    assert capsys.readouterr().out.startswith("bench  metric  value  target  note")

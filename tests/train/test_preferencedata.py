@@ -95,3 +95,33 @@ def test_grpos_completion_length_auto_follows_the_reference_answers(tok):
     longer = preferencedata.completion_length("grpo", "auto", tok, [{"prompt": [], "answer": "word " * 60}])[0]
     assert longer > 60 and preferencedata.completion_length("grpo", 24, tok, rows) == (24, "given")
     assert preferencedata.completion_length("dpo", "auto", tok, rows)[0] == 0
+
+
+def test_embedded_pairs_are_refused_on_a_users_data_and_built_on_the_embedded_task(prepared_data, tmp_path, tok):
+    """preference_data="embedded" (05's default) pairs each answer with a random word of the toy task: on a user's
+    data that is a held-out accuracy that means nothing. 01's manifest says which data it prepared: on the embedded
+    task the pairs are built; on any other data none are, and the plan says what to set. GRPO reads no pairs."""
+    from nbutils.data import splits
+
+    raw = _write(tmp_path / "mine.jsonl", [{"instruction": f"Add {i} and {i}.", "output": str(2 * i)} for i in range(30)])
+    mine = tmp_path / "data_prep"
+    splits.prepare([raw], mine, tok, base_model="embedded", verbose=False, plot=False)
+    assert preferencedata.embedded_task(prepared_data) and not preferencedata.embedded_task(mine)
+    out = tmp_path / "preference"
+    out.mkdir()
+    train, held, counts = preferencedata.read_data("dpo", mine, out, tok, "embedded", "auto", 0.1, 0, 256, None)
+    assert (train, held, counts) == ([], [], {"pairs": preferencedata.NOT_EMBEDDED})
+    assert not any(out.iterdir())  # no toy pairs written beside the plan
+    for method in ("dpo", "orpo", "kto"):
+        [problem] = preferencedata.fit_problems(method, train, held, "embedded", 16)
+        assert "set preference_data to your pairs or KTO file(s)" in problem and "method='grpo'" in problem
+    assert "pairs not built: 01's data is not the embedded task" in _plan("dpo", train, held, counts).table()
+    unbuilt = _plan("dpo", train, held, counts)
+    unbuilt.memory.update(checkpoint_mb=1, gpu_memory_gb=None)
+    unbuilt.out = out
+    assert preference._checks(unbuilt, 16, 4) == []  # no "no training rows" after the refusal that explains it
+    grpo, _, _ = preferencedata.read_data("grpo", mine, out, tok, "embedded", "auto", 0.1, 0, 256, None)
+    assert grpo and preferencedata.fit_problems("grpo", grpo, [], "embedded", 16) == []
+    train, held, counts = preferencedata.read_data("dpo", prepared_data, out, tok, "embedded", "auto", 0.1, 0, 256, None)
+    assert train and held and "pairs" not in counts
+    assert preferencedata.fit_problems("dpo", train, held, "embedded", 16) == []
