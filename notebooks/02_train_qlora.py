@@ -343,8 +343,9 @@ print(summary["diagnosis"])
 # A resume refuses, naming each difference, when a setting that changes the trained weights differs from the
 # checkpoint's: the base model, 01's data, the precision, the 4-bit or LoRA config, the learning rate and its
 # schedule, the batch size, accumulation or number of processes, the seed. Training longer (a larger `max_steps`
-# or `num_epochs`) is allowed; continuing a `smoke=True` run's checkpoint without smoke is not. Then set a new
-# `output_dir` to keep both runs, or `resume=False` to start over (the old checkpoints are moved aside).
+# or `num_epochs`) is allowed. Then set a new `output_dir` to keep both runs, or `resume=False` to start over (the
+# old checkpoints are moved aside). A `smoke=True` run's checkpoints are never continued: a real run moves them
+# aside itself and starts over; a smoke run in a real run's folder is refused (give it an `output_dir` of its own).
 #
 # What the checkpoint folder holds, and what 03 and 04 read from it:
 

@@ -172,7 +172,8 @@ class Probe(TrainerCallback):
             self.stop.set("degenerate", f"probe generations degenerate at {self.streak} evaluations in a row "
                                         f"(step {state.global_step}); keeping the last checkpoint")
             control.should_training_stop = True
-            control.should_save = True
+            if self.stop.reason != "nan":  # NanGuard cleared this evaluation's save (a NaN eval loss): no checkpoint
+                control.should_save = True
 
 
 class ResumedState(TrainerCallback):

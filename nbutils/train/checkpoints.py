@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +28,9 @@ ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 TOKENIZER_FILES = ["tokenizer_config.json", "tokenizer.json"]
 RUN_FILES = ["run_config.json", "trainer_state.json"]
 RESUME_FILES = ["optimizer.pt", "scheduler.pt", "rng_state.pth"]  # Trainer checkpoints only: what resume restores
+# What a Trainer checkpoint holds for the Trainer alone (what resume restores, its arguments): never part of the final
+# checkpoint, which 03, 04 and 05 load as an adapter.
+TRAINER_ONLY = (*RESUME_FILES, "rng_state_*.pth", "scaler.pt", "training_args.bin")
 # Settings a resume may change on purpose: training longer. The schedule is recomputed for the new length.
 EXTENDABLE = ("training.max_steps", "training.num_train_epochs")
 
@@ -92,10 +96,18 @@ def save_adapter(model, dest: Path) -> None:
 
 
 def copy_complete(src: Path, dest: Path) -> Path:
-    """Use an earlier verified checkpoint as the final one (after a NaN stop, say)."""
-    dest = Path(dest)
+    """Use an earlier verified checkpoint as the final one (after a NaN stop, say), holding what save_final writes:
+    the trained adapter alone. A Trainer checkpoint also holds every other adapter of the model in a subfolder of its
+    name (05's "ref", as peft saves it) and the TRAINER_ONLY files; both stay behind."""
+    src, dest = Path(src), Path(dest)
     tmp = atomic.tmp_name(dest)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MARKER, checksums.NAME))
+    skip = shutil.ignore_patterns(MARKER, checksums.NAME, *TRAINER_ONLY)
+
+    def ignore(folder, names):
+        other_adapters = {n for n in names if (Path(folder) / n / ADAPTER_FILES[0]).is_file()}
+        return set(skip(folder, names)) | (other_adapters if Path(folder) == src else set())
+
+    shutil.copytree(src, tmp, ignore=ignore)
     old = checksums.read(src) or {}
     mark_complete(tmp, old.get("global_step"), old.get("settings"))
     atomic.swap_in(tmp, dest)
@@ -110,6 +122,33 @@ def discard(path: Path) -> None:
     atomic.fsync_dir(path.parent)
     faultpoints.point("rotate")
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def move_aside(trainer_dir: Path, why: str) -> Path:
+    """Rename the Trainer checkpoints' folder to trainer.before-<time>, kept for the user and never resumed."""
+    aside = Path(trainer_dir).with_name(f"trainer.before-{time.strftime('%Y%m%d-%H%M%S')}")
+    Path(trainer_dir).rename(aside)
+    print(f"[train] {why}: the earlier checkpoints moved to {aside}; delete it if not needed", flush=True)
+    return aside
+
+
+def is_smoke(checkpoint: Path) -> bool:
+    """Whether a smoke=True run wrote this checkpoint (its settings say so)."""
+    return bool((checksums.read(checkpoint) or {}).get("settings", {}).get(runsettings.SMOKE_KEY))
+
+
+def drop_smoke(found: Path | None, trainer_dir: Path, settings: dict, main: bool) -> Path | None:
+    """The checkpoint to resume, less a smoke run's when this run is a real one: smoke=True checks the chain in a few
+    steps that spend its learning-rate schedule, never a start worth continuing. The smoke run's folder is moved
+    aside (by the main process) and this run starts over; one in an attached earlier output is left where it is."""
+    if found is None or not is_smoke(found) or settings.get(runsettings.SMOKE_KEY):
+        return found
+    why = f"{found} is a smoke run's (smoke=True checks the chain; no start to continue): this run starts over"
+    if Path(found).parent != Path(trainer_dir):
+        print(f"[train] {why} and leaves it where it is", flush=True)
+    elif main:
+        move_aside(trainer_dir, why)
+    return None
 
 
 def missing_files(path: Path, resumable: bool = False) -> list[str]:

@@ -111,7 +111,12 @@ def differences(old: dict, new: dict) -> list[str]:
         a, b = old.get(key, MISSING), new.get(key, MISSING)
         if a == b or _same(key, a, b, old, new):
             continue
-        out.append(f"smoke: checkpoint has {a is True}, this run {b is True} (a smoke run's few steps spend its "
-                   "learning-rate schedule: it checks the chain, it is no start to continue)" if key == SMOKE_KEY
-                   else f"{key}: checkpoint has {a!r}, this run {b!r}")
+        out.append(_smoke_line(a is True, b is True) if key == SMOKE_KEY else f"{key}: checkpoint has {a!r}, this run {b!r}")
     return out
+
+
+def _smoke_line(checkpoint: bool, run: bool) -> str:
+    why = ("a smoke run's few steps spend its learning-rate schedule: it checks the chain, it is no start to continue"
+           if checkpoint else "a smoke run checks the chain: it would replace this run's final checkpoint and reports, "
+           "so give it an output_dir of its own")
+    return f"smoke: checkpoint has {checkpoint}, this run {run} ({why})"

@@ -71,7 +71,8 @@ class MarkComplete(TrainerCallback):
     rotate by step keeping the newest `keep` verified checkpoints (main process only). The run config and the
     settings are the Run's, known once its session starts. Weights holding NaN/inf are never marked: a callback
     may ask for a save after NanGuard looked (the time plan's calibration does), and a complete checkpoint is
-    what a NaN stop later copies as the final one; that folder is removed and training stops (reason "nan")."""
+    what a NaN stop later copies as the final one; that folder is removed and training stops (reason "nan"). Nor is
+    a save asked for after a NaN stop marked (a NaN eval loss at the evaluation that ends the probe's streak)."""
 
     def __init__(self, run: Run):
         self.run, self.verified = run, set()
@@ -82,7 +83,7 @@ class MarkComplete(TrainerCallback):
         if dist.is_available() and dist.is_initialized():
             dist.barrier()  # every rank has written its rng_state_<rank>.pth before checksums.json lists the folder
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if self.run.nan.bad_weights(model, control, state.global_step):
+        if self.run.nan.bad_weights(model, control, state.global_step) or self.run.stop.reason == "nan":
             if state.is_world_process_zero and path.exists():
                 checkpoints.discard(path)
             return
@@ -257,7 +258,8 @@ def lock(output_dir: Path, main: bool = True) -> None:
 
 
 def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dict, model, main: bool) -> Path | None:
-    """The newest verified checkpoint of this same run, or None; refuses one trained with other settings."""
+    """The newest verified checkpoint of this same run, or None; refuses one trained with other settings (a smoke
+    run's is moved aside by a real run instead: checkpoints.drop_smoke)."""
     trainer_dir = output_dir / "trainer"
     need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)),
                                keep)
@@ -266,11 +268,9 @@ def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dic
         raise diskspace.DiskFullError(problem or f"disk full at {output_dir} (see the first process's error)")
     if not resume:
         if main and checkpoints.checkpoint_dirs(trainer_dir):
-            aside = trainer_dir.with_name(f"trainer.before-{time.strftime('%Y%m%d-%H%M%S')}")
-            trainer_dir.rename(aside)
-            print(f"[train] resume=False: the earlier checkpoints moved to {aside}; delete it if not needed")
+            checkpoints.move_aside(trainer_dir, "resume=False")
         return None
-    found = checkpoints.find_resumable(output_dir)
+    found = checkpoints.drop_smoke(checkpoints.find_resumable(output_dir), trainer_dir, settings, main)
     if found is not None:
         longer = checkpoints.extended(found, settings)
         changed = [c for c in checkpoints.resume_mismatch(found, settings) if c not in longer]

@@ -99,6 +99,17 @@ def test_probe_stops_after_patience_degenerate_evaluations_in_a_row():
     probe.on_evaluate(None, SimpleNamespace(global_step=25), control, model=None)  # no model: nothing to probe
 
 
+def test_a_probe_streak_ending_at_a_nan_evaluation_asks_for_no_save():
+    """The Trainer calls on_log (NanGuard: a NaN eval loss clears the save) before on_evaluate (the probe): the
+    probe's streak ending there must not ask for that save again, or a NaN stop would take it as the last good one."""
+    stop = StopReason()
+    guard, probe, control = NanGuard(stop), callbacks.Probe(lambda model: True, stop, patience=1), _control()
+    control.should_save = True  # the evaluation's step is a save step
+    guard.on_log(SimpleNamespace(fp16=True), SimpleNamespace(global_step=10), control, logs={"eval_loss": math.nan})
+    probe.on_evaluate(None, SimpleNamespace(global_step=10), control, model=object())
+    assert control.should_training_stop and not control.should_save and stop.reason == "nan"
+
+
 def test_probe_gives_no_verdict_on_the_model_before_the_first_step():
     calls = []
     probe = callbacks.Probe(lambda model: calls.append(model) or True, StopReason(), patience=1)

@@ -56,6 +56,35 @@ def test_save_final_writes_the_trained_adapter_alone(lora, tmp_path):
     assert checkpoints.verify(ckpt)["ok"]
 
 
+def test_a_trainer_checkpoint_copied_as_final_holds_the_trained_adapter_alone(lora, tmp_path):
+    """After a NaN stop the last verified Trainer checkpoint becomes the final one: what save_final writes, without
+    05's frozen "ref" adapter (the Trainer saves every adapter) nor what only the Trainer reads; same content hash."""
+    import json
+
+    from nbutils.train import reports
+
+    model, tok = lora
+    src = tmp_path / "trainer" / "checkpoint-3"
+    model.add_adapter("ref", recipe.lora(4))
+    try:
+        model.save_pretrained(src)  # as the Trainer saves a checkpoint: every adapter, "ref" in ref/
+    finally:
+        model.delete_adapter("ref")
+    chatformat.save_tokenizer(tok, src)
+    trainer_only = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_0.pth", "training_args.bin")
+    for name in trainer_only:
+        (src / name).write_bytes(b"trainer only")
+    (src / "run_config.json").write_text(json.dumps(_run_config()))
+    (src / "trainer_state.json").write_text(json.dumps(STATE))
+    checkpoints.mark_complete(src, 3, {"lr": 1})
+    assert (src / "ref" / "adapter_config.json").is_file()
+    final = checkpoints.copy_complete(src, tmp_path / "checkpoint")
+    assert not (final / "ref").exists() and not [name for name in trainer_only if (final / name).exists()]
+    assert checkpoints.problems(final) == [] and checkpoints.missing_files(final) == []
+    assert reports.content_hash(final) == reports.content_hash(src) and checkpoints.checkpoint_step(final) == 3
+    assert checkpoints.verify(final)["ok"]
+
+
 def test_verifier_names_missing_tokenizer_files(lora, tmp_path):
     model, tok = lora
     ckpt = checkpoints.save_final(model, tok, tmp_path / "checkpoint", _run_config(), STATE)

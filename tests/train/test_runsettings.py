@@ -73,6 +73,8 @@ def test_a_real_run_never_continues_a_smoke_run():
         "checks the chain, it is no start to continue)"]
     assert runsettings.differences(smoke, runsettings.settings({**RUN, "smoke": True})) == []
     assert "smoke" not in runsettings.settings(RUN) and "smoke" not in runsettings.settings({**RUN, "smoke": None})
+    [line] = runsettings.differences(runsettings.settings(RUN), smoke)  # a smoke run over a real run's checkpoint
+    assert line.startswith("smoke: checkpoint has False, this run True (") and "output_dir of its own" in line, line
 
 
 def test_a_lora_field_one_peft_lacks_is_the_same_at_its_default():
