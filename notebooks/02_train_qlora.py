@@ -64,13 +64,9 @@ ensure_packages()  # installs only what is missing or too old, pinned; never tor
 # a fixed step count says nothing about how much of the data a run sees: 80 steps of batch 16 are 13% of 10,000
 # records. A number of steps is allowed; the plan warns when it stops before one epoch.
 #
-# **The loss** (`chunked_loss`) is picked by the memory plan. The full logits are what overflows a T4 first, but
-# where they fit they are the fastest (the chunks cost time: 0.72x the plain loss's tokens/s on an H200). `"auto"`
-# takes the plain loss when the run fits the GPU with the whole logits, within the plan's margin; else liger-kernel's
-# fused kernels where they run (a GPU with `liger-kernel` installed; they fuse RMSNorm, SwiGLU and RoPE too), else
-# the chunked loss (pure torch, runs anywhere, the same value and gradients as the plain loss); without a GPU to fit,
-# the chunked one. `"liger"`, `"chunked"` or `"plain"` ask for one; the plan's `loss` row says which trains, why,
-# and what the full logits take for your model.
+# **The loss** (`chunked_loss="auto"`): the plain loss where the whole logits fit the GPU (the fastest; they are
+# what overflows a T4 first), else liger-kernel's fused kernels where installed, else the chunked loss (pure torch,
+# the same value and gradients, 0.72x the plain loss's tokens/s on an H200). The plan's `loss` row says which and why.
 
 # %% tags=["parameters"]
 base_model = "auto"  # auto: the model 01 named (its manifest); another one must share its tokenizer

@@ -230,7 +230,8 @@ def test_05s_plan_checks_the_disk_for_keep_checkpoints_as_02s_does(tmp_path, mon
 
     asked = []
     monkeypatch.setattr(diskspace, "check", lambda out, need, keep: asked.append((need, keep)))
-    plan = SimpleNamespace(method="dpo", train_rows=[{}], eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0})
+    plan = SimpleNamespace(method="dpo", train_rows=[{}], eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0},
+                           counts={})
     for keep in (2, 5):
         assert preference._checks(plan, 8, 4, keep) == []
     assert asked == [(diskspace.needed_mb(10.0, 2), 2), (diskspace.needed_mb(10.0, 5), 5)] and asked[1][0] == 70.0
@@ -269,7 +270,8 @@ def test_an_empty_training_set_is_a_plan_problem_not_trls_stop_iteration(tmp_pat
     rows = [{"prompt": "one prompt", "chosen": f"a{i}", "rejected": "b"} for i in range(5)]
     train, held = pairs.split(rows, 0.1, seed=0)  # held out by prompt: the one prompt goes, with every row
     assert (len(train), len(held)) == (0, 5)
-    plan = SimpleNamespace(method="dpo", train_rows=train, eval_rows=held, out=tmp_path, memory={"checkpoint_mb": 1.0})
+    plan = SimpleNamespace(method="dpo", train_rows=train, eval_rows=held, out=tmp_path, memory={"checkpoint_mb": 1.0},
+                           counts={})
     [problem] = preference._checks(plan, 8, 4)
     assert "no training rows: the held-out side took all 5" in problem and "share 1 prompt)" in problem
     assert "give preference_eval" in problem and "lower eval_fraction" in problem
