@@ -81,7 +81,7 @@ batch_size = 16  # the per-device batch size 02 trains at (its "auto"); the batc
 # %%
 from nbutils.runtime.preflight import preflight
 
-env = preflight(load_in_4bit=False)
+env = preflight(load_in_4bit=False, gpu=False)  # 01 tokenizes on the CPU
 
 # %% [markdown]
 # ## Read, validate and tokenize

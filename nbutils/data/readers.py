@@ -114,8 +114,11 @@ def not_text(head: bytes) -> str | None:
         return f"a Python pickle, not text: load it in Python and {_SAVE_AS_TEXT}."
     sample = head[:4096]
     even, odd = sample[0::2].count(0), sample[1::2].count(0)
-    # ASCII in UTF-16: every other byte NUL, far fewer between them (U+xx00, a stray U+0000); a binary's fall on both
-    alternate = len(sample) >= 8 and max(even, odd) * 4 >= len(sample) and min(even, odd) * 2 <= max(even, odd)
+    # ASCII in UTF-16: every other byte NUL, far fewer between them (U+xx00, a stray U+0000); a binary's fall on both.
+    # Text mostly in CJK has few NULs (its punctuation and digits), but still on one side: that is UTF-16 too.
+    most, least = max(even, odd), min(even, odd)
+    alternate = len(sample) >= 8 and ((most * 4 >= len(sample) and least * 2 <= most)
+                                      or (most > STRAY_NULS and least * 4 <= most))
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or alternate:
         return ("UTF-16 text (Excel's 'Unicode Text', PowerShell's `>`), not UTF-8: save it as UTF-8 (Excel: CSV "
                 "UTF-8; `iconv -f UTF-16 -t UTF-8 FILE > NEW`) and pass the new file.")

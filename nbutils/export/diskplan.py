@@ -191,19 +191,21 @@ def base_download(base_model: str, params: int) -> tuple[int, Path | None]:
 
 
 def _weights_complete(snapshot: Path) -> bool:
-    """Every weight file the snapshot's index names is there, or its single-file weights: safetensors, or the
-    pytorch_model*.bin of an older upload (transformers loads either)."""
+    """The weights transformers loads are all in the snapshot: safetensors (every shard its index names), which it
+    asks for first; an older upload's pytorch_model*.bin only where the Hub has no safetensors (huggingface_hub
+    keeps that answer in the cache's .no_exist folder), else it downloads the safetensors anyway."""
     import json
 
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+    def complete(single: str, index: str) -> bool:
         if (snapshot / index).exists():
             shards = set(json.loads((snapshot / index).read_text(encoding="utf-8")).get("weight_map", {}).values())
-            if shards and all((snapshot / s).exists() for s in shards):
-                return True
-        elif (snapshot / single).exists():
-            return True
-    return False
+            return bool(shards) and all((snapshot / s).exists() for s in shards)
+        return (snapshot / single).exists()
+
+    if (snapshot / "model.safetensors.index.json").exists() or (snapshot / "model.safetensors").exists():
+        return complete("model.safetensors", "model.safetensors.index.json")
+    none_there = snapshot.parent.parent / ".no_exist" / snapshot.name / "model.safetensors"
+    return none_there.exists() and complete("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json")

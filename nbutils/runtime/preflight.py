@@ -126,9 +126,9 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
 def torch_arch_list() -> list[str]:
     """The GPU architectures this torch carries kernels for ("sm_75", PTX "compute_90"); empty on a CPU build.
 
-    torch.cuda.get_arch_list() would do, but it asks torch.cuda.is_available() first, whose device count
-    initialises the CUDA driver: that poisons the forked workers of accelerate's launcher (see accelerators()).
-    The flags are a string compiled into the build; no CUDA call reads them.
+    torch.cuda.get_arch_list() gives the same, but across torch releases it has asked torch.cuda.is_available()
+    first, whose device count initialises the CUDA driver and poisons the forked workers of accelerate's launcher
+    (see accelerators()). The flags are a string compiled into the build; no CUDA call reads them.
     """
     import torch
 
@@ -199,9 +199,10 @@ def _writable(path: Path) -> bool:
 
 
 def inspect(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
-            accels: list[Accelerator] | None = None) -> tuple[Environment, list[str]]:
+            accels: list[Accelerator] | None = None, gpu: bool = True) -> tuple[Environment, list[str]]:
     """What preflight finds, and its blockers (one message each), without printing or raising: 02's plan
-    prints them in its own table."""
+    prints them in its own table. gpu=False: the notebook computes on the CPU (01), so a GPU this torch cannot
+    run on blocks nothing there."""
     platform = platform or detect_platform()
     output.quiet_session(platform.is_batch)  # before transformers, peft and bitsandbytes load: see output.py
     accels = accelerators() if accels is None else accels
@@ -212,7 +213,7 @@ def inspect(precision: str = "auto", load_in_4bit: bool = True, platform: Platfo
     except PreflightError as e:
         problems.append(str(e))
         chosen = None
-    problems += kernel_problems(accels, torch_arch_list() if accels else [], platform.name)
+    problems += kernel_problems(accels, torch_arch_list() if accels and gpu else [], platform.name)
     if load_in_4bit and vers["bitsandbytes"] == "missing":
         problems.append("load_in_4bit=True but bitsandbytes is not installed: run the install cell "
                         "(pip install bitsandbytes) or set load_in_4bit=False.")
@@ -230,9 +231,9 @@ def inspect(precision: str = "auto", load_in_4bit: bool = True, platform: Platfo
 
 
 def preflight(precision: str = "auto", load_in_4bit: bool = True, platform: Platform | None = None,
-              accels: list[Accelerator] | None = None, show: bool = True) -> Environment:
-    """Print one table of where/what we run on; raise PreflightError for blockers."""
-    env, problems = inspect(precision, load_in_4bit, platform, accels)
+              accels: list[Accelerator] | None = None, show: bool = True, gpu: bool = True) -> Environment:
+    """Print one table of where/what we run on; raise PreflightError for blockers (gpu: see inspect)."""
+    env, problems = inspect(precision, load_in_4bit, platform, accels, gpu)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         print(env.table())
     if problems:

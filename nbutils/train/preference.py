@@ -167,7 +167,8 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                           steps, SMOKE["save_steps"] if smoke else save_steps, max_length,
                           sft_summary.get("settings_hash", ""), steps_why, completion, completion_why,
                           recipe.read_run_config(ckpt).get("data_manifest_hash") or "")
-    plan.problems = problems + rowsplan.fit_problems(method, train, held, preference_data, per_device_batch_size) + \
+    plan.problems = problems + rowsplan.fit_problems(method, train, held, preference_data, per_device_batch_size,
+                                                     counts) + \
         rowsplan.length_problems(counts, max_length) + _checks(plan, per_device_batch_size, num_generations,
                                                                keep_checkpoints)
     if show and int(os.environ.get("RANK", "0")) == 0:

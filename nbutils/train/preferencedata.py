@@ -145,13 +145,14 @@ def _per_step(method: str, batch: int, grad_accum: int, num_generations: int) ->
     return max(1, batch // num_generations if method == "grpo" else batch) * grad_accum
 
 
-def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int) -> list[str]:
+def fit_problems(method: str, train: list[dict], held: list[dict], preference_data: str, batch: int,
+                 counts: dict | None = None) -> list[str]:
     """Whether the data's shape fits the method, said before anything loads: pairs for DPO and ORPO, pairs or unpaired
     rows for KTO (and batches of two or more: KTO estimates its KL term from the other rows of a batch), prompts
     with a user turn for GRPO, which samples its own answers to 01's prompts and reads no preference file; and
-    preference_data="embedded" only on the embedded task (read_data builds no rows on other data)."""
+    preference_data="embedded" only on the embedded task (read_data builds no rows on other data: `counts` says so)."""
     found = []
-    if method != "grpo" and preference_data == "embedded" and not train and not held:
+    if (counts or {}).get("pairs") == NOT_EMBEDDED:
         found.append("preference_data='embedded' builds toy pairs from the embedded task (the rejected answer a random "
                      "word of that task), and 01 prepared your data: set preference_data to your pairs or KTO file(s) "
                      "(JSONL/JSON/CSV/Parquet, docs/preference.md), or method='grpo', which needs none. No pairs were "

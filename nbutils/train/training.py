@@ -270,7 +270,9 @@ def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dic
         if main and checkpoints.checkpoint_dirs(trainer_dir):
             checkpoints.move_aside(trainer_dir, "resume=False")
         return None
-    found = checkpoints.drop_smoke(checkpoints.find_resumable(output_dir), trainer_dir, settings, main)
+    found = checkpoints.find_resumable(output_dir)  # every rank reads and hashes the checkpoints ...
+    agree(False)  # ... and waits here until all have, before the main one moves a smoke run's aside or cleans any
+    found = checkpoints.drop_smoke(found, trainer_dir, settings, main)
     if found is not None:
         longer = checkpoints.extended(found, settings)
         changed = [c for c in checkpoints.resume_mismatch(found, settings) if c not in longer]

@@ -285,6 +285,7 @@ def test_a_lone_surrogate_from_a_json_escape_is_quarantined_naming_its_field(tmp
     (b"PK\x03\x04\x14\x00\x00\x00[Content_Types].xml\x00xl/workbook.xml", "Excel workbook .* 'CSV UTF-8"),
     (b"PK\x03\x04\x14\x00\x00\x00data.jsonl\x00\x00", "a zip archive: unzip it first"),
     ("prompt,completion\nq,a\n".encode("utf-16-le"), "UTF-16 text"),  # no BOM: every other byte NUL
+    ("问题,回答\n什么是猫？,动物。\n".encode("utf-16-le") * 200, "UTF-16 text"),  # mostly CJK: few NULs, one side
     (pickle.dumps([{"prompt": "q", "completion": "a"}]), "a Python pickle, not text: .* JSONL or CSV"),
     (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj", "a PDF document, not text: extract its text"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 512, r"an old Office file \(Excel .xls.*'CSV UTF-8"),

@@ -209,7 +209,10 @@ def test_a_base_not_cached_yet_is_counted_as_16_bit_weights_downloaded_into_the_
     index = json.dumps({"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}})
     _hub_snapshot(cache, "org/sharded", {"model.safetensors.index.json": index, "model-1.safetensors": ""})
     assert diskplan.base_download("org/sharded", 1000) == (2000, cache)  # a shard missing: downloaded again
-    _hub_snapshot(cache, "org/older", {"config.json": "{}", "pytorch_model.bin": ""})  # an older upload's weights
+    older = _hub_snapshot(cache, "org/older", {"config.json": "{}", "pytorch_model.bin": ""})  # an older upload's
+    assert diskplan.base_download("org/older", 1000) == (2000, cache)  # the Hub may have safetensors: asked first
+    (older.parent.parent / ".no_exist" / older.name).mkdir(parents=True)
+    (older.parent.parent / ".no_exist" / older.name / "model.safetensors").write_text("")  # it said it has none
     assert diskplan.base_download("org/older", 1000) == (0, None)
     assert diskplan.base_download(str(tmp_path), 1000) == (0, None)  # a local folder
     assert diskplan.base_download("embedded", 1000) == (0, None)

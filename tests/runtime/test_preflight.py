@@ -120,6 +120,7 @@ def test_a_gpu_this_torch_has_no_kernels_for_is_a_blocker_naming_the_way_out(tmp
     assert len(problems) == 1 and problems[0].startswith("Tesla P100-PCIE-16GB (GPU 0, compute capability 6.0) has no")
     assert "sm_70" in problems[0] and "no kernel image is available" in problems[0] and way_out in problems[0]
     assert pf.inspect(platform=platform, accels=[T4, T4], load_in_4bit=False)[1] == []
+    assert pf.inspect(platform=platform, accels=[P100], load_in_4bit=False, gpu=False)[1] == []  # 01: CPU work
 
 
 def test_the_arch_list_is_read_without_touching_cuda(monkeypatch):

@@ -113,7 +113,7 @@ def test_embedded_pairs_are_refused_on_a_users_data_and_built_on_the_embedded_ta
     assert (train, held, counts) == ([], [], {"pairs": preferencedata.NOT_EMBEDDED})
     assert not any(out.iterdir())  # no toy pairs written beside the plan
     for method in ("dpo", "orpo", "kto"):
-        [problem] = preferencedata.fit_problems(method, train, held, "embedded", 16)
+        [problem] = preferencedata.fit_problems(method, train, held, "embedded", 16, counts)
         assert "set preference_data to your pairs or KTO file(s)" in problem and "method='grpo'" in problem
     assert "pairs not built: 01's data is not the embedded task" in _plan("dpo", train, held, counts).table()
     unbuilt = _plan("dpo", train, held, counts)
@@ -124,4 +124,6 @@ def test_embedded_pairs_are_refused_on_a_users_data_and_built_on_the_embedded_ta
     assert grpo and preferencedata.fit_problems("grpo", grpo, [], "embedded", 16) == []
     train, held, counts = preferencedata.read_data("dpo", prepared_data, out, tok, "embedded", "auto", 0.1, 0, 256, None)
     assert train and held and "pairs" not in counts
-    assert preferencedata.fit_problems("dpo", train, held, "embedded", 16) == []
+    assert preferencedata.fit_problems("dpo", train, held, "embedded", 16, counts) == []
+    # the embedded task with every pair lost (too long, say) is not "your data": no such advice
+    assert not any("01 prepared your data" in p for p in preferencedata.fit_problems("dpo", [], [], "embedded", 16, {}))

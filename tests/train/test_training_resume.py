@@ -65,6 +65,19 @@ def test_a_real_run_moves_a_smoke_runs_checkpoints_aside_and_starts_over(tmp_pat
     assert "smoke run's" in line and "starts over" in line and str(aside) in line, line
 
 
+def test_every_rank_has_read_the_checkpoints_before_the_main_one_moves_any(tmp_path, fake_checkpoint, monkeypatch):
+    """On 2 GPUs each rank hashes the checkpoints it may resume; a move by rank 0 while rank 1 still reads them
+    killed rank 1 (FileNotFoundError). A collective (agree: an all-reduce, so a barrier) comes between."""
+    fake_checkpoint(tmp_path / "trainer" / "checkpoint-10", 10, settings=SMOKE)
+    order = []
+    find, move = checkpoints.find_resumable, checkpoints.move_aside
+    monkeypatch.setattr(checkpoints, "find_resumable", lambda out: order.append("read") or find(out))
+    monkeypatch.setattr(checkpoints, "move_aside", lambda *a: order.append("move") or move(*a))
+    monkeypatch.setattr(training, "agree", lambda flag: order.append("barrier") or flag)
+    training._pick_resume(tmp_path, True, 2, REAL, _model(), main=True)
+    assert order[order.index("read"):] == ["read", "barrier", "move"], order
+
+
 def test_a_smoke_checkpoint_in_an_attached_output_is_not_resumed_and_left_there(tmp_path, fake_checkpoint, capsys,
                                                                                   monkeypatch):
     attached = fake_checkpoint(tmp_path / "input" / "train_qlora" / "trainer" / "checkpoint-10", 10, settings=SMOKE)
