@@ -131,9 +131,10 @@ def test_an_adapter_gguf_is_kept_only_beside_a_model_gguf(twin, tmp_path):
     assert disk.path("adapter_gguf").is_dir() and not list(disk.path("adapter_gguf").iterdir())
 
 
-def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path):
-    """q4_k_m: the converter writes f16 (and the adapter, in the same run), llama-quantize the k-quant from it."""
-    from nbutils.export import gguf, ggufbuild, quantize
+def _fake_llama_cpp(tmp_path, quantize_body: str):
+    """A llama.cpp checkout whose converters write their input's name to --outfile and whose llama-quantize runs
+    `quantize_body` (a shell line: $1 the f16 input, $2 the output)."""
+    from nbutils.export import gguf, quantize
 
     root = tmp_path / "llama.cpp"
     (root / "build" / "bin").mkdir(parents=True)
@@ -141,8 +142,16 @@ def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path
     (root / gguf.CONVERTER).write_text(writes)
     (root / gguf.LORA_CONVERTER).write_text(writes)
     binary = root / "build" / "bin" / quantize.BINARY
-    binary.write_text('#!/bin/sh\ncp "$1" "$2"\n')
+    binary.write_text(f"#!/bin/sh\n{quantize_body}\n")
     binary.chmod(0o755)
+    return root
+
+
+def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path):
+    """q4_k_m: the converter writes f16 (and the adapter, in the same run), llama-quantize the k-quant from it."""
+    from nbutils.export import gguf, ggufbuild
+
+    root = _fake_llama_cpp(tmp_path, 'cp "$1" "$2"')
     (work := tmp_path / "work").mkdir()
     lora = gguf.lora_job(tmp_path / "adapter", tmp_path / "merged", tmp_path / "adapter-f16.gguf")
     made, note, whys = ggufbuild._convert(tmp_path / "merged", work, "q4_k_m", gguf.Converter(root, "test"), {}, [lora, None])
@@ -154,16 +163,9 @@ def test_a_k_quant_converts_the_adapter_in_the_f16_run_and_keeps_no_f16(tmp_path
 def test_a_failed_k_quant_leaves_neither_the_lora_gguf_nor_the_base_gguf_in_the_temp_folder(tmp_path):
     """llama-quantize fails (an error, a full disk) after the converter wrote the f16, the LoRA and the base GGUF in
     one run: no model GGUF, so the LoRA GGUF and the base GGUF (up to fp16 size) go with it, and the f16 too."""
-    from nbutils.export import gguf, ggufbuild, quantize
+    from nbutils.export import gguf, ggufbuild
 
-    root = tmp_path / "llama.cpp"
-    (root / "build" / "bin").mkdir(parents=True)
-    writes = "import sys; open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write(sys.argv[1])"
-    (root / gguf.CONVERTER).write_text(writes)
-    (root / gguf.LORA_CONVERTER).write_text(writes)
-    binary = root / "build" / "bin" / quantize.BINARY
-    binary.write_text('#!/bin/sh\necho "llama_model_quantize: failed to quantize: No space left on device"; exit 1\n')
-    binary.chmod(0o755)
+    root = _fake_llama_cpp(tmp_path, 'echo "llama_model_quantize: failed to quantize: No space left on device"; exit 1')
     (work := tmp_path / "work").mkdir()
     lora = gguf.lora_job(tmp_path / "adapter", tmp_path / "merged", work / "adapter-f16.gguf")
     base = gguf.model_job(tmp_path / "base", work / "base-q8_0.gguf", "q8_0", {})
