@@ -68,23 +68,26 @@ def max_seq_len(value, lengths: list[int], model_config=None, cap: tuple[int, st
                 coverage: float = 0.99) -> tuple[int, str]:
     """value unless "auto"; else the length covering `coverage` of the records, rounded up to a multiple
     of 64, capped by the model's positions and by `cap` (the longest sequence that trains on the GPU, with
-    why: nbutils.train.memory.longest_sequence, which 01 passes in)."""
+    why: nbutils.train.memory.longest_sequence, which 01 passes in). A cap of 0 (nothing trains at 01's
+    batch_size) is a ValueError naming batch_size."""
     if not is_auto(value):
         return int(value), "given"
     if not lengths:
         return 256, "auto: no usable record to measure, 256"
     s = sorted(lengths)
     want = s[min(len(s) - 1, math.ceil(coverage * len(s)) - 1)]
-    n, caps = 64 * math.ceil(want / 64), []
+    n = 64 * math.ceil(want / 64)
+    covers = f"auto: {n} covers {coverage:.0%} of records (longest {s[-1]})"
     positions = getattr(text_config(model_config), "max_position_embeddings", None) if model_config is not None else None
     if positions and n > positions:
-        n, caps = positions, [f"the model's {positions} positions"]
+        n, covers = positions, f"auto: capped at {n} by the model's {positions} positions"
     if cap is not None and cap[0] < n:
-        n, caps = max(64, cap[0]), [cap[1]]
-    cut = sum(x > n for x in lengths)
-    why = (f"auto: {n} covers {coverage:.0%} of records (longest {s[-1]})" + (f", capped by {caps[0]}" if caps else "")
-           + f"; {cut} of {len(lengths)} records are longer")
-    return n, why
+        if cap[0] <= 0:
+            raise ValueError(f"max_seq_len=\"auto\" found no length that trains: not even 64 tokens fit {cap[1]}. "
+                             f"Lower batch_size in 01's parameters cell (the records want {n} tokens), or use a "
+                             "smaller model")
+        n, covers = cap[0], f"auto: capped at {cap[0]} by {cap[1]} (the records want {n})"
+    return n, f"{covers}; {sum(x > n for x in lengths)} of {len(lengths)} records are longer"
 
 
 def max_new_tokens(value, tokenizer, references: list[str]) -> tuple[int, str]:

@@ -136,7 +136,8 @@ print(f"{len(prompts)} prompts from {data_dir}; up to {new_token_limit} new toke
 from nbutils.eval import evalplan
 
 plan = evalplan.plan_eval(trained, env, [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts],
-                          list(eval_ds["length"]), new_token_limit, generate_batch_size, eval_batch_tokens)
+                          list(eval_ds["length"]), new_token_limit, generate_batch_size, eval_batch_tokens,
+                          attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## Base model first

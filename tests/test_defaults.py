@@ -1,5 +1,7 @@
 """The "auto" defaults: learning rate by model size, max_seq_len from the data, max_new_tokens from the answers."""
 
+from types import SimpleNamespace
+
 from transformers import LlamaConfig
 
 from nbutils import defaults
@@ -29,7 +31,23 @@ def test_max_seq_len_capped_by_positions_and_by_what_trains_on_a_t4():
     cap = memory.longest_sequence(REAL, 16, defaults.T4_MEMORY_GB, loss="chunked")
     n, why = defaults.max_seq_len("auto", [60000] * 100, REAL, cap=cap)
     assert 64 <= n == cap[0] < 60000 and "14.7 GB GPU at batch size 16" in why  # what torch reports on a T4
-    assert defaults.max_seq_len("auto", [60000] * 100, REAL, cap=(0, "nothing fits"))[0] == 64
+
+
+def test_a_capped_max_seq_len_claims_no_coverage_and_a_zero_cap_names_batch_size():
+    """Capped by memory, the why says so and how many records are longer, not that the length covers 99%; a cap of 0
+    (not even 64 tokens train at 01's batch_size) stops 01 naming batch_size, not a silent 64."""
+    import pytest
+
+    n, why = defaults.max_seq_len("auto", [300] * 90 + [600] * 10, REAL, cap=(128, "the memory of a T4"))
+    assert n == 128 and "covers" not in why and "capped at 128 by the memory of a T4" in why
+    assert "100 of 100 records are longer" in why
+    gemma9 = SimpleNamespace(vocab_size=256000, hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+                             num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True, head_dim=256)
+    cap = memory.longest_sequence(gemma9, 16, defaults.T4_MEMORY_GB, "plain")
+    assert cap[0] == 0 and "batch size 1 trains up to" in cap[1]
+    with pytest.raises(ValueError, match="batch_size in 01's parameters cell") as err:
+        defaults.max_seq_len("auto", [300] * 90 + [600] * 10, gemma9, cap=cap)
+    assert "batch size 16" in str(err.value) and "640 tokens" in str(err.value)
 
 
 def test_a_multimodal_configs_language_model_sizes_the_defaults():

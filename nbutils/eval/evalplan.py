@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbutils.runtime import modelsource
-from nbutils.train import evalmemory, memory
+from nbutils.train import evalmemory, memory, modeling
 from nbutils.train import loss as lm_loss
 
 
@@ -55,10 +55,11 @@ def scoring_loss(model_config) -> str:
 
 def plan_eval(trained, env, prompt_lengths: list[int], eval_lengths: list[int], new_tokens: int,
               generate_batch_size: int = evalmemory.GENERATE_ROWS, eval_batch_tokens="auto", loss: str | None = None,
-              show: bool = True) -> EvalPlan:
+              show: bool = True, attn_implementation: str = "auto") -> EvalPlan:
     """03's plan from the checkpoint's recipe (`trained`), preflight's record, the prompts' and eval rows' token
     counts; print one table; raise EvalPlanError naming the parameter to change. `loss` "plain" plans the whole
-    logits (a model the chunks cannot score, or transformers' own loss)."""
+    logits (a model the chunks cannot score, or transformers' own loss); `attn_implementation` is 03's, resolved as
+    the load resolves it (eager, Gemma-2's, holds seq x seq scores the plan counts)."""
     config = modelsource.load_config(trained.base_model)
     gpu, gpu_why = memory.planning_gpu(env.gpu_memory_gb)
     loss = loss or scoring_loss(config)
@@ -66,6 +67,7 @@ def plan_eval(trained, env, prompt_lengths: list[int], eval_lengths: list[int], 
                     prompt=max(prompt_lengths, default=1), new_tokens=new_tokens, gpu_memory_gb=gpu, loss=loss,
                     compute_bytes=4 if trained.precision == "fp32" else 2)
     longest = max(eval_lengths, default=1)
+    settings.update(attention=modeling.choose_attention(config, attn_implementation, env.attention), length=longest)
 
     def plan_at(rows: int, tokens: int) -> dict:
         return evalmemory.plan_inference(config, generate_rows=rows, tokens=tokens, **settings)

@@ -54,9 +54,9 @@ def _folder_problem(base_model: str) -> str | None:
     folder = Path(base_model)
     if (folder / "config.json").is_file():
         return None
-    inside = sorted(str(p.parent) for p in folder.glob("*/config.json")) + sorted(
-        str(p.parent) for p in folder.glob("*/*/*/config.json"))
-    hint = f" It is one level down: set base_model to {inside[0]!r}." if inside else ""
+    # a Kaggle Model attaches as <name>/<framework>/<variation>/<version>: the config one to three levels down
+    inside = [str(p.parent) for depth in (1, 2, 3) for p in sorted(folder.glob("*/" * depth + "config.json"))]
+    hint = f" The model is inside it: set base_model to {inside[0]!r}." if inside else ""
     return f"base_model={base_model!r} is a folder without config.json, so it is not a model folder.{hint}"
 
 

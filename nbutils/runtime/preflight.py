@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import math
 import os
 import shutil
 import tempfile
@@ -68,7 +69,7 @@ class Precision:
 
 
 def accelerators() -> list[Accelerator]:
-    """The visible CUDA devices (empty on a CPU machine), read without initialising CUDA.
+    """The visible CUDA devices (empty on a CPU machine), read without initialising CUDA in this process.
 
     nvidia-smi first: accelerate's notebook launcher (2xT4 on Kaggle) refuses to start once an
     earlier cell has initialised CUDA, and torch.cuda.get_device_properties does exactly that.
@@ -82,8 +83,9 @@ def accelerators() -> list[Accelerator]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if rows and all(len(r) == 4 for r in rows):
             keep = [r for r in rows if visible is None or r[0] in visible.split(",")]
-            return [Accelerator(i, r[1], tuple(int(x) for x in r[2].split(".")), round(float(r[3]) / 1024, 1))
-                    for i, r in enumerate(keep)]
+            totals = torch_memory_gb(len(keep)) or [smi_memory_gb(r[3]) for r in keep]
+            return [Accelerator(i, r[1], tuple(int(x) for x in r[2].split(".")), gb)
+                    for i, (r, gb) in enumerate(zip(keep, totals))]
     except (OSError, subprocess.TimeoutExpired, ValueError):
         pass
     import torch
@@ -95,6 +97,32 @@ def accelerators() -> list[Accelerator]:
         p = torch.cuda.get_device_properties(i)
         out.append(Accelerator(i, p.name, (p.major, p.minor), round(p.total_memory / 2**30, 1)))
     return out
+
+
+def torch_memory_gb(count: int) -> list[float] | None:
+    """Each visible GPU's memory as torch reports it (total_memory, GiB to 0.1), read in a child process so that
+    this one never initialises CUDA; None when the child cannot say (then nvidia-smi's figure stands in).
+
+    The plans (defaults.T4_MEMORY_GB, 01's cap, the dry run) check a T4 at torch's 14.74 GiB; nvidia-smi's
+    memory.total says 15360 MiB (15.0) or 15109 MiB (14.8) on a T4, by driver, and would let 02 accept plans 01
+    refuses."""
+    import subprocess
+    import sys
+
+    code = ("import torch; print(' '.join(str(torch.cuda.get_device_properties(i).total_memory) "
+            "for i in range(torch.cuda.device_count())))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        totals = [int(x) for x in out.stdout.split()] if out.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return [round(t / 2**30, 1) for t in totals] if len(totals) == count else None
+
+
+def smi_memory_gb(mib: str) -> float:
+    """nvidia-smi's memory.total (MiB) in GiB, rounded down to 0.1: never more than torch's total_memory, which is
+    below it by what the driver keeps (a T4's 15109 MiB is 14.7, as torch's 14.74 GiB; 15360 MiB still reads 15.0)."""
+    return math.floor(float(mib) / 1024 * 10) / 10
 
 
 def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Precision:
@@ -121,6 +149,26 @@ def choose_precision(accels: list[Accelerator], requested: str = "auto") -> Prec
     attn = "flash_attention_2" if native_bf16 and importlib.util.find_spec("flash_attn") else "sdpa"
     reason = f"{name} capability {cap[0]}.{cap[1]}: " + ("native bf16" if native_bf16 else "no native bf16, fp16")
     return Precision(dtype, attn, reason)
+
+
+FP16_OVERFLOWS = ("gemma2", "gemma3", "gemma3_text")  # activations past fp16's 65,504 (transformers#36822)
+
+
+def fp16_warning(model_config, precision: str, capability: tuple[int, int] | None) -> str | None:
+    """A warning when this model computes in fp16, which its activations overflow (Gemma-2/3: NaN losses, inf
+    logits), naming the way out: bf16 where the GPU has it, else precision="fp32"; None otherwise. Only a warning:
+    fp32 doubles the activations' memory, and the plan shows what that costs."""
+    text = getattr(model_config, "text_config", None)
+    types = {getattr(model_config, "model_type", None), getattr(text, "model_type", None)}
+    kind = next((t for t in FP16_OVERFLOWS if t in types), None)
+    if precision != "fp16" or kind is None:
+        return None
+    way_out = ("set precision=\"bf16\" (or \"auto\") in the parameters cell: this GPU has native bf16"
+               if capability and capability >= (8, 0) else
+               "set precision=\"fp32\" in the parameters cell (this GPU has no native bf16): slower and about twice "
+               "the activations' memory (the memory rows then plan it), but it does not overflow")
+    return (f"{kind} computes in fp16 here, and Gemma-2/3 activations are known to overflow fp16 (NaN loss, inf "
+            f"logits). If the loss turns NaN, {way_out}")
 
 
 def torch_arch_list() -> list[str]:

@@ -77,22 +77,29 @@ class NanGuard(TrainerCallback):
     never written into a checkpoint that looks good.
     """
 
-    def __init__(self, stop: StopReason, patience: int = 3):
+    def __init__(self, stop: StopReason, patience: int = 3, capability: tuple[int, int] | None = None):
         self.stop, self.patience, self.bad_norms = stop, patience, 0
+        self.capability = capability  # the GPU's compute capability (None: read from CUDA when a stop needs it)
+        self.fp16 = False  # the run's, from the Trainer's arguments (bad_weights may be called without them)
 
     def on_log(self, args, state, control, logs=None, **kw):
         logs = logs or {}
+        fp16 = self.fp16 = bool(getattr(args, "fp16", False))
         for key in ("loss", "eval_loss"):  # a NaN eval loss: weights gone bad since the last training log
             if logs.get(key) is not None and not math.isfinite(float(logs[key])):
-                return nan_stop(self.stop, control, f"{key} is {logs[key]} at step {state.global_step}")
+                return nan_stop(self.stop, control, f"{key} is {logs[key]} at step {state.global_step}",
+                                nan_advice(fp16, self.capability))
         norm = logs.get("grad_norm")
         if norm is None:
             return
         self.bad_norms = 0 if math.isfinite(float(norm)) else self.bad_norms + 1
-        if self.bad_norms >= (self.patience if getattr(args, "fp16", False) else 1):
-            nan_stop(self.stop, control, f"grad_norm is {norm} at step {state.global_step}")
+        if self.bad_norms >= (self.patience if fp16 else 1):
+            nan_stop(self.stop, control, f"grad_norm is {norm} at step {state.global_step}",
+                     nan_advice(fp16, self.capability))
 
     def on_step_end(self, args, state, control, model=None, **kw):
+        if args is not None:
+            self.fp16 = bool(getattr(args, "fp16", False))
         if control.should_save:
             self.bad_weights(model, control, state.global_step)
 
@@ -100,14 +107,34 @@ class NanGuard(TrainerCallback):
         """True, and training stopping (nan_stop), when the trainable weights hold NaN/inf on any process."""
         if model is None or not agree(not finite_trainables(model)):
             return False
-        nan_stop(self.stop, control, f"trainable weights hold NaN/inf at step {step}")
+        nan_stop(self.stop, control, f"trainable weights hold NaN/inf at step {step}", nan_advice(self.fp16, self.capability))
         return True
 
 
-def nan_stop(stop: StopReason, control, detail: str) -> None:
+def nan_advice(fp16: bool, capability: tuple[int, int] | None = None) -> str:
+    """What to change after a NaN: under fp16 usually an overflow, whose way out depends on the GPU: bf16 where it
+    is native (compute capability >= 8.0), else precision="fp32" (a T4: Gemma-2/3 overflow fp16)."""
+    if not fp16:
+        return "lower learning_rate"
+    capability = capability or _cuda_capability()
+    way_out = ("or set precision=\"bf16\" (this GPU has native bf16)" if capability and capability >= (8, 0) else
+               "or set precision=\"fp32\" (this GPU has no native bf16; fp32 is slower and needs about twice the "
+               "activations' memory, but does not overflow)")
+    return f"in fp16 this is usually an overflow: lower learning_rate, {way_out}"
+
+
+def _cuda_capability() -> tuple[int, int] | None:
+    """The training GPU's compute capability, where CUDA is already in use (never initialised here for it)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    return tuple(torch.cuda.get_device_capability())
+
+
+def nan_stop(stop: StopReason, control, detail: str, advice: str | None = None) -> None:
     """Stop at once with reason "nan" and no save: the last verified checkpoint stays the one to use."""
-    stop.set("nan", detail + ": in fp16 this is usually an overflow; lower learning_rate, keep LoRA "
-                             "weights fp32, or use bf16 on compute capability >= 8.0")
+    stop.set("nan", f"{detail}: {advice or nan_advice(True)}")
     control.should_training_stop = True
     control.should_save = False
 

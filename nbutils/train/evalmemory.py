@@ -20,6 +20,12 @@ its weights and adapters, then the larger of two moments that never overlap. Byt
   layer_forward  tokens x (4 x width + 3 x intermediate) x cb: q, k, v and the attention output, the MLP's gate,
                  up and their product: the most one layer holds without gradients (sdpa: no seq x seq scores);
                  width = the larger of hidden and heads x head_dim (q and the attention output are the latter)
+  eager scores   where the model attends eagerly (modeling.choose_attention: Gemma-2, whose class refuses sdpa),
+                 one layer's rows x heads x length x length scores on top of layer_forward, in the prompt's
+                 forward (generation) and in each scoring batch: x (cb + 8) in 16 bits (the scores, the fp32 copy
+                 softmax(dtype=float32) makes of bf16 ones, its fp32 output: transformers' eager_attention_forward),
+                 x 8 in fp32; plus the model's 4-D masks, rows x length x length x cb, two (Gemma-2's full and
+                 sliding-window ones), held for the whole forward
   overhead       the CUDA context and the allocator's slack on a GPU (memory.OVERHEAD)
 Read from the code paths, not fitted: the dry run measures them on a CPU twin beside the plan
 (`python -m nbutils.plan dry-run`), and `python -m bench dryrun_bench` on SmolLM2-135M-Instruct's 30 layers.
@@ -61,18 +67,33 @@ def kv_cache(shape: Shape, rows: int, length: int, compute_bytes: int = 2) -> fl
     return shape.layers * 2 * rows * length * shape.kv_width * compute_bytes
 
 
-def generation(shape: Shape, rows: int, prompt: int, new_tokens: int, compute_bytes: int = 2) -> float:
+def eager_scores(shape: Shape, rows: int, length: int, compute_bytes: int = 2, attention: str = "eager") -> float:
+    """One layer's attention scores for rows x length positions where the model attends eagerly, with the masks
+    (see the module docstring); 0 for sdpa and FlashAttention-2, which never hold them."""
+    if attention != "eager":
+        return 0
+    per_score = compute_bytes + 8 if compute_bytes < 4 else 8
+    return rows * length * length * (shape.heads * per_score + 2 * compute_bytes)
+
+
+def generation(shape: Shape, rows: int, prompt: int, new_tokens: int, compute_bytes: int = 2,
+               attention: str = "sdpa") -> float:
     """Generating new_tokens for rows prompts of up to `prompt` tokens (see the module docstring)."""
     return (kv_cache(shape, rows, prompt + new_tokens, compute_bytes) + layer_forward(shape, rows * prompt, compute_bytes)
-            + rows * shape.vocab * (compute_bytes + 4))
+            + eager_scores(shape, rows, prompt, compute_bytes, attention) + rows * shape.vocab * (compute_bytes + 4))
 
 
-def scoring(shape: Shape, tokens: int, loss: str = "chunked", compute_bytes: int = 2) -> float:
-    """Scoring `tokens` padded positions at once: by chunks ("chunked"), or from the whole logits ("plain")."""
+def scoring(shape: Shape, tokens: int, loss: str = "chunked", compute_bytes: int = 2, attention: str = "sdpa",
+            length: int | None = None) -> float:
+    """Scoring `tokens` padded positions at once, rows of `length` (None: one row of them all): by chunks
+    ("chunked"), or from the whole logits ("plain")."""
+    length = min(length or tokens, tokens)
+    layer = layer_forward(shape, tokens, compute_bytes) + eager_scores(shape, tokens // length, length, compute_bytes,
+                                                                       attention)
     if loss == "plain":
-        return tokens * shape.vocab * (compute_bytes + 8) + layer_forward(shape, tokens, compute_bytes)
+        return tokens * shape.vocab * (compute_bytes + 8) + layer
     chunk = min(tokens, memory.chunk_rows(shape.vocab)) * shape.vocab * (compute_bytes + 4 if compute_bytes < 4 else 4)
-    return 2 * tokens * shape.hidden * compute_bytes + layer_forward(shape, tokens, compute_bytes) + chunk
+    return 2 * tokens * shape.hidden * compute_bytes + layer + chunk
 
 
 def batch_tokens(value, fits, longest: int) -> tuple[int, str]:
@@ -88,30 +109,34 @@ def batch_tokens(value, fits, longest: int) -> tuple[int, str]:
 
 
 def peak_bytes(shape: Shape, *, quantized: bool, lora_r: int, n_adapters: int, rows: int, prompt: int,
-               new_tokens: int, tokens: int, loss: str = "chunked", compute_bytes: int = 2) -> float:
-    """Weights, adapters and the CUDA context (a GPU), then the larger of generation and scoring."""
+               new_tokens: int, tokens: int, loss: str = "chunked", compute_bytes: int = 2, attention: str = "sdpa",
+               length: int | None = None) -> float:
+    """Weights, adapters and the CUDA context (a GPU), then the larger of generation and scoring (rows of `length`)."""
     fixed = weights(shape, quantized, compute_bytes) + adapters(shape, lora_r, n_adapters)
     return fixed + (memory.OVERHEAD if compute_bytes < 4 else 0) + max(
-        generation(shape, rows, prompt, new_tokens, compute_bytes), scoring(shape, tokens, loss, compute_bytes))
+        generation(shape, rows, prompt, new_tokens, compute_bytes, attention),
+        scoring(shape, tokens, loss, compute_bytes, attention, length))
 
 
 def plan_inference(model_config, *, quantized: bool, lora_r: int, n_adapters: int, generate_rows: int, prompt: int,
                    new_tokens: int, tokens: int, gpu_memory_gb: float | None, loss: str = "chunked",
-                   compute_bytes: int = 2) -> dict:
+                   compute_bytes: int = 2, attention: str = "sdpa", length: int | None = None) -> dict:
     """The peak of a notebook that loads a model to generate and score (03, 05's judge): parts, estimate, and
-    against the GPU whether it fits and the largest generation batch and scoring batch (tokens) that do."""
+    against the GPU whether it fits and the largest generation batch and scoring batch (tokens) that do.
+    `attention`: the implementation the model loads with (eager counts its scores); `length`: the scoring rows'."""
     shape = Shape.from_config(model_config)
     same = dict(quantized=quantized, lora_r=lora_r, n_adapters=n_adapters, prompt=prompt, new_tokens=new_tokens,
-                loss=loss, compute_bytes=compute_bytes)
+                loss=loss, compute_bytes=compute_bytes, attention=attention, length=length)
     overhead = memory.OVERHEAD if compute_bytes < 4 else 0
     parts = {"weights": weights(shape, quantized, compute_bytes), "adapters": adapters(shape, lora_r, n_adapters),
-             "overhead": overhead, "generation": generation(shape, generate_rows, prompt, new_tokens, compute_bytes),
-             "scoring": scoring(shape, tokens, loss, compute_bytes)}
+             "overhead": overhead,
+             "generation": generation(shape, generate_rows, prompt, new_tokens, compute_bytes, attention),
+             "scoring": scoring(shape, tokens, loss, compute_bytes, attention, length)}
     total = peak_bytes(shape, rows=generate_rows, tokens=tokens, **same)
     out = {"estimate_gb": round(total / GB, 2), "allocated_gb": round((total - overhead) / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in parts.items()}, "gpu_memory_gb": gpu_memory_gb,
            "generate_rows": generate_rows, "prompt": prompt, "new_tokens": new_tokens, "tokens": tokens, "loss": loss,
-           "lora_r": lora_r, "quantized": quantized}
+           "lora_r": lora_r, "quantized": quantized, "attention": attention}
     if gpu_memory_gb:
         budget = memory.budget_bytes(gpu_memory_gb)
         out["fits"] = total <= budget
@@ -126,7 +151,8 @@ def rows(p: dict) -> dict:
     """The plan's table rows: each part, the peak, and the GPU's verdict."""
     out = {f"memory.{k}": f"{v:.3f} GB" for k, v in p["parts_gb"].items()}
     out["memory.peak"] = (f"{p['estimate_gb']:.2f} GB: generating {p['generate_rows']} x ({p['prompt']} + "
-                          f"{p['new_tokens']}) tokens, or scoring {p['tokens']:,} padded positions ({p['loss']})")
+                          f"{p['new_tokens']}) tokens, or scoring {p['tokens']:,} padded positions ({p['loss']})"
+                          + ("; eager attention: its scores counted" if p.get("attention") == "eager" else ""))
     if p.get("gpu_memory_gb"):
         out["memory.gpu"] = (f"{p['gpu_memory_gb']:g} GB: {'fits' if p['fits'] else 'DOES NOT FIT'}; largest "
                              f"generation batch {p['largest_generate_rows']}, largest scoring batch "

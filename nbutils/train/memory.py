@@ -39,7 +39,10 @@ peak of a GPU run (`make gpu-proof`'s Llama-3.2-1B shape, batches 1 and 2, docs/
 the layer backward's 8 x intermediate from `make gpu-proof`'s sweeps of Llama-3.2-1B and Qwen2.5-1.5B at batches
 1 to 32 (a small batch peaks in the loss step, a large one in a layer's backward).
 The 16-bit terms are for the GPU (compute dtype fp16/bf16); `logits_bytes(..., compute_bytes=4)` is
-the fp32 figure the CPU bench checks against its measurement.
+the fp32 figure the CPU bench checks against its measurement, and `plan(..., compute_bytes=4)` a GPU run with
+precision="fp32" (fp32 activations, no 16-bit LM head copy, the CUDA context still).
+Split over several GPUs (device_map="auto", one process: `split_peak`), the weights, LoRA and the checkpoints divide;
+the moment and the fp32 LM head (tied: the embedding) do not: one GPU holds them whole, with its share of the rest.
 """
 
 from __future__ import annotations
@@ -152,18 +155,19 @@ MOMENTS = (LOSS_STEP, ("layer_backward",), ("kv_cache",))  # the peak is the lar
 
 
 def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain",
-             compute_bytes: int = 2) -> dict[str, float]:
+             compute_bytes: int = 2, gpu: bool | None = None) -> dict[str, float]:
     """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`.
-    compute_bytes 2: a GPU computing in fp16/bf16; 4: fp32 on a CPU (no 16-bit LM head copy, no CUDA context)."""
+    compute_bytes 2: fp16/bf16; 4: fp32 (no 16-bit LM head copy). gpu (default: compute_bytes < 4, fp32 being the
+    CPU's) counts the CUDA context: a GPU run with precision="fp32" is compute_bytes=4, gpu=True."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     tokens = batch * seq_len
-    gpu = compute_bytes < 4
+    gpu = compute_bytes < 4 if gpu is None else gpu
     parts = {
         "base_weights": linear * 0.53 + embed * 4,
         "lora_and_optimizer": sum(lora_r * (i + o) for i, o in shape.linears()) * 16,
         "checkpoints": tokens * 4 * shape.layers * shape.hidden,
-        "lm_head_copy": shape.vocab * shape.hidden * 2 if gpu else 0,
+        "lm_head_copy": shape.vocab * shape.hidden * 2 if compute_bytes < 4 else 0,  # fp32 compute: no cast
         "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss, compute_bytes),
         "layer_backward": tokens * (compute_bytes * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
         "overhead": OVERHEAD if gpu else 0,
@@ -180,26 +184,46 @@ def peak(parts: dict[str, float]) -> float:
 
 
 def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1,
-         loss: str = "plain") -> dict:
+         loss: str = "plain", compute_bytes: int = 2) -> dict:
     """Estimate at this batch size, against the GPU's memory, with the largest batch and the longest
-    sequence that fit, and whether one GPU (`fits`) or only all together (`split_fits`) hold it, from which
-    nbutils.train.launch.decide picks the mode. `loss` is the loss that will train ("plain", "chunked", "liger")."""
+    sequence that fit, and whether one GPU (`fits`) or only all together (`split_fits`, split_peak) hold it, from
+    which nbutils.train.launch.decide picks the mode. `loss` is the loss that will train ("plain", "chunked",
+    "liger"); compute_bytes 4 plans a GPU run with precision="fp32" (fp32 activations, the CUDA context still)."""
     shape = Shape.from_config(model_config)
-    est = estimate(shape, seq_len, batch, lora_r, loss)
+
+    def at(b: int, s: int = seq_len) -> dict[str, float]:
+        return estimate(shape, s, b, lora_r, loss, compute_bytes, gpu=True)
+
+    est = at(batch)
     from nbutils.train.diskspace import checkpoint_mb
 
     out = {"estimate_gb": round(est["total"] / GB, 2), "allocated_gb": round((est["total"] - OVERHEAD) / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in est.items() if k != "total"},
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
+           "compute_bytes": compute_bytes,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
         budget = budget_bytes(gpu_memory_gb)
         out["fits"] = est["total"] <= budget
-        out["largest_batch_that_fits"] = largest(lambda b: estimate(shape, seq_len, b, lora_r, loss)["total"] <= budget)
-        out["longest_seq_that_fits"] = _longest_seq(shape, batch, lora_r, loss, budget)
+        out["largest_batch_that_fits"] = largest(lambda b: at(b)["total"] <= budget)
+        out["longest_seq_that_fits"] = _longest_seq(lambda s: at(batch, s)["total"] <= budget)
         if gpu_count > 1:  # the facts launch.decide picks the multi-GPU mode from (it alone decides)
-            out["split_fits"] = est["total"] - OVERHEAD <= (budget - OVERHEAD) * gpu_count
+            out["gpu_count"] = gpu_count
+            out["split_estimate_gb"] = round(split_peak(est, shape, gpu_count) / GB, 2)
+            out["split_fits"] = split_peak(est, shape, gpu_count) <= budget
+            out["split_largest_batch"] = largest(lambda b: split_peak(at(b), shape, gpu_count) <= budget)
     return out
+
+
+def split_peak(parts: dict[str, float], shape: Shape, gpu_count: int) -> float:
+    """One GPU's peak when device_map="auto" spreads the model over gpu_count GPUs in one process. The weights, the
+    adapters and the checkpointed inputs divide (each layer's live on its GPU); the CUDA context is on every GPU; the
+    moments do not divide: the loss step runs whole on the GPU that holds the LM head, a layer's backward on the GPU
+    that holds the layer. The fp32 LM head (tied: the embedding itself) sits whole where the loss runs."""
+    head = shape.vocab * shape.hidden * 4
+    moment = max(sum(parts.get(k, 0) for k in m) for m in MOMENTS)
+    live = sum(v for k, v in parts.items() if k not in ("total", "overhead") and not any(k in m for m in MOMENTS))
+    return (live - head) / gpu_count + head + parts.get("overhead", 0) + moment
 
 
 def budget_bytes(gpu_memory_gb: float) -> float:
@@ -230,13 +254,9 @@ def planning_gpu(gpu_memory_gb: float | None) -> tuple[float | None, str]:
     return None, "no GPU: the plan is what a GPU run would need"
 
 
-def _longest_seq(shape: Shape, batch: int, lora_r: int, loss: str, budget: float, step: int = 64) -> int:
-    """Longest sequence (a multiple of step, up to 128k) at this batch size within budget; 0 if none."""
-    lo, hi = 0, 2048  # in steps
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if estimate(shape, mid * step, batch, lora_r, loss)["total"] <= budget else (lo, mid - 1)
-    return lo * step
+def _longest_seq(fits, step: int = 64) -> int:
+    """Longest sequence (a multiple of step, up to 128k) for which fits(seq_len) holds; 0 if none."""
+    return step * largest(lambda n: fits(n * step), 2048)
 
 
 def longest_sequence(model_config, batch: int, gpu_memory_gb: float, loss: str, lora_r: int = 16) -> tuple[int, str]:
@@ -244,9 +264,18 @@ def longest_sequence(model_config, batch: int, gpu_memory_gb: float, loss: str, 
     01's cap on max_seq_len="auto". `loss`: the one 02's chunked_loss="auto" trains with at a length where the whole
     logits do not fit, "chunked" (liger's is planned as it), or "plain" for a model the chunks cannot serve
     (nbutils.train.loss.unsupported: Gemma-2's soft-capped logits); so 02's plan fits at any length up to the cap.
-    02's LoRA rank is not chosen yet: r=16 is assumed."""
-    n = _longest_seq(Shape.from_config(model_config), batch, lora_r, loss, budget_bytes(gpu_memory_gb))
-    return n, f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch} ({loss} loss)"
+    02's LoRA rank is not chosen yet: r=16 is assumed. At 0 (nothing trains at this batch size) the why says how
+    long a sequence batch size 1 trains."""
+    shape, budget = Shape.from_config(model_config), budget_bytes(gpu_memory_gb)
+
+    def longest_at(b: int) -> int:
+        return _longest_seq(lambda s: estimate(shape, s, b, lora_r, loss)["total"] <= budget)
+
+    n = longest_at(batch)
+    why = f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch} ({loss} loss)"
+    if n == 0 and batch > 1:
+        why += f" (batch size 1 trains up to {longest_at(1)} tokens there)"
+    return n, why
 
 
 def table(p: dict) -> str:

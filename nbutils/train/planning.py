@@ -17,7 +17,7 @@ from pathlib import Path
 from nbutils import defaults
 from nbutils.data import chatformat, splits
 from nbutils.runtime import environment, limits, modelsource
-from nbutils.runtime.preflight import Environment, inspect
+from nbutils.runtime.preflight import Environment, fp16_warning, inspect
 from nbutils.train import argcheck, diskspace, launch, memory, modeling, recipe
 from nbutils.train import loss as lm_loss
 
@@ -152,11 +152,18 @@ def memory_problem(plan: dict, mode: str, chunk_hint: bool = True) -> str | None
     if not plan.get("gpu_memory_gb") or plan["fits"] or (mode == "split" and plan.get("split_fits", False)):
         return None
     batch, gpu = plan["batch_size"], f"the {plan['gpu_memory_gb']:g} GB GPU"
-    if plan["largest_batch_that_fits"]:
+    split = mode == "split" and "split_largest_batch" in plan  # neither one GPU nor all of them together hold it
+    if split:
+        gpu = (f"{plan['gpu_count']} GPUs of {plan['gpu_memory_gb']:g} GB together (split, "
+               f"{plan['split_estimate_gb']:.1f} GB on the GPU that holds the loss)")
+    most = max(plan["largest_batch_that_fits"], plan["split_largest_batch"] if split else 0)
+    if most:
+        where = (f" over the GPUs together ({plan['largest_batch_that_fits']} on one GPU, where each GPU trains "
+                 "its own copy: DDP, faster)" if split and plan["largest_batch_that_fits"] else "")
         return (f"per_device_batch_size={batch} does not fit {gpu} (plan {plan['estimate_gb']:.1f} GB at "
-                f"{plan['seq_len']} tokens, {plan['loss']} loss): the largest that fits is "
-                f"{plan['largest_batch_that_fits']}" + (" (or chunked_loss=\"auto\": the whole logits are most of it)"
-                                                        if plan["loss"] == "plain" and chunk_hint else ""))
+                f"{plan['seq_len']} tokens, {plan['loss']} loss): the largest that fits is {most}{where}"
+                + (" (or chunked_loss=\"auto\": the whole logits are most of it)"
+                   if plan["loss"] == "plain" and chunk_hint else ""))
     return (f"not even per_device_batch_size=1 fits {gpu} at {plan['seq_len']} tokens (plan {plan['estimate_gb']:.1f} "
             f"GB at batch {batch}): at batch {batch} the longest sequence that fits is {plan['longest_seq_that_fits']} "
             "(max_seq_len in 01), or use a smaller model")
@@ -239,12 +246,15 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     batch, batch_why = batch_size(per_device_batch_size, manifest)
     gpu, gpu_why = memory.planning_gpu(env.gpu_memory_gb)
     seq = planned_length(manifest)
-    whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain")
+    # precision="fp32" computes in fp32 on the GPU too: its activations planned at 4 bytes ("auto" is 16-bit there)
+    cb = 4 if str(precision).lower() == "fp32" else 2
+    whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain", compute_bytes=cb)
     # the whole logits only on a GPU that holds them: on a CPU the chunks are the faster (3.96x at a 128k vocabulary,
     # `python -m bench throughput_bench`), and the T4 a dry run plans for fits whenever anything does
     plain_fits = whole.get("fits") if env.gpu_count else None
     loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config, plain_fits=plain_fits)
-    mem = whole if loss == "plain" else memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss=loss)
+    mem = whole if loss == "plain" else memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss=loss,
+                                                    compute_bytes=cb)
     mem["checked_against"], mem["whole_logits_fit"] = gpu_why, plain_fits
     try:
         run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
@@ -265,8 +275,9 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
                    per_device_batch_size=batch, batch_why=batch_why, steps_per_epoch=per_epoch, steps_why=steps_why,
                    time_budget_min=limits.budget_min(time_budget_min), loss_setting=chunked_loss,
                    time_budget_why=_budget_why(time_budget_min))
-    warning = None if smoke or steps <= 0 else epoch_warning(steps, per_epoch, n_rows)
-    plan.warnings = [warning] if warning else []
+    warnings = [None if smoke or steps <= 0 else epoch_warning(steps, per_epoch, n_rows),
+                fp16_warning(model_config, env.precision, env.gpu_capability)]
+    plan.warnings = [w for w in warnings if w]
     plan.problems = problems + _checks(plan, grad_accum, num_epochs, resume)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         print(plan.table())

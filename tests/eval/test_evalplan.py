@@ -10,7 +10,7 @@ from bench import real_models
 from nbutils.eval import evalplan
 from nbutils.train.recipe import Recipe
 
-T4 = SimpleNamespace(gpu_memory_gb=15.0, rows=lambda: {"gpus": "Tesla T4"})
+T4 = SimpleNamespace(gpu_memory_gb=15.0, attention="sdpa", rows=lambda: {"gpus": "Tesla T4"})
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +48,27 @@ def test_auto_scores_at_most_16384_tokens_and_never_less_than_the_longest_row(qw
     assert plan.eval_batch_tokens == 16_200 and plan.eval_batch_tokens_why.startswith("auto")  # 54 rows of 300
     long_rows = evalplan.plan_eval(qwen, T4, [200], [30_000], 32, show=False)
     assert long_rows.eval_batch_tokens == 30_000  # one row alone
-    no_gpu = evalplan.plan_eval(qwen, SimpleNamespace(gpu_memory_gb=None, rows=dict), [200], [300], 32, show=False)
+    no_gpu = evalplan.plan_eval(qwen, SimpleNamespace(gpu_memory_gb=None, attention="sdpa", rows=dict), [200], [300], 32, show=False)
     assert "fits" not in no_gpu.memory and no_gpu.eval_batch_tokens == 16_200
 
 
 def test_the_plan_checks_a_t4_without_a_gpu_when_the_dry_run_names_one(qwen, monkeypatch):
     monkeypatch.setenv("NBUTILS_PLAN_GPU_GB", "15")
-    cpu = SimpleNamespace(gpu_memory_gb=None, rows=dict)
+    cpu = SimpleNamespace(gpu_memory_gb=None, attention="sdpa", rows=dict)
     with pytest.raises(evalplan.EvalPlanError, match="15 GB GPU"):
         evalplan.plan_eval(qwen, cpu, [200], [512] * 100, 32, eval_batch_tokens=32 * 512, loss="plain", show=False)
 
+
+
+def test_gemma_2_is_planned_with_its_eager_attention_scores(tmp_path):
+    """03 loads Gemma-2 eagerly (attn_implementation="auto": its class refuses sdpa): the plan counts the scores, so
+    it names a smaller generation batch than an sdpa plan would."""
+    from tests.train.test_memory import published
+
+    (tmp_path / "config.json").write_text(published("gemma-2-2b").to_json_string())
+    gemma = Recipe(str(tmp_path), {"load_in_4bit": True}, "fp16", "fp16", {"r": 16})
+    auto = evalplan.plan_eval(gemma, T4, [1024] * 16, [512] * 100, 64, show=False)
+    sdpa = evalplan.plan_eval(gemma, T4, [1024] * 16, [512] * 100, 64, show=False, attn_implementation="sdpa")
+    assert auto.memory["attention"] == "eager" and sdpa.memory["attention"] == "sdpa"
+    assert auto.memory["parts_gb"]["generation"] - sdpa.memory["parts_gb"]["generation"] > 1.3
+    assert auto.memory["largest_generate_rows"] < sdpa.memory["largest_generate_rows"]

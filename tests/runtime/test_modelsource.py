@@ -130,6 +130,18 @@ def test_folders_are_read_without_any_network(tmp_path, embedded_dir):
         modelsource.check("/kaggle/input/not-attached")
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_nested_model_folder_is_found_at_any_of_three_levels(tmp_path, depth):
+    """A Kaggle Model input nests its files (<name>/<framework>/<variation>/<version>): the message names the
+    folder holding config.json, one, two or three levels down, and does not claim which level."""
+    nested = tmp_path.joinpath("model", *[f"level{i}" for i in range(1, depth + 1)])
+    nested.mkdir(parents=True)
+    (nested / "config.json").write_text("{}")
+    with pytest.raises(modelsource.ModelNotReachable) as err:
+        modelsource.check(str(tmp_path / "model"))
+    assert f"set base_model to {str(nested)!r}" in str(err.value) and "one level down" not in str(err.value)
+
+
 def test_the_tokenizer_load_in_01_gives_the_message(tmp_path):
     """01's first cell that needs the model is the tokenizer load: it says it, not transformers' OSError."""
     from nbutils.data import chatformat

@@ -136,3 +136,46 @@ def test_the_arch_list_is_read_without_touching_cuda(monkeypatch):
     assert pf.torch_arch_list() == ["sm_75", "sm_80", "compute_80"]
     monkeypatch.setattr(torch.version, "cuda", None)
     assert pf.torch_arch_list() == []
+
+
+@pytest.mark.parametrize("smi_mib", ["15360", "15109"])  # a T4's memory.total, by driver
+@pytest.mark.parametrize("child_ok", [True, False])
+def test_a_t4s_memory_reads_as_torch_reports_it_whatever_the_driver(monkeypatch, smi_mib, child_ok):
+    """The plans check a T4 at torch's 14.74 GiB (defaults.T4_MEMORY_GB): preflight's figure must not exceed it, or
+    02 accepts what 01 and the dry run refuse. torch's own figure comes from a child process (this one keeps CUDA
+    untouched); without it, nvidia-smi's rounded down."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from nbutils import defaults
+    from nbutils.runtime import preflight
+
+    def run(cmd, **kw):
+        if cmd[0] == "nvidia-smi":
+            return SimpleNamespace(returncode=0, stdout=f"0, Tesla T4, 7.5, {smi_mib}\n1, Tesla T4, 7.5, {smi_mib}\n")
+        assert "-c" in cmd  # the child that asks torch
+        return SimpleNamespace(returncode=0 if child_ok else 1, stdout="15828320256 15828320256\n" if child_ok else "")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    found = preflight.accelerators()
+    assert [a.capability for a in found] == [(7, 5), (7, 5)]
+    if child_ok or smi_mib == "15109":
+        assert [a.memory_gb for a in found] == [defaults.T4_MEMORY_GB] * 2
+    else:  # the older driver's 15360 MiB without torch's figure: at least never rounded up
+        assert [a.memory_gb for a in found] == [15.0, 15.0]
+    assert preflight.smi_memory_gb("15109") == 14.7 and preflight.smi_memory_gb("40960") == 40.0
+
+
+def test_gemma_in_fp16_warns_naming_the_way_out():
+    """Gemma-2/3 overflow fp16 (NaN losses): the plan warns, naming precision="fp32" on a GPU without bf16, bf16
+    where the GPU has it; nothing for another model, nor for fp32/bf16."""
+    from transformers import Gemma2Config, Gemma3Config, LlamaConfig
+
+    from nbutils.runtime.preflight import fp16_warning
+
+    t4 = fp16_warning(Gemma2Config(), "fp16", (7, 5))
+    assert "gemma2" in t4 and 'precision="fp32"' in t4 and "bf16\"" not in t4
+    assert 'precision="bf16"' in fp16_warning(Gemma3Config(), "fp16", (8, 0))  # its text_config says gemma3_text
+    assert fp16_warning(LlamaConfig(), "fp16", (7, 5)) is None
+    assert fp16_warning(Gemma2Config(), "fp32", (7, 5)) is None and fp16_warning(Gemma2Config(), "bf16", (8, 0)) is None

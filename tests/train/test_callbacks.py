@@ -161,3 +161,23 @@ def test_a_resumed_run_evaluates_and_saves_at_its_own_intervals(tmp_path):
                              report_to=[])
     callbacks.ResumedState().on_train_begin(args, state, _control())
     assert (state.eval_steps, state.save_steps, state.logging_steps) == (20, 40, 10)
+
+
+def test_a_nan_stop_names_the_precision_this_gpu_can_use():
+    """Under fp16 a NaN is usually an overflow: a T4 (no native bf16) is told precision="fp32", a GPU with bf16 is
+    told bf16; a bf16/fp32 run is told to lower the learning rate, with no precision advice."""
+    def stop_on(capability, fp16):
+        guard, control = NanGuard(StopReason(), capability=capability), _control()
+        guard.on_log(SimpleNamespace(fp16=fp16), SimpleNamespace(global_step=3), control, logs={"loss": math.nan})
+        return guard.stop.detail
+
+    t4 = stop_on((7, 5), True)
+    assert 'precision="fp32"' in t4 and "bf16" not in t4.replace("no native bf16", "") and "learning_rate" in t4
+    assert 'precision="bf16"' in stop_on((8, 0), True)
+    assert stop_on((7, 5), False).endswith("lower learning_rate")
+    guard, control = NanGuard(StopReason(), capability=(7, 5)), _control()
+    model = torch.nn.Linear(2, 2)
+    model.weight.data[0, 0] = math.nan
+    control.should_save = True
+    guard.on_step_end(SimpleNamespace(fp16=True), SimpleNamespace(global_step=4), control, model=model)
+    assert 'precision="fp32"' in guard.stop.detail  # the weights' check knows the run's fp16 from the step's arguments

@@ -3,6 +3,8 @@ scoring batch "auto" picks."""
 
 from types import SimpleNamespace
 
+import pytest
+
 from nbutils.train import evalmemory, memory
 
 QWEN = memory.Shape(vocab=151_936, hidden=1536, intermediate=8960, layers=28, heads=12, kv_heads=2, tied=True)
@@ -75,3 +77,28 @@ def test_a_layers_forward_counts_q_and_the_attention_output_at_their_own_width()
     qwen3 = memory.Shape.from_config(published("qwen3-0.6b"))
     assert evalmemory.layer_forward(qwen3, 100) == 100 * (4 * 2048 + 3 * 3072) * 2
     assert evalmemory.layer_forward(QWEN, 100) == 100 * (4 * 1536 + 3 * 8960) * 2  # hidden wide: as it was
+
+
+def test_eager_attention_adds_its_scores_to_generation_and_scoring():
+    """Gemma-2 loads eagerly (its class refuses sdpa): the prompt's forward holds one layer's rows x heads x
+    prompt x prompt scores (16-bit, softmax's fp32 copy and output: 10 bytes each) and the two 4-D masks (2 bytes
+    each); sdpa holds none. 16 prompts of 1,024 tokens: 1.31 GiB the sdpa plan would miss."""
+    from tests.train.test_memory import published
+
+    config = published("gemma-2-2b")
+    shape = memory.Shape.from_config(config)
+    scores = 16 * 1024 * 1024 * (8 * 10 + 2 * 2)
+    assert evalmemory.generation(shape, 16, 1024, 64, attention="eager") - evalmemory.generation(shape, 16, 1024, 64) \
+        == scores == evalmemory.eager_scores(shape, 16, 1024)
+    assert round(scores / memory.GB, 2) == 1.31
+    # a scoring batch of 8 rows x 2,048: each row's own 2,048 x 2,048 scores, not the batch's 16,384 squared
+    assert evalmemory.scoring(shape, 8 * 2048, "plain", attention="eager", length=2048) - evalmemory.scoring(
+        shape, 8 * 2048, "plain", length=2048) == 8 * 2048 * 2048 * (8 * 10 + 2 * 2)
+    assert evalmemory.eager_scores(shape, 16, 1024, attention="sdpa") == 0
+    assert evalmemory.eager_scores(shape, 1, 1024, compute_bytes=4) == 1024 * 1024 * (8 * 8 + 2 * 4)  # fp32
+    same = dict(quantized=True, lora_r=16, n_adapters=1, generate_rows=16, prompt=1024, new_tokens=64, tokens=16384,
+                gpu_memory_gb=14.7, loss="plain", length=2048)
+    sdpa, eager = (evalmemory.plan_inference(config, attention=a, **same) for a in ("sdpa", "eager"))
+    assert eager["parts_gb"]["generation"] - sdpa["parts_gb"]["generation"] == pytest.approx(scores / memory.GB, abs=1e-3)
+    assert eager["largest_generate_rows"] < sdpa["largest_generate_rows"]
+    assert eager["largest_tokens"] < sdpa["largest_tokens"] and "eager attention" in evalmemory.rows(eager)["memory.peak"]

@@ -2,6 +2,7 @@
 not the whole sequence's)."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -290,3 +291,47 @@ def test_a_twin_recorded_without_head_dim_plans_with_hidden_over_heads():
     twin = SimpleNamespace(**{**vars(LLAMA_8B), "num_hidden_layers": 2, memory.FULL_SHAPE: recorded})
     assert memory.Shape.from_config(twin).head_dim == 128 == memory.Shape.from_config(published("qwen3-4b")).head_dim
     assert memory.full_shape(published("qwen3-4b"))["head_dim"] == 128
+
+
+GEMMA2_9B = SimpleNamespace(vocab_size=256000, hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+                            num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True, head_dim=256)
+QWEN25_7B = SimpleNamespace(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                            num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("config, seq, batch, loss", [(GEMMA2_9B, 1024, 4, "plain"), (QWEN25_7B, 2048, 8, "chunked")])
+def test_split_over_two_t4s_counts_the_loss_step_and_the_lm_head_on_one_gpu(config, seq, batch, loss):
+    """device_map="auto" divides the weights, adapters and checkpoints, not the moments: the loss step (LM head copy
+    and logits: Gemma-2-9B's 11.7 GB at 4 x 1024) and a layer's backward run whole on one GPU, beside the fp32 LM
+    head (tied: the embedding). Halving the whole peak approved these on 2 T4s; each would OOM at its first step."""
+    from nbutils.train import planning
+    from nbutils.train.launch import decide
+
+    p = memory.plan(config, seq, batch, 16, 14.7, 2, loss=loss)
+    parts = {k: v * memory.GB for k, v in p["parts_gb"].items()}
+    moment = max(parts["lm_head_copy"] + parts["logits"], parts["layer_backward"])
+    live = parts["base_weights"] + parts["lora_and_optimizer"] + parts["checkpoints"]
+    assert live / 2 + moment + parts["overhead"] > memory.budget_bytes(14.7)  # the repro's figure: no room even so
+    assert not p["fits"] and not p["split_fits"] and p["split_estimate_gb"] > 14.7 * memory.MARGIN
+    launch = decide(gpu_count=2, memory_plan=p, env={})
+    assert launch.mode == "split" and "cannot hold it" in launch.why
+    said = planning.memory_problem(p, launch.mode)
+    assert said and f"per_device_batch_size={batch} does not fit 2 GPUs of 14.7 GB together" in said
+    most = p["split_largest_batch"]
+    assert 0 < most < batch and f"the largest that fits is {most}" in said
+    assert memory.plan(config, seq, most, 16, 14.7, 2, loss=loss)["split_fits"]
+
+
+def test_a_precision_fp32_run_is_planned_with_fp32_activations_on_the_gpu():
+    """precision="fp32" computes in fp32 on the GPU: its layer backward twice the 16-bit one, no 16-bit LM head copy,
+    the CUDA context still counted (unlike the CPU's fp32 estimate)."""
+    half, full = (memory.plan(LLAMA_8B, 1024, 2, 16, 14.7, compute_bytes=cb) for cb in (2, 4))
+    assert full["parts_gb"]["overhead"] == half["parts_gb"]["overhead"] == round(memory.OVERHEAD / memory.GB, 3)
+    assert full["parts_gb"]["lm_head_copy"] == 0 < half["parts_gb"]["lm_head_copy"]
+    shape = memory.Shape.from_config(LLAMA_8B)
+    extra = 2 * 1024 * 2 * (14 * shape.hidden + 8 * shape.intermediate)  # 2 more bytes a value
+    assert full["parts_gb"]["layer_backward"] == pytest.approx(half["parts_gb"]["layer_backward"] + extra / memory.GB,
+                                                               abs=1e-3)
+    assert full["largest_batch_that_fits"] <= half["largest_batch_that_fits"] and full["compute_bytes"] == 4
+    cpu = memory.estimate(shape, 1024, 2, 16, compute_bytes=4)  # the CPU bench's figure: no CUDA context
+    assert cpu["overhead"] == 0

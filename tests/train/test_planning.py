@@ -181,3 +181,37 @@ def test_the_chunked_loss_is_named_as_a_way_out_only_where_it_can_help():
             "loss": "plain", "largest_batch_that_fits": 5}
     assert 'chunked_loss="auto"' in planning.memory_problem(plan, "single")
     assert 'chunked_loss' not in planning.memory_problem(plan, "single", chunk_hint=False)  # Gemma-2, or auto already
+
+
+def test_gemma_on_a_t4_is_warned_about_fp16_and_fp32_is_planned_at_fp32(prepared_data, tmp_path, monkeypatch):
+    """precision="auto" computes a Gemma-2/3 in fp16 on a T4, which it overflows: the plan's table warns, naming
+    precision="fp32"; the plan of a precision="fp32" run counts fp32 activations (the 02 parameter reaches the
+    memory plan)."""
+    from dataclasses import replace
+
+    from transformers import Gemma2Config
+
+    gemma = Gemma2Config(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                         num_attention_heads=8, num_key_value_heads=4, head_dim=256)
+    inspect = planning.inspect
+    t4 = lambda *a: (replace(inspect(*a)[0], gpu_count=1, gpu_memory_gb=14.7, gpu_capability=(7, 5),  # noqa: E731
+                             precision="fp32" if a[0] == "fp32" else "fp16"), [])
+    monkeypatch.setattr(planning, "inspect", t4)
+    monkeypatch.setattr(planning.modelsource, "load_config", lambda name: gemma)
+    same = dict(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=1, show=False)
+    plan = planning.plan_run(**same)
+    assert plan.memory["compute_bytes"] == 2
+    assert any("gemma2 computes in fp16" in w and 'precision="fp32"' in w for w in plan.warnings), plan.warnings
+    full = planning.plan_run(precision="fp32", **same)
+    assert full.memory["compute_bytes"] == 4 and not full.warnings
+    assert full.memory["parts_gb"]["layer_backward"] > plan.memory["parts_gb"]["layer_backward"]
+
+
+def test_split_that_does_not_fit_names_the_largest_batch_over_the_gpus_and_on_one():
+    plan = {"gpu_memory_gb": 14.7, "fits": False, "batch_size": 8, "estimate_gb": 21.2, "seq_len": 2048,
+            "loss": "chunked", "largest_batch_that_fits": 3, "gpu_count": 2, "split_fits": False,
+            "split_estimate_gb": 15.2, "split_largest_batch": 6}
+    said = planning.memory_problem(plan, "split")
+    assert said.startswith("per_device_batch_size=8 does not fit 2 GPUs of 14.7 GB together")
+    assert "the largest that fits is 6 over the GPUs together (3 on one GPU" in said
+    assert planning.memory_problem({**plan, "split_fits": True}, "split") is None
