@@ -23,6 +23,14 @@ NO_PROMPT = ("01's eval records have no prompt: each is one text (a `text` field
 # A think block opening a generation (Qwen3's, empty where 01 taught it): <think> and </think> are added tokens that
 # are not special, so decode(skip_special_tokens=True) keeps them, and a perfect answer behind one scored 0.
 THINK_RE = re.compile(r"<think>.*?</think>\s*", re.S)
+# The generation prompts a template may write, each as apply_chat_template's extra arguments. Qwen3's default ends at
+# '<|im_start|>assistant\n' (the model then thinks at length), while 01 rendered each answer behind the empty think
+# block of the template's non-thinking form, which enable_thinking=False writes into the prompt (render_prompt).
+PROMPT_VARIANTS = ({}, {"enable_thinking": False})
+# Greedy decoding as it is, whatever the model's generation_config says: generate starts from it (a clean
+# GenerationConfig is filled from it too), and a repetition_penalty there (Qwen2.5-Instruct ships 1.05) or
+# no_repeat_ngram_size applies to greedy decoding as well, changing the answers 03 scores and the chat shows.
+GREEDY = {"do_sample": False, "num_beams": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
 
 
 def _rows(eval_ds, limit: int | None, show: bool = False) -> list[dict]:
@@ -49,13 +57,29 @@ def prompt_messages(eval_ds, limit: int | None = None) -> list[list[dict]]:
     return [r["messages"][:-1] for r in _rows(eval_ds, limit)]
 
 
+def render_prompt(tokenizer, turns: list[dict], answer: str = chatformat.STAND_IN) -> str:
+    """The turns before an answer, rendered up to where 01's training text has the answer: of the template's
+    generation prompts (PROMPT_VARIANTS), the longest that starts the conversation with `answer` as 01 renders it
+    (Qwen3: the empty think block of a plain answer, not of one that reasons); the default where none does.
+    A stand-in answer where the real one is not known (a chat question): a plain answer."""
+    default = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    try:
+        full = tokenizer.apply_chat_template([*turns, {"role": "assistant", "content": answer}], tokenize=False)
+        variants = [tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **extra)
+                    for extra in PROMPT_VARIANTS[1:]]
+    except Exception:  # noqa: BLE001 -- templates raise anything; the default prompt is what one without variants has
+        return default
+    fits = [p for p in (default, *variants) if full.startswith(p)]
+    return max(fits, key=len) if fits else default
+
+
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:
-    """Chat-rendered prompts (with the generation prompt) and the reference answers, of the records that have a
-    prompt (see _rows)."""
+    """Prompts rendered as 01's training text starts (render_prompt) and the reference answers, of the records that
+    have a prompt (see _rows)."""
     prompts, refs = [], []
     for r in _rows(eval_ds, limit, show=True):
         msgs = r["messages"]
-        prompts.append(tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True))
+        prompts.append(render_prompt(tokenizer, msgs[:-1], msgs[-1]["content"]))
         refs.append(msgs[-1]["content"])
     return prompts, refs
 
@@ -100,7 +124,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bat
             width = batch["input_ids"].shape[1]
             watch = DegenerationGuard(tokenizer, prompt_length=width, eos_token_id=eos) if guard != "off" else None
             with torch.no_grad():
-                seq = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                seq = model.generate(**batch, max_new_tokens=max_new_tokens, **GREEDY,
                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
                                      stopping_criteria=StoppingCriteriaList([watch]) if watch else None)
             states = watch.report() if watch else [{}] * len(seq)

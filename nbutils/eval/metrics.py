@@ -7,7 +7,9 @@ and auto's primary); `module:function` is a user scorer called as `function(outp
 (`"auto,mytask:score"` adds it to the built-ins, `"mytask:score"` alone scores with it alone).
 
 Words are Unicode words, each Chinese or Japanese character one (rouge-score's own tokenizer keeps only a-z and 0-9:
-identical Russian or Chinese answers scored 0).
+identical Russian or Chinese answers scored 0), a letter's combining marks part of its word (Devanagari, Thai). Every
+metric compares NFC text: the tokenizer gives NFC back (Qwen's normalises), so an NFD reference (Vietnamese typed on
+macOS) would score a right answer 0.
 
 Every metric is a per-sample score in [0, 1] averaged over samples, so one bootstrap over samples gives
 its confidence interval, and the paired per-sample scores give tuned vs base win/tie/loss counts.
@@ -19,18 +21,27 @@ import importlib
 import numbers
 import re
 import statistics
+import unicodedata
 from collections.abc import Callable
+
+from nbutils.eval.textshape import MARKS
 
 SHORT_ANSWER_WORDS = 3
 BUILTIN = ("exact_match", "rouge_l", "chrf")
 TIE_TOLERANCE = 1e-9
-# A word: a run of letters or digits in any script, or one CJK ideograph or kana (those scripts put no spaces).
-WORD_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+")
+# A word: a run of letters or digits in any script, each with its combining marks (Devanagari and Thai vowel signs
+# are marks, not \w: without them 'नमस्ते' split in three), or one CJK ideograph or kana (those scripts put no spaces).
+WORD_RE = re.compile(rf"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|(?:[^\W_][{MARKS}]*)+")
+
+
+def nfc(text: str) -> str:
+    """The text in Unicode NFC: one spelling for a letter with accents, however it was typed."""
+    return unicodedata.normalize("NFC", text)
 
 
 def words(text: str) -> list[str]:
-    """The text's words, lowercased (WORD_RE): what ROUGE-L matches and auto's answer length counts."""
-    return WORD_RE.findall(text.lower())
+    """The text's words, NFC and lowercased (WORD_RE): what ROUGE-L matches and auto's answer length counts."""
+    return WORD_RE.findall(nfc(text).lower())
 
 
 class _Words:
@@ -41,11 +52,11 @@ class _Words:
 
 
 def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
+    return " ".join(nfc(text).lower().split())
 
 
 def exact_match(outputs: list[str], references: list[str]) -> list[float]:
-    """1.0 where the output equals the reference after trimming whitespace and case, else 0.0."""
+    """1.0 where the output equals the reference after trimming whitespace and case (in NFC), else 0.0."""
     return [float(_norm(o) == _norm(r)) for o, r in zip(outputs, references)]
 
 
@@ -58,11 +69,11 @@ def rouge_l(outputs: list[str], references: list[str]) -> list[float]:
 
 
 def chrf(outputs: list[str], references: list[str]) -> list[float]:
-    """Sentence-level chrF per sample (sacrebleu defaults: char 6-grams, beta 2), scaled to [0, 1]."""
+    """Sentence-level chrF per sample (sacrebleu defaults: char 6-grams, beta 2) on NFC text, scaled to [0, 1]."""
     from sacrebleu.metrics import CHRF
 
     metric = CHRF()
-    return [metric.sentence_score(o, [r]).score / 100.0 for o, r in zip(outputs, references)]
+    return [metric.sentence_score(nfc(o), [nfc(r)]).score / 100.0 for o, r in zip(outputs, references)]
 
 
 def load_user_metric(spec: str) -> Callable[[list[str], list[str]], list[float]]:

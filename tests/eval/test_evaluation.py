@@ -236,6 +236,58 @@ def test_a_perfect_qwen3_answer_after_its_empty_think_block_scores_exact_match_1
     assert evaluation.exact_match([outs[0]["text"]], ["Paris"]) == 1.0
 
 
+def test_qwen3_eval_prompt_is_the_start_of_01s_training_text(twin):
+    """Qwen3's default generation prompt ends at '<|im_start|>assistant\n' (the model thinks first), but 01 trained on
+    answers behind the empty think block: the eval prompt is the generation prompt that 01's text continues, so the
+    base is not scored on a budget spent thinking. An answer that reasons keeps the default prompt."""
+    from datasets import Dataset
+
+    from nbutils.data import chatformat, splits
+
+    tok = chatformat.load_tokenizer(twin("qwen3"))
+    template = splits.template_for(tok)[0]
+    user = {"role": "user", "content": "Capital of France?"}
+    records = [[{"role": "system", "content": "Answer in one word."}, user, {"role": "assistant", "content": "Paris"}],
+               [user, {"role": "assistant", "content": "<think>\nFrance's capital.\n</think>\n\nParis"}],
+               [user, {"role": "assistant", "content": "Paris"}, {"role": "user", "content": "And of Italy?"},
+                {"role": "assistant", "content": "Rome"}]]
+    enc = splits.encode_batch({"messages": records}, tok, template, train_on_prompt=False)
+    assert enc["error"] == ["", "", ""]
+    prompts, refs = evaluation.prompts_and_references(Dataset.from_dict({"messages": enc["messages"]}), tok)
+    render, eot = splits.renderer(tok, template), chatformat.end_of_turn(tok)
+    for msgs, prompt, ref, ids in zip(enc["messages"], prompts, refs, enc["input_ids"]):
+        trained = chatformat.target_spans(render, msgs, eot)[0]  # 01's training text
+        assert trained.startswith(prompt + ref)
+        prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        assert ids[:len(prompt_ids)] == prompt_ids  # the same tokens too
+    assert [p.endswith("</think>\n\n") for p in prompts] == [True, False, True]
+    assert evaluation.render_prompt(tok, [user]) == prompts[1] + "<think>\n\n</think>\n\n"  # a chat question
+    embedded = chatformat.load_tokenizer("embedded")  # a template without variants: its default prompt
+    assert evaluation.render_prompt(embedded, [user]) == embedded.apply_chat_template([user], tokenize=False,
+                                                                                     add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("setting", [("repetition_penalty", 1.3), ("no_repeat_ngram_size", 1)])
+def test_greedy_eval_ignores_a_repetition_penalty_in_the_generation_config(model, tok, setting):
+    """generate starts from the model's generation_config: Qwen2.5-Instruct's repetition_penalty 1.05 applied to 03's
+    greedy decoding too (and no_repeat_ngram_size would)."""
+    import copy
+
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+               for q in ("what kind of word is oslo ?", "record record record record")]
+    seqs, generate, config = [], model.generate, model.generation_config
+    model.generate = lambda *a, **k: seqs.append(generate(*a, **k)) or seqs[-1]  # the tokens, not only their text
+    try:
+        evaluation.generate(model, tok, prompts, 24, guard="off")
+        model.generation_config = copy.deepcopy(config)
+        setattr(model.generation_config, *setting)
+        evaluation.generate(model, tok, prompts, 24, guard="off")
+    finally:
+        del model.generate
+        model.generation_config = config
+    assert seqs[0].tolist() == seqs[1].tolist()
+
+
 def test_the_answer_is_the_text_after_a_leading_think_block_only():
     assert evaluation.answer("<think>\n\n</think>\n\nParis") == "Paris"
     assert evaluation.answer("<think>France: its capital.\n</think>\nParis") == "Paris"

@@ -84,6 +84,28 @@ def test_words_in_any_script_count_and_match():
     assert metrics.resolve("auto", ["北京是中国的首都。"] * 3)[1] == "rouge_l"  # nine words, not one
 
 
+def test_a_word_keeps_its_combining_marks():
+    """Devanagari and Thai vowel signs are marks, not letters: 'नमस्ते दुनिया' split into five words, so auto read a
+    two-word answer as long (ROUGE-L) and ROUGE-L matched word pieces."""
+    assert metrics.words("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
+    assert metrics.words("สวัสดี ครับ") == ["สวัสดี", "ครับ"]
+    assert metrics.resolve("auto", ["नमस्ते दुनिया"] * 3)[1] == "exact_match"
+    assert metrics.rouge_l(["नमस्ते"], ["नमस्ते दुनिया"]) == [pytest.approx(2 / 3)]  # one word of two
+
+
+def test_nfd_and_nfc_spellings_are_the_same_answer():
+    """Qwen's tokenizer gives NFC back: an NFD reference (Vietnamese typed on macOS) scored a right answer 0."""
+    import unicodedata
+
+    ref = unicodedata.normalize("NFD", "Tiếng Việt rất đẹp")
+    out = unicodedata.normalize("NFC", ref)
+    assert out != ref
+    assert metrics.exact_match([out], [ref]) == [1.0]
+    assert metrics.rouge_l([out], [ref]) == [pytest.approx(1.0)]
+    assert metrics.chrf([out], [ref]) == [pytest.approx(1.0)]
+    assert metrics.words(ref) == ["tiếng", "việt", "rất", "đẹp"]
+
+
 def test_auto_with_a_user_scorer_adds_it_and_scores_are_numbers_in_0_1(tmp_path, monkeypatch):
     (tmp_path / "np_scoring.py").write_text("import numpy as np\ndef f(o, r):\n    return np.float32(o == r)\n"
                                             "def big(o, r):\n    return 5\n")
