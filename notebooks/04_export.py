@@ -123,25 +123,41 @@ ckpt, _ = checkpoints.for_eval(Path(adapter_dir))  # the checkpoint that verifie
 decision = gate.check(eval_dir, gate_metric, min_improvement, max_degenerate_rate, force=force, checkpoint=ckpt)
 
 # %% [markdown]
-# ## Memory plan
-# Merging needs the base model in fp16, not the 4-bit weights used in training: merging into
-# quantized weights is lossy. That is 2 bytes per parameter (a 7B model: about 14 GB), more than
-# a T4's 15 GB once loading overhead counts, so a large model merges in CPU RAM (Kaggle gives 29 GB,
-# free Colab 12.7 GB). The check after the merge runs base + adapter exactly, in fp32, one module's weights
-# upcast at a time: the plan counts the largest module in fp32 and a check prompt's logits (01's longest row).
-# One table, from the config alone, before anything loads; when it fits nowhere, export the adapter only.
+# ## The check prompts
+# What 02 trained on (the checkpoint's run configuration: another base model or other data is refused), and a few
+# eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer. The memory plan below
+# is sized on the longest of them.
 
 # %%
 from nbutils.data import splits
-from nbutils.export import merge
+from nbutils.eval import evaluation
 from nbutils.train import recipe
 
 trained = recipe.from_checkpoint(ckpt, base_model, data_dir=data_dir)  # what 02 trained on; another base or data is refused
 base_model = trained.base_model
-memory_plan = merge.memory_plan(base_model, splits.load_manifest(data_dir)["token_lengths"]["max"],
-                                int(trained.lora.get("r", 16)), verify_prompts)
+tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # saved with the adapter: training's template, 01's tokens
+eval_split = splits.load_split(data_dir, "eval")
+prompts, references = evaluation.prompts_and_references(eval_split, tokenizer, limit=verify_prompts)
+chats = evaluation.prompt_messages(eval_split, limit=verify_prompts)  # the same prompts as messages, for llama.cpp
+print(f"{len(prompts)} check prompts from {data_dir}")
+
+# %% [markdown]
+# ## Memory plan
+# Merging needs the base model in fp16, not the 4-bit weights used in training: merging into quantized weights is
+# lossy, and a base stored quantized (a `-bnb-4bit` repo) is refused here for a merge or a GGUF. fp16 is 2 bytes per
+# parameter (a 7B model: about 14 GB), more than a T4's 15 GB once loading overhead counts, so a large model merges
+# in CPU RAM (Kaggle gives 29 GB, free Colab 12.7 GB). The check after the merge runs base + adapter exactly, in
+# fp32, one module's weights upcast at a time: the plan counts the largest module in fp32 and the check prompts'
+# logits (the longest prompt, as the check tokenizes it). One table, from the config alone, before anything loads;
+# when it fits nowhere, export the adapter only.
+
+# %%
+from nbutils.export import merge
+
+memory_plan = merge.memory_plan(base_model, merge.check_tokens(tokenizer, prompts), int(trained.lora.get("r", 16)),
+                                len(prompts))
 print(merge.plan_table(memory_plan, env.rows()))
-merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and fits nowhere: stop now
+merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and fits nowhere (or cannot be made): stop now
 
 # %% [markdown]
 # ## Disk plan
@@ -168,20 +184,6 @@ from nbutils.export import card, hub
 repos = hub.targets(hub_repo, hub_what)
 facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model, checkpoint=ckpt)
 print(f"model card facts from 01, 02 and 03; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
-
-# %% [markdown]
-# ## The check prompts
-# A few eval prompts the merged model is checked on, rendered with the checkpoint's own tokenizer.
-
-# %%
-from nbutils.data import splits
-from nbutils.eval import evaluation
-
-tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # saved with the adapter: training's template, 01's tokens
-eval_split = splits.load_split(data_dir, "eval")
-prompts, references = evaluation.prompts_and_references(eval_split, tokenizer, limit=verify_prompts)
-chats = evaluation.prompt_messages(eval_split, limit=verify_prompts)  # the same prompts as messages, for llama.cpp
-print(f"{len(prompts)} check prompts from {data_dir}")
 
 # %% [markdown]
 # ## Merged fp16 model

@@ -39,6 +39,19 @@ def _training(summary: dict, ckpt: Path, final: Path, train_dir: Path) -> dict:
                     f"the newest of its checkpoints that verifies, exported instead"}
 
 
+def _loaded_as(run_config: dict) -> str | None:
+    """How 02 loaded the base model, and so 03 (recipe.from_checkpoint): run_config.json's quantization (the
+    BitsAndBytesConfig 02 built; None: full precision, in its precision). None where the checkpoint records none."""
+    if "quantization" not in run_config:
+        return None
+    quant = run_config["quantization"] or {}
+    if quant.get("load_in_4bit"):
+        return f"4-bit ({quant.get('bnb_4bit_quant_type', 'fp4')})"  # fp4: BitsAndBytesConfig's own default
+    if quant:
+        return "8-bit" if quant.get("load_in_8bit") else f"quantized ({quant.get('quant_method', 'unknown method')})"
+    return f"full-precision ({run_config.get('precision', 'fp32')})"
+
+
 def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str,
                   checkpoint: str | Path | None = None) -> dict:
     """The facts a card states, read from the three upstream folders (missing files give missing facts), about the
@@ -61,7 +74,7 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
                          for k in ("base", "tuned") if k in m}
         metrics[name]["win_tie_loss"] = m.get("win_tie_loss")
     return redact({
-        "base_model": base_model,
+        "base_model": base_model, "base_loaded_as": _loaded_as(run_config),
         "data": {"content_hash": manifest.get("content_hash"), "counts": manifest.get("counts"),
                  "splits": {k: v for k, v in (manifest.get("splits") or {}).items() if isinstance(v, (int, float))}},
         "hyperparameters": {k: params[k] for k in HYPER if k in params},
@@ -130,13 +143,14 @@ def _files(kind: str) -> list[str]:
             f"- {gguf}", ""]
 
 
-def _measured_on(kind: str, run: dict | None) -> list[str]:
+def _measured_on(kind: str, run: dict | None, loaded_as: str | None) -> list[str]:
     """Where 03's tuned figures come from, for a card of another model than the one 03 ran: a merged or GGUF reader
-    would otherwise take them for this file's own."""
+    would otherwise take them for this file's own. loaded_as: the base as 02 and 03 loaded it (`_loaded_as`)."""
     if kind not in ("merged", "gguf"):
         return []
     this = "this fp16 merged model" if kind == "merged" else " ".join(["this", (run or {}).get("type") or "", "GGUF"])
-    return [f"The tuned figures were measured by notebook 03 on the 4-bit (NF4) base model with the adapter applied, "
+    base = f"the {loaded_as} base model" if loaded_as else "the base model as 02 loaded it"
+    return [f"The tuned figures were measured by notebook 03 on {base} with the adapter applied, "
             f"not on {this.replace('  ', ' ')}.", ""]
 
 
@@ -168,7 +182,7 @@ def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = Non
              *[f"| {k} | {v} |" for k, v in facts["training"].items() if v is not None and k != "note"], "",
              *([facts["training"]["note"] + ".", ""] if facts["training"].get("note") else []),
              f"## Evaluation ({ev.get('n_samples')} held-out prompts, 95% bootstrap intervals)", "", *_eval_table(ev), "",
-             *_measured_on(kind, run),
+             *_measured_on(kind, run, facts.get("base_loaded_as")),
              "Degenerate rate: share of generations stopped or flagged as loops, token soup or empty output.", "",
              *_files(kind)]
     return redact("\n".join(lines))

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from nbutils import embedded
 from nbutils.data import chatformat
 from nbutils.export import card, diskplan, gguf, ggufcheck, ggufruntime, modelfile, quantize
+from nbutils.runtime import modelsource
 from nbutils.train import atomic, diskspace, faultpoints
 
 EMBEDDED_REASON = ("the embedded default's tokenizer is a small BPE of its own, which llama.cpp's converter does not "
@@ -67,8 +68,8 @@ def _hub_file(repo: str, name: str) -> Path | None:
     cached = try_to_load_from_cache(repo, name)
     if isinstance(cached, str):
         return Path(cached)
-    try:
-        return Path(hf_hub_download(repo, name))
+    try:  # with the HF_TOKEN secret as the model's load had it (a gated Gemma; Kaggle keeps it out of the environment)
+        return Path(hf_hub_download(repo, name, token=modelsource.token()))
     except Exception:  # noqa: BLE001 -- no such file, a gated repo without a token, no internet: the converter says
         return None
 

@@ -41,6 +41,18 @@ ADAPTER_ONLY = "export the adapter only (export_merged=False, gguf_type=\"\")"
 OVERFLOW_ADVICE = f"{ADAPTER_ONLY} and run the adapter on the base in bf16 or fp32"
 
 
+def prequantized(base_model: str, cfg=None) -> str | None:
+    """Why the base cannot be merged into, or None: it is stored quantized (a quantization_config, as in the
+    ...-bnb-4bit repos), and no fp16 merge starts from quantized weights (packed 4-bit ones cannot even be upcast)."""
+    quant = getattr(cfg or modelsource.load_config(base_model), "quantization_config", None)
+    method = (quant if isinstance(quant, dict) else quant.to_dict()).get("quant_method") if quant else None
+    return None if not quant else (
+        f"{base_model} is stored quantized ({method}: its config.json has a quantization_config), and the fp16 merge "
+        f"needs unquantized weights: {ADAPTER_ONLY} in the parameters cell; or, for a merged model or a GGUF, set "
+        "base_model in 01_data_prep to the unquantized original (the same model without -bnb-4bit; 02 quantizes it "
+        "itself) and run 01 to 04 again")
+
+
 def tolerance_for(fp16_noise: float) -> float:
     """The allowed max |logit diff| of the merged model, from the measured fp16 noise of base + adapter. NaN where
     the noise is not finite (the fp16 pass overflowed): no difference passes NaN, where max() would give 0.01 or inf."""
@@ -55,9 +67,7 @@ def computing_in_fp32(model):
     back after (fp16 -> fp32 -> fp16 is lossless), and floating inputs are upcast, so activations stay fp32."""
     import torch
 
-    def floats(x):
-        return x.float() if torch.is_tensor(x) and x.is_floating_point() else x
-
+    floats = lambda x: x.float() if torch.is_tensor(x) and x.is_floating_point() else x
     def up(module, args, kwargs):
         module._merge_dtypes = {n: p.dtype for n, p in module.named_parameters(recurse=False)}
         for p in module.parameters(recurse=False):
@@ -83,10 +93,7 @@ def _available() -> dict:
     import psutil
     import torch
 
-    gpu = None
-    if torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(0)
-        gpu = free / 2**30
+    gpu = torch.cuda.mem_get_info(0)[0] / 2**30 if torch.cuda.is_available() else None
     return {"ram_gb": psutil.virtual_memory().available / 2**30, "gpu_gb": gpu}
 
 
@@ -136,12 +143,12 @@ def memory_plan(base_model: str, prompt_tokens: int = 512, lora_r: int = 16, pro
             "ram_free_gb": round(here["ram_gb"], 1), "gpu_free_gb": None if here["gpu_gb"] is None else round(here["gpu_gb"], 1),
             "device": device, "checked_against": why if named else "this machine",
             "free_sessions": {name: {"fits_gpu": s["gpu_gb"] * memory.MARGIN >= need + context,
-                                     "fits_ram": s["ram_gb"] >= need} for name, s in FREE_SESSIONS.items()}}
+                                     "fits_ram": s["ram_gb"] >= need} for name, s in FREE_SESSIONS.items()},
+            "prequantized": prequantized(base_model, cfg)}
 
 
 def merge_need_bytes(shape, prompt_tokens: int, lora_r: int = 16, prompts: int = 1) -> float:
-    """Bytes at the merge's peak for this shape (no CUDA context): what the dry run measures on the twin (its probe
-    checks one prompt)."""
+    """Bytes at the merge's peak for this shape (no CUDA context): what the dry run's probe (one prompt) measures on the twin."""
     return _need(merge_parts(shape, prompt_tokens, lora_r, prompts)) * 2**30
 
 
@@ -178,13 +185,20 @@ def plan_text(plan: dict) -> str:
 
 
 def check_fits(plan: dict, export_merged: bool, gguf_type: str) -> None:
-    """04's stop before anything is written: a merge is wanted (the merged export, or a GGUF, which is converted from
-    the merged model even with export_merged=False) and the memory plan found nowhere to run it."""
+    """04's stop before anything is written: a merge is wanted (the merged export, or a GGUF, converted from the merged
+    model even with export_merged=False) and the base is stored quantized, or the plan found nowhere to run it."""
+    if plan.get("prequantized") and (export_merged or gguf_type):
+        raise ValueError(f"No fp16 merge: {plan['prequantized']}.")
     if plan["device"] is None and (export_merged or gguf_type):
         wanted = "the merged export" if export_merged else f"the GGUF (gguf_type={gguf_type!r}) is converted from it"
         raise MemoryError(f"The fp16 merge needs about {plan['needed_gb']:.1f} GiB, more than this machine has "
                           f"({plan['checked_against']}), and {wanted}: {ADAPTER_ONLY} and run again, or merge on a "
                           "machine with more memory.")
+
+
+def check_tokens(tokenizer, prompts: list[str]) -> int:
+    """The longest check prompt in tokens, tokenized as `logits` runs it: what `memory_plan` sizes a check pass by."""
+    return max((len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts), default=1)
 
 
 def logits(model, tokenizer, prompts: list[str]) -> list:
@@ -220,9 +234,7 @@ def _gap(a, b) -> float:
 
 
 def _extremes(t) -> tuple[float, float]:
-    import torch
-
-    return tuple(float(v) for v in torch.aminmax(t))  # NaN reaches both, inf one: no full-size temporary
+    return tuple(float(v) for v in t.aminmax())  # NaN reaches both, inf one: no full-size temporary
 
 
 def _finite(t) -> bool:
@@ -299,6 +311,8 @@ def merge_and_save(base_model: str, adapter_dir: str | Path, out_dir: str | Path
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if why := prequantized(base_model):  # before anything loads: computing_in_fp32 cannot upcast packed weights
+        raise ValueError(f"cannot merge {adapter_dir}: {why}.")
     tokenizer = AutoTokenizer.from_pretrained(adapter_dir)  # the checkpoint's: pad token and chat template as trained
     base = modelsource.load(AutoModelForCausalLM.from_pretrained, base_model, dtype=torch.float16,
                             device_map={"": device})

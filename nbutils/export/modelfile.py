@@ -40,6 +40,15 @@ def _common_suffix(a: str, b: str) -> str:
     return a[len(a) - n:]
 
 
+def _unsplit(suffix: str, texts: tuple[str, ...], specials: list[str]) -> str:
+    """The common `suffix` of `texts`, shortened until it cuts no special token of theirs in two."""
+    def cuts(kept: int) -> bool:  # a special token of a text begins before the last `kept` characters, ends in them
+        return any(0 < len(t) - kept - i < len(tok) for t in texts for tok in specials if tok
+                   for i in range(len(t)) if t.startswith(tok, i))
+    drop = next(k for k in range(len(suffix) + 1) if not cuts(len(suffix) - k))
+    return suffix[drop:]
+
+
 SHAPES = ([{"role": "user", "content": U1}],
           [{"role": "user", "content": U1}, {"role": "assistant", "content": A1}, {"role": "user", "content": U2}])
 SYSTEM_SHAPES = ([{"role": "system", "content": S}, *SHAPES[0]], [{"role": "system", "content": S}, *SHAPES[1]])
@@ -98,8 +107,11 @@ def derive(tokenizer) -> Pieces | str:
     between, _, user_close = rest.partition(U2)
     if not user_close or not before_answer.startswith(user_close):
         return "the chat template ends a user turn differently in different places"
-    # The text before a user turn is the same after the header and after an answer: their common ending.
-    user_open = _common_suffix(first, between)
+    # The text before a user turn is the same after the header and after an answer: their common ending. BOS stays
+    # in the header (go_template leaves it out there): Mistral's "<s>[INST] " and "</s>[INST] " share "s>[INST] ".
+    bos = tokenizer.bos_token if tokenizer.bos_token and first.startswith(tokenizer.bos_token) else ""
+    user_open = _common_suffix(first[len(bos):], between)
+    user_open = _unsplit(user_open, (first, between), tokenizer.all_special_tokens)
     pieces = Pieces(first[: len(first) - len(user_open)], user_open, user_close, before_answer[len(user_close):],
                     between[: len(between) - len(user_open)], "")
     if not _matches(tokenizer, pieces, SHAPES):

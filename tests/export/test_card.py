@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from nbutils.chain import MARKERS
 from nbutils.export import card
 from nbutils.train import checkpoints
@@ -101,11 +103,29 @@ def test_a_card_describes_the_trainer_checkpoint_exported_when_the_final_one_fai
     assert good["training"] == {"global_step": 6, "stopped_reason": "max_steps", "train_loss": 0.25, "eval_loss": 0.125}
 
 
+def _run_config(tmp_path, **recorded):
+    (tmp_path / "checkpoint").mkdir(exist_ok=True)
+    (tmp_path / "checkpoint" / "run_config.json").write_text(json.dumps(recorded))
+
+
 def test_merged_and_gguf_cards_say_where_the_tuned_figures_were_measured(tmp_path, make_report):
+    _run_config(tmp_path, precision="fp16", quantization={"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})
     facts = _facts(tmp_path, report=make_report())
-    where = "The tuned figures were measured by notebook 03 on the 4-bit (NF4) base model with the adapter applied"
+    where = "The tuned figures were measured by notebook 03 on the 4-bit (nf4) base model with the adapter applied"
     run = {"llama_cpp": "llama-cli -m m.gguf", "ollama": "ollama run m", "type": "q4_k_m", "stops": ["<|im_end|>"]}
     merged, gguf = card.model_card(facts, "merged"), card.model_card(facts, "gguf", run=run)
     assert f"{where}, not on this fp16 merged model." in merged and f"{where}, not on this q4_k_m GGUF." in gguf
     assert merged.index("| exact_match (primary)") < merged.index(where) < merged.index("## Files")
     assert where not in card.model_card(facts, "adapter")  # the adapter on the 4-bit base is what 03 ran
+
+
+@pytest.mark.parametrize("recorded, loaded", [
+    ({"precision": "fp16", "quantization": {"load_in_4bit": True, "bnb_4bit_quant_type": "fp4"}}, "the 4-bit (fp4) base"),
+    ({"precision": "fp16", "quantization": None}, "the full-precision (fp16) base"),  # 02 with load_in_4bit=False
+    ({"precision": "bf16"}, "the base model as 02 loaded it"),  # a checkpoint that records no quantization
+])
+def test_the_card_says_how_03_loaded_the_base_as_the_checkpoint_records_it(tmp_path, recorded, loaded):
+    """From the checkpoint's run_config.json (what 02 built, and what 03 loads), never a fixed "4-bit (NF4)"."""
+    _run_config(tmp_path, **recorded)
+    text = card.model_card(_facts(tmp_path), "merged")
+    assert f"measured by notebook 03 on {loaded}" in text and "NF4" not in text and "nf4" not in text

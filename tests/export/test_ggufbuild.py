@@ -87,17 +87,34 @@ def test_a_hub_base_models_sentencepiece_file_is_downloaded_when_the_cache_lacks
     got.write_bytes(b"spm")
     asked = []
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name: asked.append((repo, name)) or str(got))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, token=None: asked.append((repo, name)) or str(got))
     (tmp_path / "merged").mkdir()
     assert ggufbuild.sentencepiece_beside(tmp_path / "merged", "google/gemma-2-2b-it") == str(got)
     assert asked == [("google/gemma-2-2b-it", "tokenizer.model")] and (tmp_path / "merged" / "tokenizer.model").exists()
 
-    def offline(repo, name):
+    def offline(repo, name, token=None):
         raise OSError("no internet")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
     (tmp_path / "merged" / "tokenizer.model").unlink()
     assert ggufbuild.sentencepiece_beside(tmp_path / "merged", "google/gemma-2-2b-it") is None  # the converter says
+
+
+def test_the_download_carries_the_hf_token_secret_the_model_load_had(tmp_path, monkeypatch, hf_token):
+    """A gated Gemma on Kaggle: HF_TOKEN is a Kaggle secret, not in the environment, so huggingface_hub's own lookup
+    finds none; the download gets it from the secret store, as modelsource.load does."""
+    import huggingface_hub
+
+    from nbutils.export import ggufbuild
+    from nbutils.runtime import secrets
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(secrets, "get_secret", lambda name, required=True: hf_token if name == "HF_TOKEN" else None)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
+    seen = {}
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, name, **kw: seen.update(kw) or str(tmp_path))
+    assert ggufbuild._hub_file("google/gemma-2-2b-it", "tokenizer.model") == tmp_path
+    assert seen == {"token": hf_token}
 
 
 def test_a_refusal_says_what_to_do_where_the_cause_is_known():

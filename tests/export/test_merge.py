@@ -156,6 +156,49 @@ def test_no_check_prompts_is_refused_before_the_base_loads(tmp_path, monkeypatch
         merge.export_merged("embedded", tmp_path, tmp_path / "merged", [])
 
 
+def test_the_plan_is_sized_on_the_longest_check_prompt_as_the_check_runs_it(embedded_dir, tok):
+    """04 sizes the check pass on the check prompts (eval prompts without their answers), counted as `merge.logits`
+    tokenizes them, not on 01's longest training row: a long-answer dataset once refused merges that fit."""
+    from transformers import AutoModelForCausalLM
+
+    from nbutils import embedded
+
+    prompts = [*prompts_for(tok), prompts_for(tok)[0] * 3]
+    model = AutoModelForCausalLM.from_pretrained(embedded.resolve_model("embedded"), dtype=torch.float32).eval()
+    longest = max(x.shape[1] for x in merge.logits(model, tok, prompts))
+    assert merge.check_tokens(tok, prompts) == longest
+    short, long = merge.memory_plan("embedded", longest, prompts=4), merge.memory_plan("embedded", 4 * longest, prompts=4)
+    assert short["prompt_tokens"] == longest and short["parts_gb"]["reference_logits"] < long["parts_gb"]["reference_logits"]
+
+
+def _prequantized_base(path):
+    """A base whose config.json says its weights are stored 4-bit (an unsloth ...-bnb-4bit repo), and no weights."""
+    from transformers import AutoConfig
+
+    from nbutils import embedded
+
+    config = AutoConfig.from_pretrained(embedded.resolve_model("embedded"))
+    config.quantization_config = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    config.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("export_merged, gguf_type", [(True, ""), (False, "q8_0")])
+def test_a_prequantized_base_is_refused_before_anything_loads_for_a_merge_or_a_gguf(embedded_dir, tmp_path,
+                                                                                   export_merged, gguf_type):
+    """The review's repro: computing_in_fp32 upcast packed Params4bit ("shape '[64, 64]' is invalid for input of size
+    16384"); a GGUF is converted from the merged model, so it is refused too; the adapter alone is not."""
+    base = _prequantized_base(tmp_path / "base")
+    plan = merge.memory_plan(base)
+    assert plan["device"] is not None and "bitsandbytes" in plan["prequantized"]
+    with pytest.raises(ValueError, match='export_merged=False, gguf_type=""\\) in the parameters cell.*unquantized'):
+        merge.check_fits(plan, export_merged, gguf_type)
+    merge.check_fits(plan, False, "")  # the adapter alone merges nothing
+    with pytest.raises(ValueError, match="is stored quantized"):  # the merge itself, before the base's weights load
+        merge.merge_and_save(base, tmp_path / "adapter", tmp_path / "merged", ["a prompt"])
+    assert not (tmp_path / "merged").exists() and merge.memory_plan("embedded")["prequantized"] is None
+
+
 WEAK = ["q_proj", "v_proj", "o_proj", "down_proj"]  # with B ~ N(0, 3e-4): a weakly trained adapter (the review's)
 
 

@@ -51,11 +51,25 @@ def test_go_template_renders_what_the_chat_template_renders(family_tok, name):
         assert gotemplate.render(go, chat) == _jinja(tok, chat), (name, chat)
 
 
-def test_bos_the_tokenizer_adds_is_left_out_of_the_template(family_tok):
-    tok = family_tok("llama-3.1")
-    go = modelfile.go_template(modelfile.derive(tok), bos=tok.bos_token)
-    assert not gotemplate.render(go, CHATS[0]).startswith(tok.bos_token)
-    assert tok.bos_token + gotemplate.render(go, CHATS[0]) == _jinja(tok, CHATS[0])
+def _split_specials(pieces, specials):
+    """(piece, special token) where a piece begins with the token's tail or ends with its head: the token cut in two."""
+    return [(name, tok) for name, text in vars(pieces).items() if name != "system" for tok in specials
+            for k in range(1, len(tok)) if text.endswith(tok[:k]) or text.startswith(tok[k:])]
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_bos_the_tokenizer_adds_is_left_out_of_the_template_and_no_special_token_is_split(family_tok, name):
+    """llama.cpp adds BOS itself: a template that writes it must lose it whole (Mistral's "<s>[INST] " after the
+    header and "</s>[INST] " after an answer share "s>[INST] ", which once left "<" as the header)."""
+    tok = family_tok(name)
+    pieces = modelfile.derive(tok)
+    assert not _split_specials(pieces, tok.all_special_tokens), pieces
+    bos = tok.bos_token if modelfile.starts_with_bos(tok) else None
+    go = modelfile.go_template(pieces, bos=bos)
+    for chat in CHATS + (SYSTEM_CHATS if pieces.system else []):
+        assert not bos or not gotemplate.render(go, chat).startswith(bos), (name, chat)
+        assert (bos or "") + gotemplate.render(go, chat) == _jinja(tok, chat), (name, chat)
+    assert (name in {"llama-3.1", "gemma-2", "gemma-3", "mistral-v0.3"}) == bool(bos)
 
 
 def test_modelfile_has_from_template_and_one_stop_per_stop_token(family_tok):
