@@ -13,7 +13,7 @@ NOTEBOOKS := $(shell $(PYTHON) -m nbutils.chain)
 # papermill-check runs the chain in the project venv, then in each Kaggle image twin (kaggle-image/*.txt).
 # TWINS=0 skips the twins for a quick local loop; CI runs them.
 TWINS ?= 1
-TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-dataset kaggle-twins)
+TWIN_STAGE := $(if $(filter 0,$(TWINS)),,kaggle-twin-dataset kaggle-twins)
 
 .PHONY: setup test test-fast papermill-check lint sync bench gpu-proof clean map
 

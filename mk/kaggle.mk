@@ -1,10 +1,12 @@
 # Kaggle and Colab targets. Included from the Makefile, which defines $(PY) and `setup`.
 # Nothing here talks to Kaggle except kaggle-push, which needs credentials and says so without them.
-# The wheelhouse's Python: this machine's (3.11), which the twins and kaggle-wheelhouse-check install it into. Kaggle's
-# image runs the Python in kaggle-image/freezes/kaggle.txt's header (3.12): build the upload with KAGGLE_PYTHON=3.12.
-KAGGLE_PYTHON ?= 3.11
+# The wheelhouse's Python: this machine's (TWIN_PYTHON, nbutils.kaggle.dataset's too), which the twins and
+# kaggle-wheelhouse-check install from build/kaggle-dataset/. Kaggle's image runs the Python in
+# kaggle-image/freezes/kaggle.txt's header (3.12): KAGGLE_PYTHON=3.12 builds the upload, in build/kaggle-dataset-py3.12/.
+TWIN_PYTHON := 3.11
+KAGGLE_PYTHON ?= $(TWIN_PYTHON)
 
-.PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
+.PHONY: kaggle-metadata kaggle-bundle kaggle-push kaggle-dataset kaggle-twin-dataset kaggle-wheelhouse-check kaggle-twins kaggle-image-refresh
 
 kaggle-metadata: setup  ## rewrite kaggle-metadata/<slug>/kernel-metadata.json (after editing nbutils/runtime/settings.py)
 	$(PY) -m nbutils.kaggle metadata
@@ -15,12 +17,16 @@ kaggle-bundle: setup  ## build/kaggle/<slug>/: kernel-metadata.json + the .ipynb
 kaggle-push: setup  ## bundle, then push 01 -> 02 -> 03 -> 04 -> 05, waiting for each run (KAGGLE_PUSH_WAIT=0 to not wait)
 	$(PY) -m nbutils.kaggle push
 
-kaggle-dataset: setup  ## build/kaggle-dataset/: nbutils wheel + offline wheelhouse for $(KAGGLE_PYTHON) (no torch); seconds when only nbutils changed
+kaggle-dataset: setup  ## build/kaggle-dataset[-py<ver>]/: nbutils wheel + offline wheelhouse for $(KAGGLE_PYTHON) (no torch); seconds when only nbutils changed
 	KAGGLE_PYTHON=$(KAGGLE_PYTHON) $(PY) -m nbutils.kaggle dataset
+
+# The dataset the twins attach (build/kaggle-dataset/, for TWIN_PYTHON), whatever KAGGLE_PYTHON says.
+kaggle-twin-dataset: setup
+	KAGGLE_PYTHON=$(TWIN_PYTHON) $(PY) -m nbutils.kaggle dataset
 
 # Proof that the dataset alone is enough: the notebooks' bootstrap cell, no network, in a fresh venv with only
 # torch and in a pristine copy of each Kaggle image twin; then everything imports. Slow (minutes): not in `make test`.
-kaggle-wheelhouse-check: kaggle-dataset $(if $(filter 0,$(TWINS)),,kaggle-twins)
+kaggle-wheelhouse-check: kaggle-twin-dataset $(if $(filter 0,$(TWINS)),,kaggle-twins)
 	TWINS=$(TWINS) $(PY) -m nbutils.kaggle wheelhouse-check
 
 kaggle-twins: setup  ## one venv per kaggle-image/*.txt snapshot (cached by its hash), registered as kernel kaggle-<name>

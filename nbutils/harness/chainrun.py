@@ -20,9 +20,10 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = "chain-stamp.json"
-# Everything a notebook run depends on in this repository: change one and the stamp no longer matches.
-SOURCES = ("nbutils/**/*.py", "notebooks/*.ipynb", "kaggle-metadata/*/kernel-metadata.json", "requirements*.txt",
-           "pyproject.toml", "kaggle-image/*.txt")
+# Everything a stamped row depends on in this repository: change one and the stamp no longer matches. The rows hold
+# the static checks too: pair-drift reads the notebooks' .py, the lint reads the images' freezes.
+SOURCES = ("nbutils/**/*.py", "notebooks/*.ipynb", "notebooks/*.py", "kaggle-metadata/*/kernel-metadata.json",
+           "requirements*.txt", "pyproject.toml", "kaggle-image/*.txt", "kaggle-image/freezes/*.txt")
 # Shaped like a real Hugging Face token (the secret shapes match it), but not one; split so the source has no match.
 CANARY = "hf_" + "Zp4Lq8WnR2tXc6VbM9kJd3HgF7sA5eYu1o"
 

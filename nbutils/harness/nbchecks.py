@@ -21,9 +21,11 @@ from nbutils.runtime.secrets import SECRET_SHAPES
 
 # The notebooks' own install step installs whatever the platform lacks, dependencies included.
 INSTALL_CALL = re.compile(r"\bensure_packages\s*\(")
-# Calls that wait for a person (matched on the parsed cell: a comment or an install line naming them is no call).
+# Calls that need a person (read from the parsed cell: a comment naming one is no call). A background run's kernel
+# takes no input (input, getpass raise); notebook_login(), or login() without a token, shows a widget and returns.
 BLOCKING_NAMES = ("input", "getpass")  # the builtin, `from getpass import getpass`
 BLOCKING_LAST = ("getpass", "notebook_login", "interpreter_login")  # getpass.getpass, huggingface_hub.notebook_login
+HUB_LOGIN = "huggingface_hub.login"  # also `login` imported from there (hub_logins)
 # A path that exists on one machine only: home dirs, drive letters, or an absolute path outside the system folders
 # every Linux image has and outside the linted platform's own (platforms.FACTS paths: /kaggle on Kaggle, /content on
 # Colab, /root on both). The other platform's folders are flagged: /kaggle/input does not exist on Colab.
@@ -129,27 +131,50 @@ def machine_paths(source: str, plat: Platform | None = None, reach: CellReach | 
             and not path_exists(p, plat) and not (probed and _platform_path(p))]
 
 
-def blocking_calls(source: str, reach: CellReach) -> list[tuple[str, int]]:
-    """(call, 1-based line) of each call that waits for a person and can run on the platform."""
+def hub_logins(sources: list[str]) -> frozenset[str]:
+    """The names a notebook calls huggingface_hub.login by (`login`, `hf.login` ...), from its imports in any cell."""
+    names = {HUB_LOGIN}
+    for node in (n for tree in filter(None, map(_tree, sources)) for n in ast.walk(tree)):
+        if isinstance(node, ast.ImportFrom) and node.module == "huggingface_hub":
+            names |= {a.asname or a.name for a in node.names if a.name == "login"}
+        elif isinstance(node, ast.Import):
+            names |= {f"{a.asname or a.name}.login" for a in node.names if a.name == "huggingface_hub"}
+    return frozenset(names)
+
+
+def blocking_calls(source: str, reach: CellReach, logins: frozenset[str] = frozenset({HUB_LOGIN})) -> list[tuple[str, int]]:
+    """(call, 1-based line) of each call that needs a person and can run on the platform; `logins`: hub_logins()."""
     tree = _tree(source)
     if tree is None:
         return []
     found = []
     for node in ast.walk(tree):
         name = dotted(node.func) if isinstance(node, ast.Call) else ""
-        if name and (name in BLOCKING_NAMES or name.rsplit(".", 1)[-1] in BLOCKING_LAST or name.endswith("drive.mount")) \
-                and not reach.at(node.lineno - 1).never:
+        tokenless = name in logins and not node.args and not any(k.arg == "token" for k in node.keywords)
+        if name and (name in BLOCKING_NAMES or name.rsplit(".", 1)[-1] in BLOCKING_LAST or name.endswith("drive.mount")
+                     or tokenless) and not reach.at(node.lineno - 1).never:
             found.append((name, node.lineno))
     return sorted(found, key=lambda f: f[1])
 
 
-def widget_imports(source: str, reach: CellReach) -> list[int]:
-    """1-based lines that import or use a widget-only progress bar (tqdm.notebook, ipywidgets) and can run; none
-    when the cell also imports tqdm.auto (the usual fallback: `try: tqdm.auto ... except: tqdm.notebook`)."""
+def _blocking_what(call: str) -> str:
+    """What a call that needs a person does in a background run (papermill's kernel takes no input)."""
+    last = call.rsplit(".", 1)[-1]
+    if call in BLOCKING_NAMES or last in ("getpass", "interpreter_login"):
+        return f"{call}() asks for typed input, which a background run's kernel does not take: it raises StdinNotImplementedError"
+    return (f"{call}() without a token shows a login widget that nobody fills in a background run and returns at once, "
+            "not logged in: later Hub calls run without a token (a gated or private model fails there)"
+            if last.endswith("login") else f"{call}() asks a person to authorize access; a background run has none to ask")
+
+
+def widget_imports(source: str, reach: CellReach, plat: Platform | None = None) -> list[int]:
+    """1-based lines that import or use a widget progress bar (tqdm.notebook, ipywidgets) and can run; tqdm.auto too
+    where the image has ipywidgets (Kaggle's and Colab's do): in a kernel it is that widget, text only without it."""
     tree = _tree(source)
     if tree is None:
         return []
-    widget, auto = [], False
+    auto = ("tqdm.auto", "tqdm.autonotebook") if (plat or platform("kaggle")).has_module("ipywidgets") else ()
+    widgets, widget = ("tqdm.notebook", "ipywidgets", *auto), []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -159,10 +184,9 @@ def widget_imports(source: str, reach: CellReach) -> list[int]:
             names = [dotted(node)]
         else:
             continue
-        auto |= any(n.startswith("tqdm.auto") for n in names)
-        if any(n.startswith(("tqdm.notebook", "ipywidgets")) for n in names) and not reach.at(node.lineno - 1).never:
+        if any(n.startswith(widgets) for n in names) and not reach.at(node.lineno - 1).never:
             widget.append(node.lineno)
-    return [] if auto else sorted(set(widget))
+    return sorted(set(widget))
 
 
 def offline_problems(name: str, cells: list[dict], platform_name: str = "kaggle") -> list[Problem]:
@@ -199,7 +223,8 @@ def _install_problems(name: str, i: int, src: str, reach: CellReach, ev: Evaluat
             + ic.hidden_output_problems(name, i, lines, commands))
 
 
-def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform) -> list[Problem]:
+def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform,
+                   logins: frozenset[str] = frozenset({HUB_LOGIN})) -> list[Problem]:
     """background-process, blocking-input, absolute-path, widget-progress, secret-in-source."""
     problems = []
     def unless(line: int) -> str | None:  # the condition a 1-based line runs under, if any
@@ -211,10 +236,10 @@ def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform
             problems.append(Problem("background-process", name, i, f"`{s[:60]}` runs in the background: a background "
                                     "run ends, or the next cell starts, while it still runs",
                                     "run it in the foreground, or start it with subprocess.Popen and wait", line=n + 1))
-    for call, line in blocking_calls(src, reach)[:1]:
-        problems.append(Problem("blocking-input", name, i, f"{call}() waits for a person; a batch run has none",
-                                "read secrets with nbutils.runtime.secrets.get_secret(name) and take choices as parameters",
-                                line=line, condition=unless(line)))
+    for call, line in blocking_calls(src, reach, logins)[:1]:
+        problems.append(Problem("blocking-input", name, i, _blocking_what(call), "read secrets with nbutils.runtime."
+                                "secrets.get_secret(name) and pass them (a Hub token as token=...); take choices as "
+                                "parameters", line=line, condition=unless(line)))
     for path, line in machine_paths(src, plat, reach):
         there = path_exists(path, plat) is False
         problems.append(Problem("absolute-path", name, i, f"path {path!r} does not exist on {plat.label}" if there
@@ -222,10 +247,11 @@ def _line_problems(name: str, i: int, src: str, reach: CellReach, plat: Platform
                                 "use nbutils.runtime.environment paths (working/input roots) or a parameter"
                                 + (", or a branch for the platform that has it" if there else ""),
                                 line=line, condition=unless(line)))
-    for line in widget_imports(src, reach)[:1]:
-        problems.append(Problem("widget-progress", name, i, "widget-only progress shows nothing in a batch log",
-                                "use tqdm.auto (falls back to text) or nbutils' progress callback",
-                                line=line, condition=unless(line)))
+    for line in widget_imports(src, reach, plat)[:1]:
+        problems.append(Problem("widget-progress", name, i, "a widget progress bar: a batch run's saved notebook keeps "
+                                "its first frame (0%)", "print plain progress lines, as the suite does (nbutils.train."
+                                "callbacks.ProgressLog for a Trainer, with disable_tqdm=True), or tqdm's text bar: "
+                                "`from tqdm import tqdm`", line=line, condition=unless(line)))
     for label, rx in SECRET_SHAPES.items():
         if m := rx.search(src):
             problems.append(Problem("secret-in-source", name, i, f"looks like a {label} in the source",
@@ -253,6 +279,7 @@ def check_cells(name: str, cells: list[dict], base: Path | None = None, platform
     walker, state = CellWalker(ev), ic.Installs({}, set())
     sources = _sources(cells)
     problems: list[Problem] = []
+    logins = hub_logins([src for c, src in zip(cells, sources) if c.get("cell_type") == "code"])
     for i, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
@@ -260,7 +287,7 @@ def check_cells(name: str, cells: list[dict], base: Path | None = None, platform
         reach = walker.walk(src)
         imports = imported_packages(src, reach)
         problems += _install_problems(name, i, src, reach, ev, state, sources, base, imports)
-        problems += _line_problems(name, i, src, reach, ev.platform)
+        problems += _line_problems(name, i, src, reach, ev.platform, logins)
         for module, (line, cond) in imports.items():
             state.imported_at.setdefault(module, (i, line, cond))
     return sorted(problems, key=lambda p: (p.cell if p.cell is not None else -1, p.line or 0))

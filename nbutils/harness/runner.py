@@ -131,8 +131,10 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
     def index_of(count):
         return _original_index(executed.cells, by_count.get(count))
 
+    seen = []  # pip retries a refused lookup: one problem per host and cell
     for ev in box.read_events():
-        if ev["type"] in EVENT_PROBLEMS:
+        if ev["type"] in EVENT_PROBLEMS and ev not in seen:
+            seen.append(ev)
             what, fix = EVENT_PROBLEMS[ev["type"]]
             problems.append(Problem(ev["type"], name, index_of(ev.get("execution_count")), what(ev), fix,
                                     allowed=ev.get("matters") is False))
@@ -158,20 +160,19 @@ def runtime_checks(name: str, original, executed, box: sandbox.Sandbox, failed: 
     return apply_allowances(problems, original.cells)
 
 
-def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None,
-                 mounts: list[tuple[Path, str]], twin=None, ahead: bool = False, shared=None) -> tuple[Result, sandbox.Sandbox]:
-    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`;
-    `shared`: the chain's shared install in that twin, harness/shared_install.py)."""
+def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budget: float | None, mounts: list[tuple[Path, str]],
+                 twin=None, ahead: bool = False, shared=None, upstream: dict | None = None) -> tuple[Result, sandbox.Sandbox]:
+    """Execute one notebook in a fresh kernel inside its own Kaggle-batch sandbox (a twin's copy when `twin`; `shared`:
+    the chain's shared install in that twin, harness/shared_install.py; `upstream`: for _unfound)."""
     import nbformat
     from papermill.exceptions import PapermillExecutionError
 
     from nbutils import embedded  # here: the harness's command line must not build the model to print --help
 
-    name = path.name
-    original = nbformat.read(path, as_version=4)
-    box = sandbox.create(out, path.stem)
+    name, original, box = path.name, nbformat.read(path, as_version=4), sandbox.create(out, path.stem)
     for src, slug in mounts:
         sandbox.mount_readonly(src, box, slug)
+    params = {**params, **_unfound(path.stem, box, upstream or {})}  # after the mounts: what "auto" would find
     kernel, python, extra = _kernel(twin, box, ahead, shared, (internet, *setup_cells(original)))  # a twin's dataset: an input
     before = sandbox.fingerprint(box.input)
     executed_path = out / name
@@ -218,6 +219,22 @@ def run_notebook(path: Path, out: Path, params: dict, internet: bool, time_budge
     if twin is not None and ahead and not result.failing:  # the next notebook gets its own copy; a failed one stays
         _twins().release(box.root)
     return result, box
+
+
+def _unfound(stem: str, box: sandbox.Sandbox, upstream: dict) -> dict:
+    """The upstream folders to pass as parameters: a chain notebook finds its own with "auto" (environment.find_upstream
+    over the input root, as on Kaggle), so it gets only those that search would miss; any other notebook gets all."""
+    from nbutils.runtime.environment import Platform, find_upstream
+
+    def found(stage: str) -> Path | None:
+        try:
+            return find_upstream(stage, "auto", Platform("kaggle", "batch", box.input, box.working, box.temp))
+        except FileNotFoundError:
+            return None
+
+    chain_notebook = _stage(stem) is not None
+    return {param: str(box.input / slug / stage) for param, (stage, slug) in upstream.items()
+            if not chain_notebook or found(stage) != box.input / slug / stage}
 
 
 def _execute(path: Path, executed: Path, params: dict, kernel: str, cwd: Path, kwargs: dict) -> None:
@@ -270,13 +287,12 @@ def run(notebooks: list[Path], out: Path, params: dict, internet: bool | None, t
         accepted = _parameter_names(path)
         unused -= accepted | {k for k in unused if k.split(":", 1)[0] == path.stem and k.split(":", 1)[1] in accepted}
         nb_params = _scoped(params, path.stem)
-        for up, box in done.items():  # upstream folders go in as parameters, pointing into the read-only mounts
-            stage = _stage(up)
-            if stage and slug_of[up] in sources and stage.param in accepted and (box.working / stage.stage).exists():
-                nb_params.setdefault(stage.param, str(out / "sandbox" / path.stem / "input" / slug_of[up] / stage.stage))
+        upstream = {stage.param: (stage.stage, slug_of[up]) for up, box in done.items() if (stage := _stage(up))
+                    and slug_of[up] in sources and stage.param in accepted and stage.param not in nb_params
+                    and (box.working / stage.stage).exists()}
         net = internet if internet is not None else bool(m.get("enable_internet", True))
         result, box = run_notebook(path, out, {k: v for k, v in nb_params.items() if k in accepted}, net,
-                                   time_budget, mounts, twin, ahead=path != notebooks[-1], shared=shared)
+                                   time_budget, mounts, twin, ahead=path != notebooks[-1], shared=shared, upstream=upstream)
         stage = _stage(path.stem)
         if stage and not result.failing:
             if not (box.working / stage.stage / stage.marker).exists():

@@ -5,11 +5,13 @@
 - Every cache and temp dir a kernel or pip could write to points into the sandbox.
 - Upstream outputs are copied in as read-only inputs, as Kaggle mounts them under /kaggle/input/<slug>/;
   root ignores chmod, so the harness also fingerprints the input root before and after the run.
-- Internet off: hub offline variables, pip without an index, and a sitecustomize on the kernel's
-  path that refuses non-loopback connections and logs them, in the kernel and in the Python processes it starts
-  (pip, `!python ...`). Tools that are not Python (`!curl`, `!wget`, `!git clone`, bash's /dev/tcp) do not load
-  it and are not stopped: the runner reports them from the source before an internet-off run
-  (nbchecks.offline_problems).
+- Internet off, as Kaggle turns it off: no offline variables (Kaggle sets no HF_HUB_OFFLINE or PIP_NO_INDEX, so the
+  libraries take the paths they take there), and a sitecustomize on the kernel's path that fails name lookups
+  (socket.getaddrinfo) as an offline kernel's DNS does and refuses non-loopback connections, logging each, in the
+  kernel and in the Python processes it starts (pip, `!python ...`). The suite's own connectivity probes
+  (`_PROBES` below) ask on purpose and take "no" as the offline answer: they are refused without a log. Tools that
+  are not Python (`!curl`, `!wget`, `!git clone`, bash's /dev/tcp) do not load it and are not stopped: the runner
+  reports them from the source before an internet-off run (nbchecks.offline_problems).
 - An IPython startup file records, per cell, shell commands that failed while the cell went on, and
   after a cell that ran pip: loaded modules whose distribution pip replaced (stale-module), changed
   distributions that no longer import in a fresh interpreter (broken-import), and `pip check`'s
@@ -57,13 +59,51 @@ def _event(**kw):
 def _local(address):
     host = address[0] if isinstance(address, tuple) else str(address)
     return host in ("localhost", "::1", "") or host.startswith("127.") or host.startswith("/")
+# Code that asks whether the network is there and takes "no" as the offline answer (module, function): a refusal
+# inside one is that answer, not an attempt to report. install.has_internet picks the install's offline branch,
+# export.hub.reachable skips the push, hubdata.unreachable says why a hub dataset cannot be read; pip's check for a
+# newer pip of itself fails silently.
+_PROBES = {("nbutils.runtime.install", "has_internet"), ("nbutils.export.hub", "reachable"),
+           ("nbutils.data.hubdata", "unreachable")}
+_PROBE_MODULES = ("pip._internal.self_outdated_check",)
+def _probing():
+    f = sys._getframe(1)
+    while f is not None:
+        module = f.f_globals.get("__name__") or ""
+        if (module, f.f_code.co_name) in _PROBES or module.startswith(_PROBE_MODULES):
+            return True
+        f = f.f_back
+    return False
+def _refuse(host, error):
+    if not _probing():
+        _event(type="network-access", address=str(host), execution_count=int(os.environ.get("NBUTILS_CELL", "0")) or None)
+    raise error
+def _resolved_here(host):
+    # What an offline kernel still resolves: no name (a bind), loopback names, numeric addresses (no lookup), its own name.
+    if host is None or host in ("", "localhost", "ip6-localhost", "ip6-loopback", socket.gethostname()):
+        return True
+    if host.endswith(".localhost"):
+        return True
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host.split("%")[0])
+            return True
+        except (OSError, ValueError):
+            pass
+    return False
 if os.environ.get("NBUTILS_NO_INTERNET") == "1":
-    _connect, _connect_ex = socket.socket.connect, socket.socket.connect_ex
+    _connect, _connect_ex, _getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
     def _guard(sock, address):
         if sock.family in (socket.AF_INET, socket.AF_INET6) and not _local(address):
-            _event(type="network-access", address=str(address[0] if isinstance(address, tuple) else address),
-                   execution_count=int(os.environ.get("NBUTILS_CELL", "0")) or None)
-            raise OSError(errno.ENETUNREACH, "internet is off in this run (nbutils harness): " + str(address))
+            _refuse(address[0] if isinstance(address, tuple) else address,
+                    OSError(errno.ENETUNREACH, "internet is off in this run (nbutils harness): " + str(address)))
+    def getaddrinfo(host, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        if not _resolved_here(name):  # Kaggle's offline kernels fail here: "[Errno -3] Temporary failure in name resolution"
+            _refuse(name, socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution (internet is off "
+                                                              "in this run, nbutils harness): " + str(name)))
+        return _getaddrinfo(host, *args, **kwargs)
+    socket.getaddrinfo = getaddrinfo
     def connect(self, address):
         _guard(self, address)
         return _connect(self, address)
@@ -183,6 +223,9 @@ import atexit
 atexit.register(_quick_exit)  # registered first, run last: after every exit hook the notebook's packages added
 '''
 
+# What an internet-off run must not carry: Kaggle sets none of them, and each makes a library skip the request (and
+# the failure handling) a Kaggle run goes through.
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "PIP_NO_INDEX")
 CACHE_VARS = ("HOME", "TMPDIR", "HF_HOME", "XDG_CACHE_HOME", "MPLCONFIGDIR", "JUPYTER_RUNTIME_DIR", "TRITON_CACHE_DIR",
               "TORCHINDUCTOR_CACHE_DIR", "PIP_CACHE_DIR", "WANDB_DIR", "KAGGLE_CONFIG_DIR", "NUMBA_CACHE_DIR",
               "CUDA_CACHE_PATH")
@@ -275,8 +318,10 @@ def environment(box: Sandbox, internet: bool, base: dict | None = None, python: 
         path.mkdir(exist_ok=True)  # tempfile falls back to /tmp when TMPDIR does not exist
         env[var] = str(path)
     if not internet:
-        env.update({"NBUTILS_NO_INTERNET": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "HF_DATASETS_OFFLINE": "1", "PIP_NO_INDEX": "1"})
+        # The guard alone (SITECUSTOMIZE): a failing pip reaches for the index and prints what it prints on Kaggle.
+        env["NBUTILS_NO_INTERNET"] = "1"
+        for var in OFFLINE_VARS:  # nor from the caller's shell
+            env.pop(var, None)
     return env
 
 

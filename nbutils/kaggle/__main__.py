@@ -5,7 +5,7 @@ Every URL comes from `nbutils.runtime.settings` (REPOSITORY, ref(), KAGGLE_OWNER
     python -m nbutils.kaggle metadata          # (re)write kaggle-metadata/<slug>/kernel-metadata.json
     python -m nbutils.kaggle bundle            # build/kaggle/<slug>/ ready for `kaggle kernels push -p`
     python -m nbutils.kaggle push              # bundle + push in chain order, waiting for each run
-    python -m nbutils.kaggle dataset           # build/kaggle-dataset/: nbutils wheel + offline wheelhouse
+    python -m nbutils.kaggle dataset           # build/kaggle-dataset[-pyX.Y]/: nbutils wheel + offline wheelhouse
     python -m nbutils.kaggle wheelhouse-check  # prove the wheelhouse installs with --no-index into torch-only venv
     python -m nbutils.kaggle table             # the README's notebooks table with badges
     python -m nbutils.kaggle sync              # after changing settings: metadata + notebooks' badges/install cell

@@ -1,7 +1,8 @@
 """The nbutils dataset for Kaggle: the nbutils wheel, an offline wheelhouse of every pinned package, and llama.cpp's
 converter and sources (nbutils.runtime.llamacpp: from the pinned llama-cpp-python sdist) for 04's GGUF.
 
-    python -m nbutils.kaggle dataset            # build/kaggle-dataset/, flat, ready for `kaggle datasets create -p`
+    python -m nbutils.kaggle dataset                        # build/kaggle-dataset/ (the twins' Python), flat
+    KAGGLE_PYTHON=3.12 python -m nbutils.kaggle dataset     # build/kaggle-dataset-py3.12/: the upload for Kaggle's image
 """
 
 from __future__ import annotations
@@ -31,11 +32,18 @@ def _dump(obj: dict) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
-# The Python the wheelhouse is built for. 3.11 by default: this machine's twins and `make kaggle-wheelhouse-check`
+# The Python the wheelhouse is built for. TWIN_PYTHON by default: this machine's twins and `make kaggle-wheelhouse-check`
 # run 3.11 and install the wheelhouse with --no-index, and one built for another Python has none of the compiled
 # wheels they need (numpy, pandas, pyarrow ...). Kaggle's image runs image_python() (its freeze's header): the
 # dataset to upload is built with KAGGLE_PYTHON set to that, and `python -m nbutils.kaggle dataset` says so.
-KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", "3.11")
+TWIN_PYTHON = "3.11"  # mk/kaggle.mk's TWIN_PYTHON (a test holds them equal)
+KAGGLE_PYTHON = os.environ.get("KAGGLE_PYTHON", TWIN_PYTHON)
+
+
+def default_dest(python_version: str = KAGGLE_PYTHON) -> Path:
+    """One folder per Python: build/kaggle-dataset/ for the twins' (what they attach: harness.twin.dataset_dir), else
+    build/kaggle-dataset-py<version>/, so `make papermill-check` rebuilding the twins' never replaces an upload."""
+    return ROOT / "build" / ("kaggle-dataset" if python_version == TWIN_PYTHON else f"kaggle-dataset-py{python_version}")
 
 
 def image_python() -> str:
@@ -129,13 +137,14 @@ def _wheels_in(folder: Path) -> set[tuple[str, str]]:
                                                                               (w.name for w in folder.glob("*.whl")))}
 
 
-def dataset(dest: Path = ROOT / "build" / "kaggle-dataset", python_version: str = KAGGLE_PYTHON) -> Path:
-    """build/kaggle-dataset/: dataset-metadata.json, the nbutils wheel, the offline wheelhouse and llama.cpp's archive.
+def dataset(dest: Path | None = None, python_version: str = KAGGLE_PYTHON) -> Path:
+    """default_dest(): dataset-metadata.json, the nbutils wheel, the offline wheelhouse and llama.cpp's archive.
 
     Flat because `kaggle datasets create` skips sub-folders by default (llama.cpp's files travel as one archive). The
     wheelhouse is every package in nbutils.runtime.packages.NEEDED and EXTRA at its pin plus its full dependency
     closure for Kaggle's Python, never torch.
     """
+    dest = Path(dest) if dest is not None else default_dest(python_version)
     pins = {**PINS, **EXTRA_PINS}
     specs = [f"{name}=={version}" for name, version in pins.items()]
     _share_wheelhouse(dest, specs, python_version)
@@ -186,9 +195,24 @@ def _write_metadata(dest: Path) -> None:
     (dest / METADATA_FILE).write_text(_dump(dataset_metadata()))
 
 
+def _built_for(folder: Path) -> str | None:
+    """The Python a dataset folder's wheelhouse was built for (None: no wheelhouse there)."""
+    try:
+        manifest = json.loads((folder / WHEELHOUSE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest.get("python_version") if isinstance(manifest, dict) else None
+
+
 def _share_wheelhouse(dest: Path, specs: list[str], python_version: str) -> None:
     """One download per set of pins on a machine: a checkout without a current wheelhouse takes the one in the suite's
-    cache (a fresh clone, as CI makes), and a current one fills the cache when it holds none for these pins."""
+    cache (a fresh clone, as CI makes), and a current one fills the cache when it holds none for these pins. A dest
+    built for another Python is refused, never replaced: it may be the upload for Kaggle's image."""
+    built = _built_for(dest)
+    if built and built != python_version:
+        raise RuntimeError(f"{dest} holds the nbutils dataset for Python {built}, and this build is for {python_version}: "
+                           f"it is left as it is. Builds for {built} go to {default_dest(built)} (move it there, or "
+                           "delete it), or pass a folder of its own for this one; then build again.")
     # One cache per Python: a build for Kaggle's Python (the upload) must not replace the one this machine's twins
     # install. The single folder of earlier versions is still read.
     cached = embedded.cache_root() / f"kaggle-wheelhouse-py{python_version}"

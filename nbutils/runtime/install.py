@@ -138,7 +138,8 @@ def find_dataset(input_root: str | os.PathLike) -> Path | None:
 
 
 def has_internet(host: str = "pypi.org") -> bool:
-    """DNS only: resolving a name opens no connection, so an offline harness run is not tripped by it."""
+    """DNS only (no connection is opened): an offline Kaggle kernel cannot resolve names. The harness's internet-off
+    guard fails the lookup the same way and knows this probe, so its "no" is no network-access finding."""
     try:
         socket.getaddrinfo(host, 443)
         return True

@@ -25,6 +25,18 @@ def test_fingerprint_follows_every_source_and_nothing_else(tmp_path):
     assert chainrun.fingerprint(tmp_path) != before
 
 
+def test_fingerprint_follows_what_the_stamped_static_checks_read(tmp_path):
+    """The rows hold the static checks: pair-drift reads notebooks/*.py, the lint reads the images' freezes."""
+    (tmp_path / "kaggle-image" / "freezes").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    before = chainrun.fingerprint(tmp_path)
+    (tmp_path / "notebooks" / "01_data_prep.py").write_text("# %%\nx = 1\n")
+    paired = chainrun.fingerprint(tmp_path)
+    assert paired != before
+    (tmp_path / "kaggle-image" / "freezes" / "kaggle.txt").write_text("numpy==2.0.2\n")
+    assert chainrun.fingerprint(tmp_path) != paired
+
+
 def test_stamped_run_is_fresh_until_a_source_changes(tmp_path):
     rows = chainrun.stamped(lambda: [Result("01_data_prep.ipynb")], tmp_path, {})
     assert [r.notebook for r in rows] == ["01_data_prep.ipynb"]

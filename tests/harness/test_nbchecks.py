@@ -32,9 +32,9 @@ def test_every_secret_shape_is_caught(source):
 @pytest.mark.parametrize("source", [
     "from huggingface_hub import hf_hub_download", "import sklearn  # sk-learn", "md5 = '" + "ab" * 16 + "'",
     "open('/kaggle/input/x/data.csv')", "cache = '/root/.cache/huggingface'", "!ls /kaggle/working", "!nvidia-smi",
-    "url = 'https://example.org/a/b.csv'", "from tqdm.auto import tqdm", "!pip install -q peft==0.21.2",
+    "url = 'https://example.org/a/b.csv'", "from tqdm import tqdm", "!pip install -q peft==0.21.2",
     "x = 1  # do not call input() here, nor open('/home/alice/x')", "!pip install -q ipywidgets==8.1.5",
-    "print('notebook_login() waits')",
+    "print('notebook_login() waits')", "from huggingface_hub import login\nlogin(token=tok)", "login()",
 ])
 def test_benign_cells_raise_nothing(source):
     assert check_cells("nb", [{"cell_type": "code", "source": source}]) == []
@@ -75,6 +75,30 @@ def test_blocking_and_widget_calls_are_read_from_the_code_that_runs_there():
     assert [(c, n) for c, n, _ in _lint("import os\n" + widgets, "colab")] == [("widget-progress", 3)]
     assert [(c, n) for c, n, _ in _lint("import tqdm.notebook\nbar = tqdm.notebook.tqdm", "kaggle")] == [
         ("widget-progress", 1)]
+
+
+def test_tqdm_auto_is_the_widget_on_an_image_with_ipywidgets_and_the_fix_is_plain_text():
+    """tqdm.auto was exempted and recommended, yet in a Kaggle kernel (ipywidgets installed) it is the widget: a batch
+    log stuck at 0%."""
+    for source in ("from tqdm.auto import tqdm", "from tqdm.auto import tqdm\nfrom tqdm.notebook import tqdm as t2",
+                   "import tqdm.autonotebook"):
+        [problem] = check_cells("nb", [{"cell_type": "code", "source": source}])
+        assert problem.check == "widget-progress" and "tqdm.auto" not in problem.fix, source
+        assert "ProgressLog" in problem.fix and "from tqdm import tqdm" in problem.fix
+
+
+def test_a_hub_login_without_a_token_is_blocking_and_said_truthfully():
+    """`from huggingface_hub import login; login()` went unflagged; and the message said the run "waits", whereas
+    input() raises and notebook_login() shows a widget and returns."""
+    cells = [{"cell_type": "code", "source": "from huggingface_hub import login"},
+             {"cell_type": "code", "source": "import huggingface_hub as hf\nx = 1\nlogin()"},
+             {"cell_type": "code", "source": "hf.login(new_session=False)"},
+             {"cell_type": "code", "source": "login(token=token)\nlogin(token)\nhf.login(token=token)"}]
+    found = check_cells("nb", cells)
+    assert [(p.check, p.cell, p.line) for p in found] == [("blocking-input", 1, 3), ("blocking-input", 2, 1)]
+    assert "returns at once" in found[0].what and "wait" not in found[0].what
+    [typed] = check_cells("nb", [{"cell_type": "code", "source": "name = input('model? ')"}])
+    assert "StdinNotImplementedError" in typed.what and "wait" not in typed.what
 
 
 def test_network_tools_in_shell_lines_are_found_for_an_internet_off_run():

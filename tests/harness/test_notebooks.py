@@ -138,7 +138,7 @@ def test_export_gate_stops_a_worse_model_and_force_overrides(chain, tmp_path, mo
                          internet=False, time_budget=600)[0]
     assert forced.status == "passed", [str(p) for p in forced.problems]
     executed = (tmp_path / "forced" / "04_export.ipynb").read_text()
-    assert "force=True: exporting anyway" in executed and "[hub] skipped: HF_HUB_OFFLINE is set" in executed
+    assert "force=True: exporting anyway" in executed and "[hub] skipped: https://huggingface.co cannot be reached" in executed
     export = tmp_path / "forced" / "sandbox" / "04_export" / "working" / "export"
     assert json.loads((export / "export_summary.json").read_text())["pushed"] == [None]
     _no_token_in(tmp_path / "forced", ["04_export.ipynb"])

@@ -193,3 +193,36 @@ def test_an_internet_off_run_reports_network_tools_the_socket_guard_cannot_stop(
     online, _ = runner.run_notebook(path, tmp_path / "on", {}, True, None, [])
     assert online.problems == []
 
+
+
+def test_chain_notebooks_find_their_inputs_by_auto_and_others_get_them_as_parameters(tmp_path, monkeypatch):
+    """Every Kaggle run finds its upstream folders with "auto" (environment.find_upstream over the input root); the
+    harness passed them as parameters, so the chain never went that way."""
+    given = {}
+
+    def fake_execute(path, executed, params, kernel, cwd, kwargs):  # a notebook that writes its stage's marker
+        given[path.stem] = params
+        if (stage := runner._stage(path.stem)) is not None:
+            (cwd / stage.stage).mkdir()
+            (cwd / stage.stage / stage.marker).write_text("{}")
+
+    monkeypatch.setattr(runner, "_execute", fake_execute)
+    paths = []
+    for stem in ("01_data_prep", "02_train_qlora", "my_eval"):
+        nb = make_gallery.notebook(['data_dir = "auto"'])
+        nb.cells[-1].metadata["tags"] = ["parameters"]
+        nbformat.write(nb, tmp_path / f"{stem}.ipynb")
+        paths.append(tmp_path / f"{stem}.ipynb")
+    results = runner.run(paths, tmp_path / "out", {}, False, None)
+    assert [r.status for r in results] == ["passed"] * 3, [str(p) for r in results for p in r.problems]
+    assert given["02_train_qlora"] == {}  # in the chain: its own search finds 01's mounted folder
+    assert given["my_eval"] == {"data_dir": str(tmp_path / "out" / "sandbox" / "my_eval" / "input" / "qlora-01-data-prep"
+                                                / "data_prep")}
+
+
+def test_a_lookup_pip_retries_is_one_problem(tmp_path):
+    box = runner.sandbox.create(tmp_path, "nb")
+    nb = make_gallery.notebook(["import pip"])
+    box.events.write_text('{"type": "network-access", "address": "pypi.org", "execution_count": null}\n' * 5)
+    problems = runner.runtime_checks("nb.ipynb", nb, nb, box, None)
+    assert [p.check for p in problems] == ["network-access"]

@@ -103,3 +103,33 @@ def test_a_build_for_kaggles_python_keeps_the_cache_the_twins_install(tmp_path, 
     assert (legacy / "wheelhouse.json").read_text() == "3.11"
     assert (tmp_path / "cache" / "kaggle-wheelhouse-py3.12" / "wheelhouse.json").read_text() == "3.12"
     assert dataset.image_python() == "3.12"  # the freeze's header: what the note on the upload names
+
+
+def test_each_python_builds_into_its_own_folder_and_the_twins_attach_theirs(monkeypatch):
+    """`make papermill-check` rebuilt build/kaggle-dataset/ for 3.11 over the 3.12 build the docs said to upload."""
+    from nbutils.harness import twin
+
+    monkeypatch.delenv("NBUTILS_TWIN_DATASET", raising=False)
+    assert dataset.default_dest(dataset.TWIN_PYTHON) == dataset.ROOT / "build" / "kaggle-dataset" == twin.dataset_dir()
+    assert dataset.default_dest("3.12") == dataset.ROOT / "build" / "kaggle-dataset-py3.12"
+
+
+def test_a_dataset_built_for_another_python_is_refused_not_replaced(tmp_path, monkeypatch):
+    """The cached wheelhouse of the twins' Python was copied over a folder holding the upload for Kaggle's 3.12."""
+    import json
+
+    import pytest
+
+    monkeypatch.setenv("NBUTILS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(dataset, "_wheelhouse_current", lambda dest, specs, python_version: (
+        dataset._built_for(dest) == python_version))
+    cached = tmp_path / "cache" / "kaggle-wheelhouse-py3.11"
+    cached.mkdir(parents=True)
+    (cached / "wheelhouse.json").write_text(json.dumps({"python_version": "3.11"}))
+    upload = tmp_path / "build" / "kaggle-dataset"
+    upload.mkdir(parents=True)
+    (upload / "wheelhouse.json").write_text(json.dumps({"python_version": "3.12"}))
+    (upload / "numpy-2.4.6-cp312-cp312-manylinux_2_17_x86_64.whl").write_text("x")
+    with pytest.raises(RuntimeError, match=r"for Python 3\.12, and this build is for 3\.11.*kaggle-dataset-py3\.12"):
+        dataset.dataset(upload, "3.11")
+    assert dataset._built_for(upload) == "3.12" and len(list(upload.glob("*cp312*.whl"))) == 1

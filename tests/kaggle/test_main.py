@@ -30,3 +30,18 @@ def test_the_dataset_command_names_kaggles_python_when_the_build_is_for_another(
     cli.main(["dataset"])
     assert "note:" not in capsys.readouterr().out
 
+
+
+def test_the_twins_dataset_is_built_for_their_python_whatever_kaggle_python_says():
+    """KAGGLE_PYTHON=3.12 (the upload) in the shell made `make papermill-check` build the twins' dataset for 3.12."""
+    import os
+    import re
+
+    from nbutils.kaggle import dataset
+
+    assert re.search(r"^TWIN_PYTHON := (\S+)$", (ROOT / "mk" / "kaggle.mk").read_text(), re.M)[1] == dataset.TWIN_PYTHON
+    env = {**os.environ, "KAGGLE_PYTHON": "3.12"}
+    for target in ("papermill-check", "kaggle-wheelhouse-check"):
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True, env=env, check=True)
+        assert f"KAGGLE_PYTHON={dataset.TWIN_PYTHON} .venv/bin/python -m nbutils.kaggle dataset" in out.stdout, out.stdout
+        assert "KAGGLE_PYTHON=3.12" not in out.stdout
