@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nbutils import chain
 from nbutils.chain import MARKERS
+from nbutils.export import modelfile
 from nbutils.runtime import modelsource
 from nbutils.runtime.secrets import redact
 from nbutils.train import checkpoints
@@ -52,11 +53,27 @@ def _loaded_as(run_config: dict) -> str | None:
     return f"full-precision ({run_config.get('precision', 'fp32')})"
 
 
+def _prompt_variant(ckpt: Path, tokenizer) -> dict:
+    """The generation prompt the model was trained to continue, as apply_chat_template's extra arguments
+    (modelfile.prompt_variant: Qwen3's enable_thinking=False), from `tokenizer` or else the one 02 saved beside the
+    adapter; {} (the default prompt) where there is neither."""
+    if tokenizer is None:
+        if not (ckpt / "tokenizer_config.json").exists():
+            return {}
+        from nbutils.train import recipe
+
+        try:
+            tokenizer = recipe.trained_tokenizer(ckpt)
+        except Exception:  # noqa: BLE001 -- 04 loaded this tokenizer before; a card of one that does not load says less
+            return {}
+    return modelfile.prompt_variant(tokenizer)
+
+
 def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str | Path, base_model: str,
-                  checkpoint: str | Path | None = None) -> dict:
+                  checkpoint: str | Path | None = None, tokenizer=None) -> dict:
     """The facts a card states, read from the three upstream folders (missing files give missing facts), about the
     checkpoint exported (04's `ckpt`, from checkpoints.for_eval; None: 02's final one), which is not 02's final one
-    when that failed verification."""
+    when that failed verification. tokenizer: the checkpoint's, where the caller has it loaded (else read from it)."""
     manifest = _read(Path(data_dir) / MARKERS["data_prep"])
     summary = _read(Path(adapter_dir) / MARKERS["train_qlora"])
     report = _read(Path(eval_dir) / MARKERS["eval"])
@@ -75,6 +92,7 @@ def collect_facts(data_dir: str | Path, adapter_dir: str | Path, eval_dir: str |
         metrics[name]["win_tie_loss"] = m.get("win_tie_loss")
     return redact({
         "base_model": base_model, "base_loaded_as": _loaded_as(run_config),
+        "prompt_variant": _prompt_variant(ckpt, tokenizer),
         "data": {"content_hash": manifest.get("content_hash"), "counts": manifest.get("counts"),
                  "splits": {k: v for k, v in (manifest.get("splits") or {}).items() if isinstance(v, (int, float))}},
         "hyperparameters": {k: params[k] for k in HYPER if k in params},
@@ -154,6 +172,16 @@ def _measured_on(kind: str, run: dict | None, loaded_as: str | None) -> list[str
             f"not on {this.replace('  ', ' ')}.", ""]
 
 
+def _prompt_lines(facts: dict) -> list[str]:
+    """The snippet's prompt: with the arguments of the generation prompt the model was trained to continue (Qwen3's
+    enable_thinking=False writes the empty think block its answers followed), only where they are not the default."""
+    variant = facts.get("prompt_variant") or {}
+    extra = "".join(f", {k}={v!r}" for k, v in variant.items())
+    note = [f"# {extra[2:]}: the prompt this model was fine-tuned and evaluated with"] if variant else []
+    return [*note, 'text = tokenizer.apply_chat_template([{"role": "user", "content": "..."}], tokenize=False, '
+                   f'add_generation_prompt=True{extra})']
+
+
 def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = None) -> str:
     """README.md for an 'adapter', 'merged' or 'gguf' export (run: the GGUF's type, stops and commands): usage,
     data, hyper-parameters, eval and degeneration figures."""
@@ -169,9 +197,7 @@ def model_card(facts: dict, kind: str, repo_id: str = "", run: dict | None = Non
     else:
         usage = ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
                  f'model = AutoModelForCausalLM.from_pretrained("{name}", dtype="float16")',
-                 f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
-                 'text = tokenizer.apply_chat_template([{"role": "user", "content": "..."}], tokenize=False, '
-                 'add_generation_prompt=True)', "```"]
+                 f'tokenizer = AutoTokenizer.from_pretrained("{name}")', *_prompt_lines(facts), "```"]
         what = f"`{base}` with a QLoRA adapter merged into its fp16 weights: loads without peft."
     ev, data = facts["eval"], facts["data"]
     lines = [_front_matter(facts, kind), f"# {repo_id or 'Fine-tuned model'}", "", what, "", "## Use", "", *usage, "",

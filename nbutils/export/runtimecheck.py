@@ -50,6 +50,10 @@ def runtime_context() -> dict:
     return {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
 
 
+# The default generation prompt on both sides, not the one the model was trained to continue where they differ
+# (Qwen3's enable_thinking=False, modelfile.prompt_variant): the probe renders each chat from its messages through
+# llama.cpp's own template engine, which (a) and (b) check, and it passes the template no arguments. Both sides
+# render the same prompt, so the comparison holds either way.
 def _hf(tokenizer, messages: list[dict], context: dict | None = None) -> tuple[str, list[int]]:
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **(context or {}))
     return text, tokenizer(text, add_special_tokens=False).input_ids

@@ -7,6 +7,7 @@ import pytest
 from nbutils.chain import MARKERS
 from nbutils.export import card
 from nbutils.train import checkpoints
+from tests.twins import templates
 
 
 def _facts(tmp_path, base_model="someone/base-model", report=None, checkpoint=None):
@@ -129,3 +130,20 @@ def test_the_card_says_how_03_loaded_the_base_as_the_checkpoint_records_it(tmp_p
     _run_config(tmp_path, **recorded)
     text = card.model_card(_facts(tmp_path), "merged")
     assert f"measured by notebook 03 on {loaded}" in text and "NF4" not in text and "nf4" not in text
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2.5"])
+def test_the_usage_snippet_prompts_as_the_model_was_trained_qwen3_without_thinking(tmp_path, tok, family):
+    """A Qwen3 model tuned on plain answers learnt them after the empty think block that enable_thinking=False
+    writes into the prompt (03 prompts so): the merged card's snippet passes it, read from the tokenizer 02 saved
+    beside the adapter; a template without that variant keeps the plain call."""
+    own, tok.chat_template = tok.chat_template, {"qwen3": templates.QWEN3, "qwen2.5": templates.QWEN25}[family]
+    try:
+        tok.save_pretrained(tmp_path / "checkpoint")
+    finally:
+        tok.chat_template = own
+    facts = _facts(tmp_path)
+    assert facts["prompt_variant"] == ({"enable_thinking": False} if family == "qwen3" else {})
+    call = "tokenize=False, add_generation_prompt=True" + (", enable_thinking=False)" if family == "qwen3" else ")")
+    assert call in card.model_card(facts, "merged")
+    assert "enable_thinking" not in card.model_card(_facts(tmp_path / "checkpoint"), "merged")  # no tokenizer there
