@@ -147,14 +147,16 @@ print(f"{len(prompts)} check prompts from {data_dir}")
 # lossy, and a base stored quantized (a `-bnb-4bit` repo) is refused here for a merge or a GGUF. fp16 is 2 bytes per
 # parameter (a 7B model: about 14 GB), more than a T4's 15 GB once loading overhead counts, so a large model merges
 # in CPU RAM (Kaggle gives 29 GB, free Colab 12.7 GB). The check after the merge runs base + adapter exactly, in
-# fp32, one module's weights upcast at a time: the plan counts the largest module in fp32 and the check prompts'
-# logits (the longest prompt, as the check tokenizes it). One table, from the config alone, before anything loads;
-# when it fits nowhere, export the adapter only.
+# fp32, one module's weights upcast at a time: the plan counts the largest module in fp32 and the logits of the
+# longest text a check runs (a prompt; with a GGUF, a prompt and its answer). One table, from the config alone,
+# before anything loads; when it fits nowhere, export the adapter only.
 
 # %%
 from nbutils.export import merge
 
-memory_plan = merge.memory_plan(base_model, merge.check_tokens(tokenizer, prompts), int(trained.lora.get("r", 16)),
+# the longest text a check runs: the prompts, and with a GGUF its check's prompt + answer texts (scored whole)
+checked = prompts + ([p + r for p, r in zip(prompts, references)] if gguf_type else [])
+memory_plan = merge.memory_plan(base_model, merge.check_tokens(tokenizer, checked), int(trained.lora.get("r", 16)),
                                 len(prompts))
 print(merge.plan_table(memory_plan, env.rows()))
 merge.check_fits(memory_plan, export_merged, gguf_type)  # a merge is wanted and fits nowhere (or cannot be made): stop now

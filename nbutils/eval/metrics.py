@@ -7,7 +7,8 @@ and auto's primary); `module:function` is a user scorer called as `function(outp
 (`"auto,mytask:score"` adds it to the built-ins, `"mytask:score"` alone scores with it alone).
 
 Words are Unicode words, each Chinese or Japanese character one (rouge-score's own tokenizer keeps only a-z and 0-9:
-identical Russian or Chinese answers scored 0), a letter's combining marks part of its word (Devanagari, Thai). Every
+identical Russian or Chinese answers scored 0), a letter's combining marks part of its word (Devanagari), and in
+Thai, Lao, Myanmar and Khmer, written without spaces, each letter with its marks one (as for Chinese). Every
 metric compares NFC text: the tokenizer gives NFC back (Qwen's normalises), so an NFD reference (Vietnamese typed on
 macOS) would score a right answer 0.
 
@@ -29,9 +30,13 @@ from nbutils.eval.textshape import MARKS
 SHORT_ANSWER_WORDS = 3
 BUILTIN = ("exact_match", "rouge_l", "chrf")
 TIE_TOLERANCE = 1e-9
-# A word: a run of letters or digits in any script, each with its combining marks (Devanagari and Thai vowel signs
-# are marks, not \w: without them 'नमस्ते' split in three), or one CJK ideograph or kana (those scripts put no spaces).
-WORD_RE = re.compile(rf"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|(?:[^\W_][{MARKS}]*)+")
+# A word: a run of letters or digits in any script, each with its combining marks (Devanagari vowel signs are
+# marks, not \w: without them 'नमस्ते' split in three); in the scripts that put no spaces between words, one unit
+# each: a CJK ideograph or kana, or a Thai, Lao, Myanmar or Khmer letter with its marks (as a run, a whole Thai
+# sentence would be one word, and ROUGE-L all or nothing).
+UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+UNSPACED_MARKED = "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+WORD_RE = re.compile(rf"[{UNSPACED}]|[{UNSPACED_MARKED}][{MARKS}]*|(?:[^\W_{UNSPACED_MARKED}][{MARKS}]*)+")
 
 
 def nfc(text: str) -> str:

@@ -112,7 +112,9 @@ def torch_memory_gb(count: int) -> list[float] | None:
     code = ("import torch; print(' '.join(str(torch.cuda.get_device_properties(i).total_memory) "
             "for i in range(torch.cuda.device_count())))")
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        # nvidia-smi lists the GPUs in PCI bus order; torch's default is fastest first (two unlike GPUs would swap)
+        env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
         totals = [int(x) for x in out.stdout.split()] if out.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None

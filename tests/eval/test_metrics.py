@@ -85,10 +85,9 @@ def test_words_in_any_script_count_and_match():
 
 
 def test_a_word_keeps_its_combining_marks():
-    """Devanagari and Thai vowel signs are marks, not letters: 'नमस्ते दुनिया' split into five words, so auto read a
+    """Devanagari vowel signs are marks, not letters: 'नमस्ते दुनिया' split into five words, so auto read a
     two-word answer as long (ROUGE-L) and ROUGE-L matched word pieces."""
     assert metrics.words("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
-    assert metrics.words("สวัสดี ครับ") == ["สวัสดี", "ครับ"]
     assert metrics.resolve("auto", ["नमस्ते दुनिया"] * 3)[1] == "exact_match"
     assert metrics.rouge_l(["नमस्ते"], ["नमस्ते दुनिया"]) == [pytest.approx(2 / 3)]  # one word of two
 
@@ -130,3 +129,12 @@ def test_no_resamples_give_no_interval_and_a_negative_count_is_refused(tmp_path)
     plots.plot_metric_comparison(block, tmp_path / "metrics.png")  # bars without error bars
     with pytest.raises(ValueError, match="n_bootstrap=-1: .* 0 \\(no intervals\\) or more"):
         metrics.bootstrap_ci([1.0], n_boot=-1)
+
+
+def test_thai_written_without_spaces_is_scored_letter_by_letter_as_chinese():
+    """A letter and its marks are one unit in Thai (as a run of letters and marks, a whole sentence was one word:
+    ROUGE-L all or nothing, and auto read a sentence as a one-word answer)."""
+    assert metrics.words("สวัสดี ครับ") == ["ส", "วั", "ส", "ดี", "ค", "รั", "บ"]
+    sentence = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"
+    assert metrics.resolve("auto", [sentence] * 3)[1] == "rouge_l"
+    assert 0.5 < metrics.rouge_l(["กรุงเทพเป็นเมืองหลวง"], ["กรุงเทพมหานครเป็นเมืองหลวง"])[0] < 1.0

@@ -153,7 +153,8 @@ def test_a_t4s_memory_reads_as_torch_reports_it_whatever_the_driver(monkeypatch,
     def run(cmd, **kw):
         if cmd[0] == "nvidia-smi":
             return SimpleNamespace(returncode=0, stdout=f"0, Tesla T4, 7.5, {smi_mib}\n1, Tesla T4, 7.5, {smi_mib}\n")
-        assert "-c" in cmd  # the child that asks torch
+        assert "-c" in cmd  # the child that asks torch, its GPUs in nvidia-smi's order (PCI bus, not fastest first)
+        assert kw["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         return SimpleNamespace(returncode=0 if child_ok else 1, stdout="15828320256 15828320256\n" if child_ok else "")
 
     monkeypatch.setattr(subprocess, "run", run)
