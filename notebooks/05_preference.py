@@ -129,7 +129,8 @@ plan = preference.plan_preference(
     preference_data=preference_data, preference_eval=preference_eval, eval_fraction=eval_fraction, seed=seed,
     smoke=smoke, precision=precision, per_device_batch_size=per_device_batch_size, grad_accum=grad_accum,
     num_generations=num_generations, max_completion_length=max_completion_length, max_length=max_length, max_steps=max_steps,
-    learning_rate_value=learning_rate, save_steps=save_steps, keep_checkpoints=keep_checkpoints)
+    learning_rate_value=learning_rate, save_steps=save_steps, keep_checkpoints=keep_checkpoints,
+    attn_implementation=attn_implementation)
 
 # %% [markdown]
 # ## The policy: 02's adapter on the base it was trained on

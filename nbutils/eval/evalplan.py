@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbutils.runtime import modelsource
+from nbutils.runtime.preflight import fp16_warning
 from nbutils.train import evalmemory, memory, modeling
 from nbutils.train import loss as lm_loss
 
@@ -32,6 +33,7 @@ class EvalPlan:
     gpu_why: str
     machine: dict = field(default_factory=dict)  # preflight's rows: the table starts with them
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown in the table; the evaluation goes ahead
 
     def rows(self) -> dict:
         return {**self.machine, "base_model": self.base_model,
@@ -40,7 +42,7 @@ class EvalPlan:
                 "eval_loss": f"batches of at most {self.eval_batch_tokens:,} padded tokens (eval_batch_tokens: "
                              f"{self.eval_batch_tokens_why}); {self.memory['loss']} logits",
                 **evalmemory.rows(self.memory), "memory.checked_against": self.gpu_why,
-                "problems": len(self.problems) or "none"}
+                **{f"WARNING{i or ''}": w for i, w in enumerate(self.warnings)}, "problems": len(self.problems) or "none"}
 
     def table(self) -> str:
         rows = self.rows()
@@ -77,6 +79,9 @@ def plan_eval(trained, env, prompt_lengths: list[int], eval_lengths: list[int], 
                     gpu_why, env.rows())
     plan.memory.update(longest_row=longest, split_tokens=len(eval_lengths) * longest)  # what the dry run re-runs
     plan.problems = problems(plan.memory, plan.generate_batch_size, tokens, longest)
+    # as 02's plan: Gemma-2/3 computing in fp16 (a T4) overflow it; a stand-in env without a capability: unknown
+    warning = fp16_warning(config, trained.precision, getattr(env, "gpu_capability", None))
+    plan.warnings = [warning] if warning else []
     if show:
         print(plan.table())
     if plan.problems:

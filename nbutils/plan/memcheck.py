@@ -98,11 +98,13 @@ def recorded(chain_out: Path, notebook: str) -> dict | None:
 def tasks(notebook: str, plan: dict) -> tuple[str, dict] | None:
     """What to re-run on the twin for this notebook's recorded plan: (probe, its settings)."""
     if notebook == "02_train_qlora":
-        return "train", {"batch": plan["batch_size"], "seq": plan["seq_len"], "loss": plan["loss"]}
+        return "train", {"batch": plan["batch_size"], "seq": plan["seq_len"], "loss": plan["loss"],
+                         "attention": plan.get("attention", "sdpa")}
     if notebook == "03_eval":
         return "infer", {"rows": plan["generate_rows"], "prompt": plan["prompt"], "new_tokens": plan["new_tokens"],
                          "tokens": min(plan["tokens"], plan.get("split_tokens", plan["tokens"])),
-                         "longest": plan.get("longest_row", plan["prompt"]), "loss": plan["loss"]}
+                         "longest": plan.get("longest_row", plan["prompt"]), "loss": plan["loss"],
+                         "attention": plan.get("attention", "sdpa")}
     if notebook == "04_export":
         return "merge", {"prompt": plan.get("prompt_tokens", 64)}
     if notebook == "05_preference":
@@ -115,12 +117,13 @@ def tasks(notebook: str, plan: dict) -> tuple[str, dict] | None:
 def twin_plan_bytes(probe: str, shape: memory.Shape, s: dict) -> float:
     """The plan's formula for the twin's own shape (at the depth in `shape`), fp32 on a CPU."""
     if probe == "train":
-        return memory.estimate(shape, s["seq"], s["batch"], 16, s["loss"], compute_bytes=4)["total"]
+        return memory.estimate(shape, s["seq"], s["batch"], 16, s["loss"], compute_bytes=4,
+                               attention=s.get("attention", "sdpa"))["total"]
     if probe == "infer":
         rows = max(1, s["tokens"] // s["longest"]) * s["longest"]
         return evalmemory.peak_bytes(shape, quantized=True, lora_r=16, n_adapters=s.get("adapters", 1), rows=s["rows"],
                                      prompt=s["prompt"], new_tokens=s["new_tokens"], tokens=rows, loss=s["loss"],
-                                     compute_bytes=4)
+                                     compute_bytes=4, attention=s.get("attention", "sdpa"))
     from nbutils.export import merge
 
     return merge.merge_need_bytes(shape, s["prompt"])

@@ -24,8 +24,9 @@ its weights and adapters, then the larger of two moments that never overlap. Byt
                  one layer's rows x heads x length x length scores on top of layer_forward, in the prompt's
                  forward (generation) and in each scoring batch: x (cb + 8) in 16 bits (the scores, the fp32 copy
                  softmax(dtype=float32) makes of bf16 ones, its fp32 output: transformers' eager_attention_forward),
-                 x 8 in fp32; plus the model's 4-D masks, rows x length x length x cb, two (Gemma-2's full and
-                 sliding-window ones), held for the whole forward
+                 x 8 in fp32 (memory.eager_score_bytes, which 02's training plan reads too); plus the model's 4-D
+                 masks, rows x length x length x cb, two (Gemma-2's full and sliding-window ones), held for the
+                 whole forward (memory.eager_masks)
   overhead       the CUDA context and the allocator's slack on a GPU (memory.OVERHEAD)
 Read from the code paths, not fitted: the dry run measures them on a CPU twin beside the plan
 (`python -m nbutils.plan dry-run`), and `python -m bench dryrun_bench` on SmolLM2-135M-Instruct's 30 layers.
@@ -70,10 +71,8 @@ def kv_cache(shape: Shape, rows: int, length: int, compute_bytes: int = 2) -> fl
 def eager_scores(shape: Shape, rows: int, length: int, compute_bytes: int = 2, attention: str = "eager") -> float:
     """One layer's attention scores for rows x length positions where the model attends eagerly, with the masks
     (see the module docstring); 0 for sdpa and FlashAttention-2, which never hold them."""
-    if attention != "eager":
-        return 0
-    per_score = compute_bytes + 8 if compute_bytes < 4 else 8
-    return rows * length * length * (shape.heads * per_score + 2 * compute_bytes)
+    return (memory.eager_scores(shape, rows, length, compute_bytes, attention)
+            + memory.eager_masks(rows, length, compute_bytes, attention))
 
 
 def generation(shape: Shape, rows: int, prompt: int, new_tokens: int, compute_bytes: int = 2,
@@ -110,10 +109,12 @@ def batch_tokens(value, fits, longest: int) -> tuple[int, str]:
 
 def peak_bytes(shape: Shape, *, quantized: bool, lora_r: int, n_adapters: int, rows: int, prompt: int,
                new_tokens: int, tokens: int, loss: str = "chunked", compute_bytes: int = 2, attention: str = "sdpa",
-               length: int | None = None) -> float:
-    """Weights, adapters and the CUDA context (a GPU), then the larger of generation and scoring (rows of `length`)."""
+               length: int | None = None, gpu: bool | None = None) -> float:
+    """Weights, adapters and the CUDA context (a GPU: by default one computing in 16 bits, fp32 being the CPU's;
+    gpu=True for fp32 on a GPU), then the larger of generation and scoring (rows of `length`)."""
     fixed = weights(shape, quantized, compute_bytes) + adapters(shape, lora_r, n_adapters)
-    return fixed + (memory.OVERHEAD if compute_bytes < 4 else 0) + max(
+    gpu = compute_bytes < 4 if gpu is None else gpu
+    return fixed + (memory.OVERHEAD if gpu else 0) + max(
         generation(shape, rows, prompt, new_tokens, compute_bytes, attention),
         scoring(shape, tokens, loss, compute_bytes, attention, length))
 
@@ -125,9 +126,10 @@ def plan_inference(model_config, *, quantized: bool, lora_r: int, n_adapters: in
     against the GPU whether it fits and the largest generation batch and scoring batch (tokens) that do.
     `attention`: the implementation the model loads with (eager counts its scores); `length`: the scoring rows'."""
     shape = Shape.from_config(model_config)
+    gpu = bool(gpu_memory_gb) or compute_bytes < 4  # checked against a GPU: its CUDA context, in fp32 too
     same = dict(quantized=quantized, lora_r=lora_r, n_adapters=n_adapters, prompt=prompt, new_tokens=new_tokens,
-                loss=loss, compute_bytes=compute_bytes, attention=attention, length=length)
-    overhead = memory.OVERHEAD if compute_bytes < 4 else 0
+                loss=loss, compute_bytes=compute_bytes, attention=attention, length=length, gpu=gpu)
+    overhead = memory.OVERHEAD if gpu else 0
     parts = {"weights": weights(shape, quantized, compute_bytes), "adapters": adapters(shape, lora_r, n_adapters),
              "overhead": overhead,
              "generation": generation(shape, generate_rows, prompt, new_tokens, compute_bytes, attention),

@@ -12,7 +12,8 @@ Estimate of peak GPU memory for QLoRA training with gradient checkpointing (byte
   then the largest of the moments that do not overlap (`peak`):
   loss step      lm_head copy + logits
   layer backward one layer recomputed and its gradients: batch x seq x ((14 x hidden + 8 x intermediate) x 2
-                 + 8 x hidden: the fp32 gradient of the residual stream, in and out)
+                 + 8 x hidden: the fp32 gradient of the residual stream, in and out); eager attention (Gemma-2)
+                 adds its seq x seq scores (`eager_scores`), its 4-D masks live all along (`eager_masks`)
   generation     GRPO's KV cache (plan_preference): layers x 2 x batch x seq x kv_heads x head_dim x 2
   lm_head copy   vocab x hidden x 2: the fp32 LM head cast to the compute dtype while the loss runs
                  (autocast's cast, or liger's own)
@@ -150,15 +151,41 @@ class Shape:
         return per_layer * self.layers
 
 
+def eager_score_bytes(compute_bytes: int = 2, training: bool = False) -> int:
+    """Bytes per element of one layer's rows x heads x length x length scores where the model attends eagerly, read
+    from transformers' eager_attention_forward (Gemma-2's: matmul, x scaling, tanh soft-cap, + mask, softmax(dtype=
+    float32), cast back to cb, dropout p=0 returns its input, matmul), not measured. Without gradients: at the
+    softmax its cb input, the fp32 copy it makes and its fp32 output, cb + 8 (fp32: 8, no copy). Training (the
+    layer recomputed, then its backward): autograd keeps tanh's output (cb), softmax's fp32 output and its cast
+    back (cb); the most is at softmax's backward: tanh's output, softmax's, the fp32 gradient in and the fp32 one
+    out, cb + 12 (the forward's most is 2 x cb + 8). Without a soft-cap (no tanh output kept): cb fewer."""
+    if training:
+        return compute_bytes + 12
+    return compute_bytes + 8 if compute_bytes < 4 else 8
+
+
+def eager_scores(shape: Shape, rows: int, length: int, compute_bytes: int = 2, attention: str = "eager",
+                 training: bool = False) -> float:
+    """One layer's scores for rows x length positions (`eager_score_bytes`); 0 for sdpa and FlashAttention-2."""
+    return rows * shape.heads * length * length * eager_score_bytes(compute_bytes, training) if attention == "eager" else 0
+
+
+def eager_masks(rows: int, length: int, mask_bytes: int, attention: str = "eager") -> float:
+    """An eager model's 4-D masks, rows x length x length, two (Gemma-2's full and sliding-window ones; a packed
+    batch's one mask serves both) in the input embeddings' dtype: cb for inference, fp32 in training (the k-bit
+    preparation's fp32 embedding). 0 for sdpa and FlashAttention-2."""
+    return 2 * rows * length * length * mask_bytes if attention == "eager" else 0
+
+
 LOSS_STEP = ("lm_head_copy", "logits")  # live together while the loss runs
 MOMENTS = (LOSS_STEP, ("layer_backward",), ("kv_cache",))  # the peak is the largest of these moments
 
 
 def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "plain",
-             compute_bytes: int = 2, gpu: bool | None = None) -> dict[str, float]:
+             compute_bytes: int = 2, gpu: bool | None = None, attention: str = "sdpa") -> dict[str, float]:
     """Estimated peak bytes by component (see the module docstring for the formula); "total" is `peak(parts)`.
     compute_bytes 2: fp16/bf16; 4: fp32 (no 16-bit LM head copy). gpu (default: compute_bytes < 4, fp32 being the
-    CPU's) counts the CUDA context: a GPU run with precision="fp32" is compute_bytes=4, gpu=True."""
+    CPU's) counts the CUDA context (precision="fp32" on a GPU: compute_bytes=4, gpu=True); attention="eager": its scores, masks."""
     linear = sum(i * o for i, o in shape.linears())
     embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
     tokens = batch * seq_len
@@ -169,9 +196,12 @@ def estimate(shape: Shape, seq_len: int, batch: int, lora_r: int, loss: str = "p
         "checkpoints": tokens * 4 * shape.layers * shape.hidden,
         "lm_head_copy": shape.vocab * shape.hidden * 2 if compute_bytes < 4 else 0,  # fp32 compute: no cast
         "logits": logits_bytes(batch, seq_len, shape.vocab, shape.hidden, loss, compute_bytes),
-        "layer_backward": tokens * (compute_bytes * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden),
+        "layer_backward": tokens * (compute_bytes * (14 * shape.hidden + 8 * shape.intermediate) + 8 * shape.hidden)
+        + eager_scores(shape, batch, seq_len, compute_bytes, attention, training=True),
         "overhead": OVERHEAD if gpu else 0,
     }
+    if attention == "eager":  # a row only where there are masks to count
+        parts["attention_masks"] = eager_masks(batch, seq_len, 4, attention)
     parts["total"] = peak(parts)
     return parts
 
@@ -184,15 +214,16 @@ def peak(parts: dict[str, float]) -> float:
 
 
 def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: float | None, gpu_count: int = 1,
-         loss: str = "plain", compute_bytes: int = 2) -> dict:
+         loss: str = "plain", compute_bytes: int = 2, attention: str = "sdpa") -> dict:
     """Estimate at this batch size, against the GPU's memory, with the largest batch and the longest
     sequence that fit, and whether one GPU (`fits`) or only all together (`split_fits`, split_peak) hold it, from
     which nbutils.train.launch.decide picks the mode. `loss` is the loss that will train ("plain", "chunked",
-    "liger"); compute_bytes 4 plans a GPU run with precision="fp32" (fp32 activations, the CUDA context still)."""
+    "liger"); compute_bytes 4 plans a GPU run with precision="fp32" (fp32 activations, the CUDA context still),
+    `attention` the one the model loads with."""
     shape = Shape.from_config(model_config)
 
     def at(b: int, s: int = seq_len) -> dict[str, float]:
-        return estimate(shape, s, b, lora_r, loss, compute_bytes, gpu=True)
+        return estimate(shape, s, b, lora_r, loss, compute_bytes, gpu=True, attention=attention)
 
     est = at(batch)
     from nbutils.train.diskspace import checkpoint_mb
@@ -200,7 +231,7 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
     out = {"estimate_gb": round(est["total"] / GB, 2), "allocated_gb": round((est["total"] - OVERHEAD) / GB, 2),
            "parts_gb": {k: round(v / GB, 3) for k, v in est.items() if k != "total"},
            "gpu_memory_gb": gpu_memory_gb, "batch_size": batch, "seq_len": seq_len, "loss": loss,
-           "compute_bytes": compute_bytes,
+           "compute_bytes": compute_bytes, "attention": attention,
            "checkpoint_mb": round(checkpoint_mb(sum(lora_r * (i + o) for i, o in shape.linears())), 1)}
     if gpu_memory_gb:
         budget = budget_bytes(gpu_memory_gb)
@@ -208,10 +239,10 @@ def plan(model_config, seq_len: int, batch: int, lora_r: int, gpu_memory_gb: flo
         out["largest_batch_that_fits"] = largest(lambda b: at(b)["total"] <= budget)
         out["longest_seq_that_fits"] = _longest_seq(lambda s: at(batch, s)["total"] <= budget)
         if gpu_count > 1:  # the facts launch.decide picks the multi-GPU mode from (it alone decides)
-            out["gpu_count"] = gpu_count
-            out["split_estimate_gb"] = round(split_peak(est, shape, gpu_count) / GB, 2)
-            out["split_fits"] = split_peak(est, shape, gpu_count) <= budget
+            split = split_peak(est, shape, gpu_count)
+            out.update(gpu_count=gpu_count, split_estimate_gb=round(split / GB, 2), split_fits=split <= budget)
             out["split_largest_batch"] = largest(lambda b: split_peak(at(b), shape, gpu_count) <= budget)
+            out["split_longest_seq"] = _longest_seq(lambda s: split_peak(at(batch, s), shape, gpu_count) <= budget)
     return out
 
 
@@ -219,11 +250,13 @@ def split_peak(parts: dict[str, float], shape: Shape, gpu_count: int) -> float:
     """One GPU's peak when device_map="auto" spreads the model over gpu_count GPUs in one process. The weights, the
     adapters and the checkpointed inputs divide (each layer's live on its GPU); the CUDA context is on every GPU; the
     moments do not divide: the loss step runs whole on the GPU that holds the LM head, a layer's backward on the GPU
-    that holds the layer. The fp32 LM head (tied: the embedding itself) sits whole where the loss runs."""
+    that holds the layer. The fp32 LM head (tied: the embedding itself) sits whole where the loss runs. Eager
+    attention's masks are built once, on the first GPU, and do not divide either (counted whole: an upper bound)."""
     head = shape.vocab * shape.hidden * 4
     moment = max(sum(parts.get(k, 0) for k in m) for m in MOMENTS)
-    live = sum(v for k, v in parts.items() if k not in ("total", "overhead") and not any(k in m for m in MOMENTS))
-    return (live - head) / gpu_count + head + parts.get("overhead", 0) + moment
+    whole = ("total", "overhead", "attention_masks")
+    live = sum(v for k, v in parts.items() if k not in whole and not any(k in m for m in MOMENTS))
+    return (live - head) / gpu_count + head + parts.get("overhead", 0) + parts.get("attention_masks", 0) + moment
 
 
 def budget_bytes(gpu_memory_gb: float) -> float:
@@ -259,20 +292,36 @@ def _longest_seq(fits, step: int = 64) -> int:
     return step * largest(lambda n: fits(n * step), 2048)
 
 
-def longest_sequence(model_config, batch: int, gpu_memory_gb: float, loss: str, lora_r: int = 16) -> tuple[int, str]:
+def planned_attention(model_config, requested: str = "auto", preferred: str = "sdpa") -> str:
+    """The attention a plan counts: `requested` unless "auto", else the one the load picks (modeling.choose_attention;
+    `preferred`: preflight's, sdpa on a T4); a bare set of dimensions (no model class to ask) plans sdpa."""
+    from transformers import PretrainedConfig
+
+    from nbutils.train import modeling
+
+    if requested != "auto" or isinstance(model_config, PretrainedConfig):
+        return modeling.choose_attention(model_config, requested, preferred)
+    return "sdpa"
+
+
+def longest_sequence(model_config, batch: int, gpu_memory_gb: float, loss: str, lora_r: int = 16,
+                     attention: str = "auto") -> tuple[int, str]:
     """The longest sequence (a multiple of 64) that trains at this batch size on a GPU of this memory, and why:
     01's cap on max_seq_len="auto". `loss`: the one 02's chunked_loss="auto" trains with at a length where the whole
     logits do not fit, "chunked" (liger's is planned as it), or "plain" for a model the chunks cannot serve
     (nbutils.train.loss.unsupported: Gemma-2's soft-capped logits); so 02's plan fits at any length up to the cap.
-    02's LoRA rank is not chosen yet: r=16 is assumed. At 0 (nothing trains at this batch size) the why says how
-    long a sequence batch size 1 trains."""
+    02's LoRA rank is not chosen yet: r=16 is assumed. `attention` "auto" is what 02 loads on a T4
+    (`planned_attention`: eager for Gemma-2, whose scores 02's plan counts, so the two agree). At 0 (nothing trains
+    at this batch size) the why says how long a sequence batch size 1 trains."""
     shape, budget = Shape.from_config(model_config), budget_bytes(gpu_memory_gb)
+    attention = planned_attention(model_config, attention)
 
     def longest_at(b: int) -> int:
-        return _longest_seq(lambda s: estimate(shape, s, b, lora_r, loss)["total"] <= budget)
+        return _longest_seq(lambda s: estimate(shape, s, b, lora_r, loss, attention=attention)["total"] <= budget)
 
     n = longest_at(batch)
-    why = f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch} ({loss} loss)"
+    why = (f"the memory of a {gpu_memory_gb:g} GB GPU at batch size {batch} ({loss} loss"
+           + (", eager attention)" if attention == "eager" else ")"))
     if n == 0 and batch > 1:
         why += f" (batch size 1 trains up to {longest_at(1)} tokens there)"
     return n, why
@@ -296,18 +345,20 @@ def table(p: dict) -> str:
 
 
 def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
-                    completion_len: int, gpu_memory_gb: float | None, judge: dict | None = None) -> dict:
+                    completion_len: int, gpu_memory_gb: float | None, judge: dict | None = None,
+                    compute_bytes: int = 2, attention: str = "sdpa") -> dict:
     """02's estimate, extended to the method: DPO and ORPO train on two sequences per pair (chosen and rejected
     in one batch); DPO and KTO keep a frozen copy of the adapter (fp32 weights, no gradient or optimizer state)
     and run a reference pass without gradients, which holds less than the training pass and adds no peak of its
-    own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the 16-bit KV cache of its
-    batch of completions), then trains on those batch x (prompt + completion) tokens. DPO, KTO and GRPO score
+    own; KTO adds its mismatched-pair batch for the KL estimate; GRPO first generates (the KV cache of its batch
+    of completions), then trains on those batch x (prompt + completion) tokens. DPO, KTO and GRPO score
     through trl's fused LM head (loss "trl"); ORPO builds the logits whole ("plain"). After training, the judge
     pass (`judge`: 05's report against the SFT adapter, nbutils.train.evalmemory's generation and scoring, in bytes)
     runs on the model with its adapters (the optimizer's state counted still: the trainer may hold it): the peak is
-    the larger of the two. With a GPU, the largest batch that fits."""
+    the larger of the two. With a GPU, the largest batch that fits. compute_bytes and attention as `plan`'s."""
     shape = Shape.from_config(model_config)
-    parts = _preference_parts(shape, method, seq_len, batch, lora_r, num_generations, completion_len)
+    same = dict(compute_bytes=compute_bytes, attention=attention)
+    parts = _preference_parts(shape, method, seq_len, batch, lora_r, num_generations, completion_len, **same)
     after = sum(parts[k] for k in ("base_weights", "lora_and_optimizer", "reference_adapter", "overhead"))
     parts["judge_pass"] = judge["bytes"] if judge else 0
     total = max(peak({k: v for k, v in parts.items() if k != "judge_pass"}), after + parts["judge_pass"])
@@ -325,22 +376,24 @@ def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r:
         budget, step = budget_bytes(gpu_memory_gb), num_generations if method == "grpo" else 1
         out["fits"] = total <= budget
         out["largest_batch_that_fits"] = step * largest(lambda n: peak(_preference_parts(
-            shape, method, seq_len, n * step, lora_r, num_generations, completion_len)) <= budget, 1024)
+            shape, method, seq_len, n * step, lora_r, num_generations, completion_len, **same)) <= budget, 1024)
         out["judge_fits"] = after + parts["judge_pass"] <= budget
     return out
 
 
 def _preference_parts(shape: Shape, method: str, seq_len: int, batch: int, lora_r: int, num_generations: int,
-                      completion_len: int) -> dict[str, float]:
-    """The training pass of 05's method at this batch, by component (see plan_preference)."""
+                      completion_len: int, compute_bytes: int = 2, attention: str = "sdpa") -> dict[str, float]:
+    """The training pass of 05's method at this batch, by component (see plan_preference); GRPO's generation holds
+    its prompts' eager scores (no gradients) beside the cache."""
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())
     if method == "grpo":
         rows, length = batch, seq_len + completion_len
-        kv = shape.layers * 2 * rows * length * shape.kv_width * 2  # as evalmemory.kv_cache: 16-bit keys and values
+        kv = shape.layers * 2 * rows * length * shape.kv_width * compute_bytes  # as evalmemory.kv_cache
+        kv += eager_scores(shape, rows, seq_len, compute_bytes, attention)
     else:
         rows, length, kv = batch * 2, seq_len, 0
     # DPO, KTO and GRPO score answers through trl's fused LM head; ORPO (trl.experimental) builds the logits whole
-    parts = estimate(shape, length, rows, lora_r, "plain" if method == "orpo" else "trl")
+    parts = estimate(shape, length, rows, lora_r, "plain" if method == "orpo" else "trl", compute_bytes, True, attention)
     parts.pop("total")
     parts["reference_adapter"] = linear_lora * 4 if method in ("dpo", "kto", "grpo") else 0
     parts["kv_cache"] = kv

@@ -92,7 +92,8 @@ class RunPlan:
                   f"{self.time_budget_min:g} min ({self.time_budget_why}): a save, then a stop, before it runs out")
         return {
             "base_model": f"{self.base_model} ({self.base_model_why})",
-            "model_attention": self.attention,
+            "model_attention": self.attention + ("; each layer's seq x seq scores counted in memory.layer_backward"
+                                                 if self.attention == "eager" else ""),
             "data": f"{len(self.train_ds)} train / {len(self.eval_ds)} eval from {self.data_dir}; max_seq_len "
                     f"{m['max_seq_len']}; batching {b['strategy']}",
             "loss": self.loss_why,
@@ -165,7 +166,8 @@ def memory_problem(plan: dict, mode: str, chunk_hint: bool = True) -> str | None
                 + (" (or chunked_loss=\"auto\": the whole logits are most of it)"
                    if plan["loss"] == "plain" and chunk_hint else ""))
     return (f"not even per_device_batch_size=1 fits {gpu} at {plan['seq_len']} tokens (plan {plan['estimate_gb']:.1f} "
-            f"GB at batch {batch}): at batch {batch} the longest sequence that fits is {plan['longest_seq_that_fits']} "
+            f"GB at batch {batch}): at batch {batch} the longest sequence that fits is "
+            f"{plan['split_longest_seq'] if split else plan['longest_seq_that_fits']} "
             "(max_seq_len in 01), or use a smaller model")
 
 
@@ -248,13 +250,16 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     seq = planned_length(manifest)
     # precision="fp32" computes in fp32 on the GPU too: its activations planned at 4 bytes ("auto" is 16-bit there)
     cb = 4 if str(precision).lower() == "fp32" else 2
-    whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain", compute_bytes=cb)
+    # the attention the load picks (eager for Gemma-2: its seq x seq scores counted, as 01's cap counts them)
+    attention = modeling.choose_attention(model_config, attn_implementation, env.attention)
+    same = dict(compute_bytes=cb, attention=attention)
+    whole = memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss="plain", **same)
     # the whole logits only on a GPU that holds them: on a CPU the chunks are the faster (3.96x at a 128k vocabulary,
     # `python -m bench throughput_bench`), and the T4 a dry run plans for fits whenever anything does
     plain_fits = whole.get("fits") if env.gpu_count else None
     loss = lm_loss.choose(chunked_loss, cuda=env.gpu_count > 0, model_config=model_config, plain_fits=plain_fits)
     mem = whole if loss == "plain" else memory.plan(model_config, seq, batch, lora_r, gpu, env.gpu_count, loss=loss,
-                                                    compute_bytes=cb)
+                                                    **same)
     mem["checked_against"], mem["whole_logits_fit"] = gpu_why, plain_fits
     try:
         run_launch = launch.decide(multi_gpu, num_processes, env.gpu_count, memory_plan=mem)
@@ -269,8 +274,7 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
                                                                                         model_config)
     every = SMOKE if smoke else {"eval_steps": eval_steps, "save_steps": save_steps}
     plan = RunPlan(env, name, why, Path(data_dir), environment.stage_dir("train_qlora", output_dir), manifest,
-                   train_ds, splits.load_split(data_dir, "eval"), model_config,
-                   modeling.choose_attention(model_config, attn_implementation, env.attention), loss, mem, run_launch,
+                   train_ds, splits.load_split(data_dir, "eval"), model_config, attention, loss, mem, run_launch,
                    lr, lr_why, steps, every["eval_steps"], every["save_steps"], keep_checkpoints, progress_mode(progress),
                    per_device_batch_size=batch, batch_why=batch_why, steps_per_epoch=per_epoch, steps_why=steps_why,
                    time_budget_min=limits.budget_min(time_budget_min), loss_setting=chunked_loss,

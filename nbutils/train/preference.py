@@ -19,7 +19,7 @@ from nbutils import defaults
 from nbutils.data import pairs as prefdata
 from nbutils.runtime import modelsource
 from nbutils.runtime.preflight import Environment, inspect
-from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, recipe, reports, runlock
+from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, modeling, recipe, reports, runlock
 from nbutils.train import loss as lm_loss
 from nbutils.train import preferencedata as rowsplan
 
@@ -102,7 +102,8 @@ class PreferencePlan:
                if (n := self.counts.get("reasons", {}).get("held-out-overlap")) else {}),
             **{f"data.{i}": f"{p}: {how}" for i, (p, how) in enumerate(self.counts.get("inputs", {}).items(), 1)},
             **{f"memory.{k}": f"{v:.3f} GB" for k, v in m["parts_gb"].items()},
-            "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']})" + (
+            "memory.peak": f"{m['estimate_gb']:.2f} GB ({m['what']}"
+                           + ("; eager attention: its scores counted)" if m.get("attention") == "eager" else ")") + (
                 f"; {m['gpu_memory_gb']:g} GB GPU: {'fits' if m['fits'] else 'DOES NOT FIT'}; largest batch that fits "
                 f"{m['largest_batch_that_fits']}" if m.get("gpu_memory_gb")
                 else "; no GPU: the plan is what a GPU run would need"),
@@ -141,10 +142,12 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
                     precision: str = "auto", per_device_batch_size: int = 16, grad_accum: int = 1,
                     num_generations: int = 4, max_completion_length="auto", max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, keep_checkpoints: int = 2,
-                    lora_r: int | None = None, show: bool = True, split: str | None = None) -> PreferencePlan:
+                    lora_r: int | None = None, show: bool = True, split: str | None = None,
+                    attn_implementation: str = "auto") -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
 
-    split: the split read from a saved HF dataset folder that holds several (named in the table's data row)."""
+    split: the split read from a saved HF dataset folder that holds several (named in the table's data row);
+    attn_implementation: 05's, resolved as the load resolves it (eager, Gemma-2's: its scores planned)."""
     if method not in METHODS:
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
@@ -159,7 +162,9 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     completion, completion_why = rowsplan.completion_length(method, max_completion_length, tokenizer, train)
     r = int(lora_r or rec.lora.get("r", 16))
     gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
-    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, completion, gpu)
+    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, completion, gpu,
+                      compute_bytes(rec, precision, env), modeling.choose_attention(config, attn_implementation,
+                                                                                    env.attention))
     lr, lr_why = learning_rate(learning_rate_value, config)
     steps, steps_why = _schedule(method, max_steps, smoke, len(train), per_device_batch_size, grad_accum,
                                  num_generations, config)
@@ -188,34 +193,47 @@ def _schedule(method: str, max_steps, smoke: bool, rows: int, batch: int, grad_a
                   f"{rows} training {unit}"
 
 
+def compute_bytes(rec: recipe.Recipe, precision: str, env: Environment) -> int:
+    """The compute dtype's bytes as 05 runs on a GPU: 4 in fp32 (given, or 02 trained with precision="fp32" and
+    "auto" keeps it), else 2. Without a GPU the recipe's precision is the CPU's fp32, but the plan is what a GPU
+    run would need: the precision given, or 02's."""
+    here = rec.precision if env.gpu_count else (rec.trained_precision if defaults.is_auto(precision) else precision)
+    return 4 if here == "fp32" else 2
+
+
 def judge_pass(model_config, method: str, lora_r: int, max_length: int, reward_samples: int = 4,
-               tokens: int = evalmemory.BATCH_TOKENS) -> dict:
+               tokens: int = evalmemory.BATCH_TOKENS, compute_bytes: int = 2, attention: str = "sdpa") -> dict:
     """The judge pass after training (nbutils.eval.judge): the SFT adapter loaded beside the trained one, then 03's
     generation (a batch of prompts; GRPO's held-out reward samples reward_samples completions for each of a batch
     of prompts) and the scoring of answers, `tokens` padded positions at a time, with the loss the scoring uses for
     this model: in chunks, or from its whole logits where they are not lm_head's output (Gemma-2's soft-capping:
-    `loss.unsupported`), as 03 plans it; prompts and answers at most max_length tokens each."""
+    `loss.unsupported`), as 03 plans it; prompts and answers at most max_length tokens each, scored in rows of
+    max_length; compute_bytes and attention (eager: its scores) as the training plan's."""
     shape = memory.Shape.from_config(model_config)
     loss = lm_loss.without_whole_logits(model_config)
     rows = max(evalmemory.GENERATE_ROWS, evalmemory.SAMPLED_PROMPTS * reward_samples if method == "grpo" else 0)
-    moment = max(evalmemory.generation(shape, rows, max_length, max_length), evalmemory.scoring(shape, tokens, loss))
+    moment = max(evalmemory.generation(shape, rows, max_length, max_length, compute_bytes, attention),
+                 evalmemory.scoring(shape, tokens, loss, compute_bytes, attention, max_length))
     return {"bytes": evalmemory.adapters(shape, lora_r) + moment, "tokens": tokens, "loss": loss,
             "what": f"judged against the SFT adapter: {rows} x ({max_length} + {max_length}) tokens generated, "
                     f"{tokens:,} scored at once ({loss} logits)"}
 
 
 def plan_memory(model_config, method: str, max_length: int, batch: int, lora_r: int, num_generations: int,
-                max_completion_length: int, gpu_memory_gb: float | None) -> dict:
+                max_completion_length: int, gpu_memory_gb: float | None, compute_bytes: int = 2,
+                attention: str = "sdpa") -> dict:
     """memory.plan_preference with the judge pass scoring as many padded positions at once as fit beside the
     trained model (at most evalmemory.BATCH_TOKENS, at least one max_length row: 03's "auto"), recorded as
-    judge_batch_tokens for the judge's cells."""
+    judge_batch_tokens for the judge's cells; compute_bytes 4 for fp32, attention the one the model loads with."""
+    same = dict(compute_bytes=compute_bytes, attention=attention)
+
     def plan_at(tokens: int) -> dict:
         return memory.plan_preference(model_config, method, max_length, batch, lora_r, num_generations,
                                       max_completion_length, gpu_memory_gb,
-                                      judge_pass(model_config, method, lora_r, max_length, tokens=tokens))
+                                      judge_pass(model_config, method, lora_r, max_length, tokens=tokens, **same), **same)
 
     tokens, _ = evalmemory.batch_tokens("auto", lambda n: plan_at(n).get("judge_fits", True), max_length)
-    return {**plan_at(tokens), "judge_batch_tokens": tokens}
+    return {**plan_at(tokens), "judge_batch_tokens": tokens, **same}
 
 
 def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 2) -> list[str]:

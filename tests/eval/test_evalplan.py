@@ -2,6 +2,7 @@
 whole logits (the path 03 took before), and what it names when a setting does not fit."""
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -72,3 +73,26 @@ def test_gemma_2_is_planned_with_its_eager_attention_scores(tmp_path):
     assert auto.memory["attention"] == "eager" and sdpa.memory["attention"] == "sdpa"
     assert auto.memory["parts_gb"]["generation"] - sdpa.memory["parts_gb"]["generation"] > 1.3
     assert auto.memory["largest_generate_rows"] < sdpa.memory["largest_generate_rows"]
+
+
+def test_gemma_computing_in_fp16_is_warned_in_03s_table_as_in_02s(tmp_path, capsys):
+    """03 evaluates a Gemma-2 adapter trained on a T4 in fp16, which its activations overflow (inf logits): the plan's
+    table warns, naming precision="fp32" there (no bf16 on a T4); in fp32, or for Qwen, no warning."""
+    from tests.train.test_memory import published
+
+    (tmp_path / "config.json").write_text(published("gemma-2-2b").to_json_string())
+    t4 = SimpleNamespace(gpu_memory_gb=15.0, attention="sdpa", rows=dict, gpu_capability=(7, 5))
+    gemma = Recipe(str(tmp_path), {"load_in_4bit": True}, "fp16", "fp16", {"r": 16})
+    plan = evalplan.plan_eval(gemma, t4, [256] * 16, [256] * 100, 64)
+    assert len(plan.warnings) == 1 and 'precision="fp32"' in plan.warnings[0]
+    assert re.search(r"^WARNING +gemma2 computes in fp16", capsys.readouterr().out, re.M)
+    fp32 = Recipe(str(tmp_path), {"load_in_4bit": True}, "fp32", "fp32", {"r": 16})
+    assert evalplan.plan_eval(fp32, t4, [256] * 16, [256] * 100, 64, show=False).warnings == []
+    qwen = Recipe(str(_qwen_folder(tmp_path / "qwen")), {"load_in_4bit": True}, "fp16", "fp16", {"r": 16})
+    assert evalplan.plan_eval(qwen, t4, [256] * 16, [256] * 100, 64, show=False).warnings == []
+
+
+def _qwen_folder(folder):
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(real_models.MODELS["qwen2.5-1.5b-instruct"]["config"]))
+    return folder

@@ -8,6 +8,7 @@ import pytest
 from bench import real_models
 from nbutils.harness import runner
 from nbutils.plan import memcheck
+from nbutils.train import memory
 
 NOTEBOOKS = {nb: runner.ROOT / "notebooks" / f"{nb}.ipynb" for nb in memcheck.PLAN_CALLS}
 
@@ -71,6 +72,12 @@ def test_each_notebooks_recorded_plan_says_what_to_re_run(tmp_path):
     assert memcheck.recorded(chain_out, "03_eval") == plan and memcheck.recorded(chain_out, "02_train_qlora") is None
     probe, settings = memcheck.tasks("03_eval", plan)
     assert probe == "infer" and settings["tokens"] == 860  # the eval split's rows, not more than the notebook scored
-    assert memcheck.tasks("02_train_qlora", _plan()) == ("train", {"batch": 4, "seq": 512, "loss": "chunked"})
+    assert memcheck.tasks("02_train_qlora", _plan()) == ("train", {"batch": 4, "seq": 512, "loss": "chunked",
+                                                                   "attention": "sdpa"})
+    # the attention the plan counted (Gemma-2's eager scores) is the one the twin's figure is planned with
+    eager = memcheck.tasks("02_train_qlora", {**_plan(), "attention": "eager"})[1]
+    shape = memory.Shape(vocab=256, hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, tied=True)
+    assert memcheck.twin_plan_bytes("train", shape, eager) > memcheck.twin_plan_bytes("train", shape, {**eager,
+                                                                                                     "attention": "sdpa"})
     assert memcheck.tasks("04_export", {"prompt_tokens": 44}) == ("merge", {"prompt": 44})
 

@@ -39,6 +39,19 @@ def test_the_plan_names_the_largest_generation_and_scoring_batches_that_fit():
     assert set(evalmemory.rows(plan)) >= {"memory.weights", "memory.scoring", "memory.peak", "memory.gpu"}
 
 
+def test_an_fp32_run_on_a_gpu_counts_the_cuda_context():
+    """A Gemma run trained with precision="fp32" (the way out of fp16's overflow on a T4) is evaluated in fp32: the
+    plan checked against the GPU still holds the CUDA context (it counted 0 and approved 0.6 GB too much)."""
+    config = SimpleNamespace(vocab_size=151_936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                             num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True)
+    same = dict(quantized=True, lora_r=16, n_adapters=1, generate_rows=16, prompt=256, new_tokens=64, tokens=4096)
+    gpu = evalmemory.plan_inference(config, gpu_memory_gb=14.7, compute_bytes=4, **same)
+    cpu = evalmemory.plan_inference(config, gpu_memory_gb=None, compute_bytes=4, **same)
+    assert gpu["parts_gb"]["overhead"] == round(memory.OVERHEAD / 2**30, 3) > 0 and cpu["parts_gb"]["overhead"] == 0
+    assert gpu["estimate_gb"] - gpu["allocated_gb"] == pytest.approx(memory.OVERHEAD / 2**30, abs=0.011)
+    assert gpu["estimate_gb"] > cpu["estimate_gb"]
+
+
 def test_the_cache_is_kv_heads_x_head_dim_wide_where_heads_x_head_dim_is_not_hidden():
     """Qwen3-4B keeps 8 x 128 keys per position and layer, not 2,560 x 8 / 32 = 640: at 16 x (512 + 1,024) tokens
     3.38 GB, not 2.11; Qwen3-0.6B 2.62 GB, not 1.31; Gemma-2-2B's 4 x 256 against 2,304 x 4 / 8 = 1,152."""

@@ -335,3 +335,26 @@ def test_a_precision_fp32_run_is_planned_with_fp32_activations_on_the_gpu():
     assert full["largest_batch_that_fits"] <= half["largest_batch_that_fits"] and full["compute_bytes"] == 4
     cpu = memory.estimate(shape, 1024, 2, 16, compute_bytes=4)  # the CPU bench's figure: no CUDA context
     assert cpu["overhead"] == 0
+
+
+def test_gemma_2s_eager_attention_adds_its_scores_to_a_layers_backward_and_01s_cap_counts_them():
+    """Gemma-2 trains eagerly (its class refuses sdpa): the recomputed layer's backward holds batch x heads x seq x seq
+    scores at cb + 12 bytes each (memory.eager_score_bytes, from eager_attention_forward), the model's two fp32 4-D
+    masks are live all along; sdpa holds neither. 01's cap ("auto": the attention 02 loads with) counts them too."""
+    from nbutils.train import modeling
+
+    gemma = published("gemma-2-2b")
+    shape = memory.Shape.from_config(gemma)
+    assert modeling.choose_attention(gemma) == "eager" == memory.planned_attention(gemma)
+    for cb in (2, 4):
+        sdpa, eager = (memory.estimate(shape, 1024, 8, 16, "chunked", cb, True, a) for a in ("sdpa", "eager"))
+        scores = 8 * shape.heads * 1024 * 1024 * (cb + 12)  # 8 rows x 8 heads: 896 MiB in 16 bits
+        assert eager["layer_backward"] - sdpa["layer_backward"] == scores
+        assert eager["attention_masks"] == 2 * 8 * 1024 * 1024 * 4 and "attention_masks" not in sdpa
+        assert eager["total"] - sdpa["total"] == pytest.approx(scores + eager["attention_masks"])  # the backward peaks
+    plans = {a: memory.plan(gemma, 1024, 1, 16, 14.7, loss="plain", attention=a) for a in ("sdpa", "eager")}
+    assert plans["eager"]["estimate_gb"] > plans["sdpa"]["estimate_gb"] and plans["eager"]["attention"] == "eager"
+    cap, sdpa_cap = (memory.longest_sequence(gemma, 1, 14.7, "plain", attention=a)[0] for a in ("auto", "sdpa"))
+    assert cap == plans["eager"]["longest_seq_that_fits"] < sdpa_cap == plans["sdpa"]["longest_seq_that_fits"]
+    assert "eager attention" in memory.longest_sequence(gemma, 1, 14.7, "plain")[1]
+    assert memory.planned_attention(LLAMA_8B) == "sdpa"  # a bare set of dimensions: no class to ask

@@ -215,3 +215,34 @@ def test_split_that_does_not_fit_names_the_largest_batch_over_the_gpus_and_on_on
     assert said.startswith("per_device_batch_size=8 does not fit 2 GPUs of 14.7 GB together")
     assert "the largest that fits is 6 over the GPUs together (3 on one GPU" in said
     assert planning.memory_problem({**plan, "split_fits": True}, "split") is None
+    # not even batch 1 over both: the longest sequence named is the split's, not one GPU's (it halved data for nothing)
+    none = {**plan, "largest_batch_that_fits": 0, "split_largest_batch": 0, "longest_seq_that_fits": 832,
+            "split_longest_seq": 1664}
+    assert "the longest sequence that fits is 1664" in planning.memory_problem(none, "split")
+    assert "the longest sequence that fits is 832" in planning.memory_problem(none, "single")
+
+
+def test_gemma_2s_plan_counts_its_eager_scores_and_agrees_with_01s_cap(prepared_data, tmp_path, monkeypatch):
+    """02 loads Gemma-2 eagerly (attn_implementation="auto"): its plan counts the seq x seq scores, and the longest
+    sequence it trains at a batch size on a T4 is 01's max_seq_len cap there (memory.longest_sequence as 01 calls
+    it), not the sdpa figure: neither accepts what the other refuses."""
+    from dataclasses import replace
+
+    from transformers import Gemma2Config
+
+    from nbutils.train import loss as lm_loss
+    from nbutils.train import memory
+
+    gemma = Gemma2Config(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                         num_attention_heads=8, num_key_value_heads=4, head_dim=256)
+    inspect = planning.inspect
+    t4 = lambda *a: (replace(inspect(*a)[0], gpu_count=1, gpu_memory_gb=defaults.T4_MEMORY_GB,  # noqa: E731
+                             gpu_capability=(7, 5), precision="fp16"), [])
+    monkeypatch.setattr(planning, "inspect", t4)
+    monkeypatch.setattr(planning.modelsource, "load_config", lambda name: gemma)
+    plan = planning.plan_run(data_dir=str(prepared_data), output_dir=str(tmp_path), per_device_batch_size=1, show=False)
+    cap, _ = memory.longest_sequence(gemma, 1, defaults.T4_MEMORY_GB, loss=lm_loss.without_whole_logits(gemma))
+    sdpa = memory.plan(gemma, plan.memory["seq_len"], 1, 16, defaults.T4_MEMORY_GB, loss=plan.loss)
+    assert plan.attention == plan.memory["attention"] == "eager" and "scores counted" in plan.rows()["model_attention"]
+    assert plan.memory["longest_seq_that_fits"] == cap < sdpa["longest_seq_that_fits"]
+    assert "attention_masks" in plan.memory["parts_gb"] and "attention_masks" not in sdpa["parts_gb"]

@@ -356,3 +356,45 @@ def test_05s_checkpoint_carries_02s_data_hash_so_another_01_output_is_refused(tm
     assert recipe.from_checkpoint(ckpt, data_dir=prepared_data).base_model == "embedded"
     with pytest.raises(recipe.UpstreamMismatch, match="holds other data"):
         recipe.from_checkpoint(ckpt, data_dir=other)
+
+
+def test_05s_plan_counts_eager_attention_and_fp32_as_02s_does(tmp_path, monkeypatch):
+    """05 loads Gemma-2 eagerly and computes in fp32 where 02 trained with precision="fp32" (05's "auto" keeps it):
+    plan_preference hands the memory plan the attention and 4-byte activations, which count the layer backward's
+    scores, GRPO's prompt scores and the judge's, as 02's plan does."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from transformers import Gemma2Config
+
+    from nbutils.runtime.preflight import inspect
+    from nbutils.train import evalmemory
+    from nbutils.train.recipe import Recipe
+
+    gemma, shape = Gemma2Config(**GEMMA2_2B), memory.Shape.from_config(Gemma2Config(**GEMMA2_2B))
+    full = preference.plan_memory(gemma, "grpo", 256, 4, 16, 4, 64, 14.7, 4, "eager")
+    assert (full["compute_bytes"], full["attention"]) == (4, "eager") and "attention_masks" in full["parts_gb"]
+    want = memory.estimate(shape, 320, 4, 16, "trl", 4, True, "eager")["layer_backward"]
+    assert full["parts_gb"]["layer_backward"] == pytest.approx(want / memory.GB, abs=1e-3)
+    kv = 26 * 2 * 4 * 320 * shape.kv_width * 4 + memory.eager_scores(shape, 4, 256, 4)
+    assert full["parts_gb"]["kv_cache"] == pytest.approx(kv / memory.GB, abs=1e-3)  # fp32 keys and values, scores
+    assert preference.judge_pass(gemma, "dpo", 16, 256, 4, 4096, 2, "eager")["bytes"] - preference.judge_pass(
+        gemma, "dpo", 16, 256, 4, 4096)["bytes"] >= evalmemory.eager_scores(shape, 16, 256)
+    t4, fp32 = SimpleNamespace(gpu_count=1), Recipe("gemma", {"load_in_4bit": True}, "fp32", "fp32", {"r": 16})
+    assert preference.compute_bytes(fp32, "auto", t4) == 4 and preference.compute_bytes(replace(
+        fp32, precision="fp16", trained_precision="fp16"), "auto", t4) == 2
+    cpu, fp16 = SimpleNamespace(gpu_count=0), replace(fp32, trained_precision="fp16")  # the recipe's fp32 is the CPU's
+    assert (preference.compute_bytes(fp16, "auto", cpu), preference.compute_bytes(fp16, "fp32", cpu)) == (2, 4)
+    # plan_preference's wiring: what reaches plan_memory
+    env, seen = replace(inspect()[0], gpu_count=1, gpu_memory_gb=14.7, gpu_capability=(7, 5), attention="sdpa"), {}
+    monkeypatch.setattr(preference, "inspect", lambda *a: (env, []))
+    monkeypatch.setattr(preference.checkpoints, "for_eval", lambda d: (tmp_path, {}))
+    monkeypatch.setattr(preference.recipe, "from_checkpoint", lambda *a: fp32)
+    monkeypatch.setattr(preference.recipe, "trained_tokenizer", lambda *a: None)
+    monkeypatch.setattr(preference.modelsource, "check", lambda name: None)
+    monkeypatch.setattr(preference.modelsource, "load_config", lambda name: gemma)
+    monkeypatch.setattr(preferencedata, "read_data", lambda *a: ([], [], {}))
+    monkeypatch.setattr(preference, "plan_memory", lambda *a: seen.setdefault("args", a) and 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        preference.plan_preference(method="dpo", data_dir=tmp_path, adapter_dir=tmp_path, out=tmp_path, show=False)
+    assert seen["args"][-2:] == (4, "eager")
