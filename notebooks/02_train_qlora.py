@@ -323,7 +323,7 @@ print(summary["diagnosis"])
 # |---|---|---|
 # | `max_steps`, `completed` | the run finished | run 03 |
 # | `time_budget` | saved before the session limit | resume (below): it continues from the last verified checkpoint |
-# | `nan` | the loss became NaN; the last good checkpoint is the final one | lower `learning_rate`, or check the data for empty answers |
+# | `nan` | the loss became NaN; the last good checkpoint is the final one | lower `learning_rate`, or check the data for empty answers; in fp16 on a T4 (Gemma-2/3) `precision="fp32"` |
 # | `degenerate` | the probe's generations turned to loops or garbage twice in a row | check 01's rendered examples (does each answer end with its end-of-turn token?), lower the learning rate |
 # | `disk_full` | a save did not fit | lower `keep_checkpoints` or free space, then resume (below) |
 #

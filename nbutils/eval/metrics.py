@@ -95,10 +95,10 @@ def load_user_metric(spec: str) -> Callable[[list[str], list[str]], list[float]]
         raise ValueError(f"metric {spec!r}: {module_name} has no function {func_name}") from e
 
     def score(outputs: list[str], references: list[str]) -> list[float]:
-        """The user function on each pair, checked to return a number."""
+        """The user function on each pair (in NFC, as the built-ins compare), checked to return a number."""
         out = []
         for i, (o, r) in enumerate(zip(outputs, references)):
-            value = func(o, r)
+            value = func(nfc(o), nfc(r))
             if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's floats and ints are Real
                 raise TypeError(f"metric {spec!r} returned {type(value).__name__} for sample {i}; it must return a number")
             if not 0.0 <= float(value) <= 1.0:

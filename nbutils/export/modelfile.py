@@ -219,8 +219,9 @@ def modelfile(gguf_name: str, tokenizer, stop_ids: list[int], num_ctx: int = 409
         if ran and text not in info["stops_confirmed_in_llama_cpp"]:
             lines.append("# the model stops here, but llama.cpp does not end generation on it (export_summary.json)")
         lines.append(f'PARAMETER stop "{_quoted(text)}"')
-    # Greedy decoding is what 03 evaluated; num_ctx: Ollama's default 2048 cuts longer chats short.
-    lines += ["PARAMETER temperature 0", f"PARAMETER num_ctx {num_ctx}"]
+    # Greedy decoding is what 03 evaluated, with no repetition penalty (Ollama's default is 1.1, 03's greedy 1.0);
+    # num_ctx: Ollama's default 2048 cuts longer chats short.
+    lines += ["PARAMETER temperature 0", "PARAMETER repeat_penalty 1", f"PARAMETER num_ctx {num_ctx}"]
     return "\n".join(lines) + "\n", info
 
 

@@ -300,7 +300,7 @@ def prepare(twin: Twin, box, ahead: bool = True, shared=None, key: tuple = ()) -
         raise RuntimeError(f"the {twin.name} twin is not built: run `make kaggle-twins` (or python -m nbutils.harness.twin build)")
     dataset = dataset_dir()
     if not (dataset / "wheelhouse.json").exists():
-        raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-dataset` first")
+        raise RuntimeError(f"no nbutils dataset at {dataset}: run `make kaggle-twin-dataset` first")
     env = {}
     if shared is not None and shared.usable(key):
         python = shared.copy(box.root / "env", _fix_scripts)

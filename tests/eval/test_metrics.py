@@ -138,3 +138,15 @@ def test_thai_written_without_spaces_is_scored_letter_by_letter_as_chinese():
     sentence = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"
     assert metrics.resolve("auto", [sentence] * 3)[1] == "rouge_l"
     assert 0.5 < metrics.rouge_l(["กรุงเทพเป็นเมืองหลวง"], ["กรุงเทพมหานครเป็นเมืองหลวง"])[0] < 1.0
+
+
+def test_a_user_metric_gets_nfc_text_as_the_built_ins_compare(tmp_path, monkeypatch):
+    """An NFD reference and the NFC the tokenizer gives back are one answer to your scorer too (it got them raw)."""
+    import unicodedata
+
+    (tmp_path / "nfc_scoring.py").write_text("def same(o, r):\n    return float(o == r)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = unicodedata.normalize("NFD", "Tiếng Việt")
+    block = metrics.compare("exact_match,nfc_scoring:same", {"tuned": ["Tiếng Việt"]}, [ref], n_boot=10)
+    assert block["metrics"]["nfc_scoring:same"]["tuned"]["mean"] == 1.0
+    sys.modules.pop("nfc_scoring", None)

@@ -85,6 +85,8 @@ def test_modelfile_has_from_template_and_one_stop_per_stop_token(family_tok):
     template = re.search(r'TEMPLATE """(.*)"""', text, re.S).group(1)
     assert gotemplate.render(template, CHATS[1]) == _jinja(tok, CHATS[1])
     assert info["system"] == "separate"
+    # greedy as 03 decodes: no repetition penalty (Ollama's default is 1.1)
+    assert {"PARAMETER temperature 0", "PARAMETER repeat_penalty 1"} <= set(text.splitlines())
 
 
 def test_a_template_it_cannot_express_gives_the_reason_and_no_template(tok):
