@@ -143,6 +143,9 @@ def load_model():
         r=lora_r,  # rank of each adapter: capacity vs size (8-64 is usual)
         lora_alpha=lora_r,  # output scaled by alpha / r: 1 at any rank (the QLoRA paper used r=64, alpha=16: 1/4)
         target_modules="all-linear",  # every linear layer of every block: better than attention alone
+        # but none in the image encoder of a multimodal model (Gemma-3 4B+): text never reaches it, so its adapters
+        # get no gradient (a DDP run stops at step 2) yet count and get saved; None for a text-only model
+        exclude_modules=modeling.text_only_exclude(plan),
         lora_dropout=lora_dropout,  # 0 for short runs; 0.05-0.1 against overfitting a small dataset
         use_rslora=use_rslora,  # scale by alpha / sqrt(r) instead: high ranks (64+) keep learning as fast
         task_type="CAUSAL_LM",
@@ -290,6 +293,8 @@ import json
 
 from nbutils.train import launch
 
+model = tokenizer = trained = None  # a rerun (train longer, Run All) frees the last run's model first: two do not fit a T4
+modeling.free_memory()
 trained = launch.run_in_processes(train_on_this_process, plan.launch.processes)
 if trained is not None:
     model, tokenizer = trained

@@ -14,16 +14,25 @@ def series(log_history: list[dict]) -> tuple[list[tuple[int, float]], list[tuple
 
 
 def diagnose(log_history: list[dict]) -> str:
-    """'underfit', 'overfit from step N' or 'well fit' (or 'not enough evaluations')."""
+    """'diverging', 'overfit from step N', 'underfit' or 'well fit' (or 'not enough evaluations'), with what to do.
+
+    Diverging comes first: an eval loss 10% above its best with a train loss that rose too is a learning rate too
+    high, and the underfit test (an eval loss that hardly fell from the start) would advise raising it."""
     train, evals = series(log_history)
     if len(evals) < 2 or not train:
         return "not enough evaluations to tell"
     first, last = evals[0][1], evals[-1][1]
     best_step, best = min(evals, key=lambda e: e[1])
-    if last > best * 1.1 and best_step != evals[-1][0] and train[-1][1] < best:
-        return f"overfit from step {best_step}: eval loss rose from {best:.4f} to {last:.4f} while train loss kept falling"
+    lowest, train_last = min(v for _, v in train), train[-1][1]
+    lr = max((h["learning_rate"] for h in log_history if "learning_rate" in h), default=None)
+    if last > best * 1.1:
+        if train_last > lowest * 1.1 or train_last > train[0][1]:
+            advice = "lower the learning rate" + (f" from {lr:.1e} (halve it, say)" if lr is not None else "")
+            return (f"diverging: eval loss rose from {best:.4f} at step {best_step} to {last:.4f} and train loss rose "
+                    f"too, from {lowest:.4f} to {train_last:.4f}; {advice}")
+        trend = "kept falling" if train_last <= lowest else "stayed near its lowest"
+        return f"overfit from step {best_step}: eval loss rose from {best:.4f} to {last:.4f} while train loss {trend}"
     if last > 0.8 * first:
-        lr = max((h["learning_rate"] for h in log_history if "learning_rate" in h), default=None)
         if lr is None:
             advice = "train longer or raise the learning rate"
         elif lr >= 1e-3:  # already far above the 1e-4..5e-4 range where LoRA on real models is stable
@@ -31,7 +40,8 @@ def diagnose(log_history: list[dict]) -> str:
         else:
             advice = f"train longer, or raise the learning rate from {lr:.1e} (up to about 5e-4 for LoRA)"
         return f"underfit: eval loss fell only from {first:.4f} to {last:.4f}; {advice}"
-    return f"well fit: eval loss fell from {first:.4f} to {last:.4f} and did not rise"
+    ending = "and did not rise" if last <= best else f"(its best {best:.4f} at step {best_step}, within 10%)"
+    return f"well fit: eval loss fell from {first:.4f} to {last:.4f} {ending}"
 
 
 def rewards(log_history: list[dict]) -> list[tuple[int, float]]:

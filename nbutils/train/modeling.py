@@ -84,6 +84,29 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def release_training(trainer) -> None:
+    """Drop what only training needed once the final checkpoint is written (the optimizer's moments, its scheduler,
+    the gradients), then free_memory(): verifying the checkpoint loads a second base model beside this one. The
+    Trainer checkpoints hold the optimizer for a resume; the trainer cannot train on afterwards."""
+    if trainer is None:
+        return
+    optimizer = getattr(trainer, "optimizer", None)
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps torch's optimizer
+    if inner is not None and hasattr(inner, "state"):
+        inner.state.clear()
+    trainer.optimizer = trainer.lr_scheduler = None
+    handler = getattr(trainer, "callback_handler", None)  # it hands both to every callback
+    if handler is not None:
+        handler.optimizer = handler.lr_scheduler = None
+    accelerator = getattr(trainer, "accelerator", None)
+    for held in (getattr(accelerator, "_optimizers", None), getattr(accelerator, "_schedulers", None)):
+        if isinstance(held, list):
+            held.clear()
+    for p in trainer.model.parameters():
+        p.grad = None
+    free_memory()
+
+
 def one_cpu_kernel(model) -> None:
     """Keep bitsandbytes' 4-bit layers on one kernel on a CPU with AVX512-BF16.
 
@@ -94,6 +117,30 @@ def one_cpu_kernel(model) -> None:
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
+
+
+# What transformers names the image and audio encoders and projectors of multimodal models: Gemma-3 4B and up
+# (vision_tower, multi_modal_projector), Gemma-3n (audio_tower, embed_vision, embed_audio besides), others vision_model.
+ENCODERS = ("vision_tower", "vision_model", "multi_modal_projector", "audio_tower", "embed_vision", "embed_audio")
+
+
+def text_only_exclude(config) -> str | None:
+    """LoraConfig's exclude_modules for text-only training: a regex of a multimodal model's encoders, else None.
+
+    AutoModelForCausalLM loads Gemma-3 4B/12B as Gemma3ForConditionalGeneration, vision tower included, and
+    target_modules="all-linear" would put adapters there too: saved, counted as trainable, never given a gradient by
+    text, and under DDP (ddp_find_unused_parameters=False) the run stops at its second step. None for a text-only
+    model, so its LoRA settings, which every checkpoint records and a resume compares, stay as they were.
+    config: the model's config, or 02's plan (its model_config)."""
+    config = getattr(config, "model_config", config)
+    if all(getattr(config, part, None) is None for part in ("vision_config", "audio_config")):
+        return None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    # Llama-4's and Mllama's causal-LM classes are the language model alone: nothing to exclude.
+    if not MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", ""), "").endswith("ForConditionalGeneration"):
+        return None
+    return rf"(.*\.)?({'|'.join(ENCODERS)})(\..*)?"
 
 
 def attach_lora(model, config, seed: int = 0, gradient_checkpointing: bool = True):

@@ -26,7 +26,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -36,7 +36,7 @@ from nbutils.runtime import limits
 from nbutils.train import atomic, checkpoints, curves, diskspace, faultpoints, recipe, reports, runlock, runsettings, timeplan
 from nbutils.train import loss as lm_loss
 from nbutils.train.callbacks import NanGuard, PeakMemory, Probe, ProgressLog, ResumedState, StartEvalRng, StopReason, TimeBudget, agree
-from nbutils.train.modeling import unwrap
+from nbutils.train.modeling import release_training, unwrap
 
 __all__ = ["TrainResult", "Run", "write_summary", "save_checkpoint"]
 # What 02 and 05 write about their final checkpoint, the stage's marker first (05's summary lists the others).
@@ -64,6 +64,7 @@ class TrainResult:
     trainer: object = field(default=None, repr=False)  # the live Trainer (its state goes into the final checkpoint)
     time_plan: dict | None = None  # the time plan made after the calibration, with the actual time beside it
     time_plan_skipped: str | None = None  # why there is none (time_plan=False, a run too short to plan)
+    resumed_from: str | None = None  # the checkpoint this session resumed: a NaN stop before its first save falls back on it
 
 
 class MarkComplete(TrainerCallback):
@@ -112,8 +113,7 @@ class Run:
                  clock=time.time, session_start: float | None = None, callbacks: list | None = None,
                  time_plan: bool = True):
         self.output_dir, self.record, self.resume = Path(output_dir), dict(record), resume
-        self.keep_checkpoints = keep_checkpoints
-        self.run_config, self.settings = dict(record), {}
+        self.run_config, self.settings, self.keep_checkpoints = dict(record), {}, keep_checkpoints
         self.stop, self.progress = StopReason(), progress
         self.peak, self.nan = PeakMemory(planned_gb=memory_estimate_gb), NanGuard(self.stop)
         self.timelog = timeplan.TimeLog(time_plan, clock, on_plan=self._plan_time)  # last: its times include the others'
@@ -123,7 +123,7 @@ class Run:
                           *([ProgressLog()] if progress in ("log", "both") else []), *([self.probe] if self.probe else []),
                           *(callbacks or []), self.timelog]
         self.finished, self.resume_step, self.result, self.is_main, self.time_plan = False, None, None, True, None
-        self._trainer = None
+        self._trainer, self.resumed_from = None, None
 
     @contextlib.contextmanager
     def session(self, trainer):
@@ -138,14 +138,13 @@ class Run:
         lock(self.output_dir, self.is_main)
         t0 = time.time()
         try:
-            resume = _pick_resume(self.output_dir, self.resume, self.keep_checkpoints, self.settings, trainer.model,
-                                  self.is_main)
-            self.resume_step = checkpoints.checkpoint_step(resume) if resume else None  # now: rotation may delete it
+            resume = _pick_resume(self.output_dir, self.resume, self.keep_checkpoints, self.settings, trainer.model, self.is_main)
+            # The step now: rotation may delete the checkpoint (a NaN stop before this session's first save copies it)
+            self.resume_step, self.resumed_from = (checkpoints.checkpoint_step(resume), str(resume)) if resume else (None, None)
             if resume is not None:  # the first session evaluated the start; a resumed one would only repeat a step's
                 trainer.args.eval_on_start = False
             faultpoints.point("train")
-            max_steps = trainer.args.max_steps
-            if resume is not None and 0 < max_steps <= self.resume_step:
+            if resume is not None and 0 < trainer.args.max_steps <= self.resume_step:
                 # Nothing left to train (a rerun after the run finished); the Trainer would still take one more step.
                 restore_finished(trainer, resume)
                 self.finished = True
@@ -186,7 +185,7 @@ class Run:
             trainer.state.global_step, reason, self.stop.detail, self.resume_step, curves.run_loss(trainer.state.log_history),
             metrics["eval_loss"], round(seconds, 1), trainer.state.log_history, self.settings, self.run_config,
             self.peak.peak_gb, self.peak.run_peak_gb, replica_checksums(trainer.model), self.is_main, trainer,
-            time_plan=planned, time_plan_skipped=None if planned else self.timelog.skipped)
+            time_plan=planned, time_plan_skipped=None if planned else self.timelog.skipped, resumed_from=self.resumed_from)
 
     def _planned_vs_actual(self) -> dict | None:
         """The time plan beside what the run took (first step to final evaluation) and the calibration's cost."""
@@ -198,8 +197,11 @@ class Run:
                 "calibration_share": None if cost is None else round(cost / actual, 4)}
 
     def save_final(self, model, tokenizer) -> Path | None:
-        """The final checkpoint in <output_dir>/checkpoint (see save_checkpoint)."""
-        return save_checkpoint(model, tokenizer, self.output_dir, self.result)
+        """The final checkpoint in <output_dir>/checkpoint (see save_checkpoint); then the optimizer's state goes, before
+        the checkpoint's verification loads a second base model (modeling.release_training)."""
+        ckpt = save_checkpoint(model, tokenizer, self.output_dir, self.result)
+        release_training(self.result.trainer if self.result else None)
+        return ckpt
 
     def write_summary(self, checkpoint_dir: Path | None, memory_plan: dict | None = None, release: bool = True) -> dict:
         """training_summary.json and learning_curves.png (see write_summary); releases the output_dir lock unless
@@ -213,16 +215,8 @@ class _BarOnly(TrainerCallback):
     def __init__(self):
         from transformers.trainer_callback import ProgressCallback
 
-        self.bar = ProgressCallback()
-
-    def on_train_begin(self, args, state, control, **kw):
-        self.bar.on_train_begin(args, state, control, **kw)
-
-    def on_step_end(self, args, state, control, **kw):
-        self.bar.on_step_end(args, state, control, **kw)
-
-    def on_train_end(self, args, state, control, **kw):
-        self.bar.on_train_end(args, state, control, **kw)
+        self.bar = ProgressCallback()  # its bar's events only: its on_log is what writes the dicts
+        self.on_train_begin, self.on_step_end, self.on_train_end = self.bar.on_train_begin, self.bar.on_step_end, self.bar.on_train_end
 
 
 def _one_progress_line(trainer) -> None:
@@ -261,8 +255,7 @@ def _pick_resume(output_dir: Path, resume: bool, keep: int | None, settings: dic
     """The newest verified checkpoint of this same run, or None; refuses one trained with other settings (a smoke
     run's is moved aside by a real run instead: checkpoints.drop_smoke)."""
     trainer_dir = output_dir / "trainer"
-    need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)),
-                               keep)
+    need = diskspace.needed_mb(diskspace.checkpoint_mb(sum(p.numel() for p in model.parameters() if p.requires_grad)), keep)
     problem = diskspace.check(output_dir, need, keep) if main else None
     if agree(problem is not None):  # every rank stops, as for the lock
         raise diskspace.DiskFullError(problem or f"disk full at {output_dir} (see the first process's error)")
@@ -345,15 +338,12 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, result: TrainResul
     # The reports describe the checkpoint about to be replaced: they go first, and are written again after it.
     reports.retract(output_dir, REPORTS)
     if result and result.stopped_reason == "nan":
-        good, skipped = checkpoints.newest_verified(output_dir / "trainer", resumable=False)
-        checkpoints.report_skipped(skipped)
+        good = _last_good(output_dir / "trainer", result.resumed_from)
         if good is None:
             print("[train] NaN before the first verified checkpoint: nothing worth saving", flush=True)
             return None
-        print(f"[train] NaN: the final checkpoint is {good.name}, the last verified one", flush=True)
+        print(f"[train] NaN: the final checkpoint is a copy of {good}, the last verified one", flush=True)
         return checkpoints.copy_complete(good, dest)
-    from dataclasses import asdict
-
     state = asdict(result.trainer.state) if result and result.trainer is not None else None
     try:
         return checkpoints.save_final(model, tokenizer, dest, result.run_config if result else {}, state,
@@ -362,6 +352,15 @@ def save_checkpoint(model, tokenizer, output_dir: str | Path, result: TrainResul
         if result:
             write_summary(output_dir, replace(result, stopped_reason="disk_full", stop_detail=str(e)), None)
         raise
+
+
+def _last_good(trainer_dir: Path, resumed_from: str | None) -> Path | None:
+    """The newest verified checkpoint of the run: in trainer_dir, or the one this session resumed from when it is newer
+    (on Kaggle, an attached earlier output's, when the NaN came before this session's first save)."""
+    good, skipped = checkpoints.newest_verified(trainer_dir, resumable=False)
+    checkpoints.report_skipped(skipped)
+    start = [Path(resumed_from)] if resumed_from and not checkpoints.problems(Path(resumed_from)) else []
+    return max(([good] if good else []) + start, key=checkpoints.checkpoint_step, default=None)  # a tie: this run's
 
 
 def write_summary(output_dir: str | Path, result: TrainResult, checkpoint_dir: Path | None,

@@ -25,6 +25,32 @@ def test_overfit_names_the_best_step():
     assert curves.diagnose(history).startswith("overfit from step 20: eval loss rose from 1.0000 to 1.5000")
 
 
+# The three curves of the review that found the diagnosis without a "diverging" verdict: both losses climbing read as
+# "underfit ... raise the learning rate", and an eval loss 22-50% above its best as "well fit ... did not rise".
+CLIMBS = _history([(10, 1.8), (20, 1.4), (30, 1.2), (40, 1.1), (50, 1.6), (60, 2.1)], [(0, 2.0), (20, 1.5), (40, 1.2), (60, 2.1)])
+RISES = _history([(10, 1.8), (20, 1.4), (30, 1.2), (40, 1.1), (50, 1.3), (60, 1.5)], [(0, 2.0), (20, 1.3), (40, 1.0), (60, 1.5)])
+TRAIN_ABOVE = _history([(10, 1.9), (20, 1.6), (30, 1.45), (40, 1.35), (50, 1.3), (60, 1.25)],
+                       [(0, 2.0), (20, 1.3), (40, 1.15), (60, 1.4)])
+
+
+@pytest.mark.parametrize("history, best", [(CLIMBS, "1.2000 at step 40 to 2.1000"), (RISES, "1.0000 at step 40 to 1.5000")])
+def test_eval_and_train_losses_rising_together_diverge_and_ask_for_a_lower_learning_rate(history, best):
+    verdict = curves.diagnose(history)
+    assert verdict.startswith(f"diverging: eval loss rose from {best} and train loss rose too"), verdict
+    assert "lower the learning rate from 2.0e-04" in verdict and "raise" not in verdict and "did not rise" not in verdict
+
+
+def test_an_eval_loss_rising_while_train_falls_is_overfit_even_with_train_above_the_best_eval():
+    verdict = curves.diagnose(TRAIN_ABOVE)
+    assert verdict == "overfit from step 40: eval loss rose from 1.1500 to 1.4000 while train loss kept falling", verdict
+
+
+def test_never_did_not_rise_when_it_rose():
+    """Within 10% of its best the run is still well fit, and the verdict names the best instead of denying the rise."""
+    verdict = curves.diagnose(_history([(10, 2.0), (20, 1.0), (30, 0.9)], [(10, 2.0), (20, 1.0), (30, 1.05)]))
+    assert verdict == "well fit: eval loss fell from 2.0000 to 1.0500 (its best 1.0000 at step 20, within 10%)", verdict
+
+
 @pytest.mark.parametrize("lr, advice", [
     (2e-4, "raise the learning rate from 2.0e-04"),
     (1e-3, "the learning rate (1.0e-03) is already high"),

@@ -155,3 +155,98 @@ def test_free_memory_gives_back_a_model_no_longer_referenced():
     finally:
         gc.enable()
     assert gone() is None
+
+
+def _tiny_gemma3(vision: bool = True):
+    """Gemma-3 4B's shape in miniature: AutoModelForCausalLM loads model_type gemma3 with its SigLIP vision tower."""
+    from transformers import Gemma3Config, Gemma3TextConfig
+
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                head_dim=32, vocab_size=300, sliding_window=16)
+    if not vision:
+        return Gemma3TextConfig(**text)
+    return Gemma3Config(text_config=text, mm_tokens_per_image=4, vision_config=dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14))
+
+
+def _notebooks_lora(model_config):
+    """02's LoraConfig, every keyword evaluated as the notebook does, with a plan holding this model's config."""
+    import ast
+    from types import SimpleNamespace
+
+    from peft import LoraConfig
+
+    from nbutils.harness import notebook_recipe
+
+    ns = notebook_recipe.namespace(SimpleNamespace(precision="fp32", model_config=model_config))
+    call = next(n for n in ast.walk(ast.parse(notebook_recipe.NOTEBOOK.read_text())) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name) and n.func.id == "LoraConfig")
+    return LoraConfig(**{kw.arg: eval(compile(ast.Expression(kw.value), "02", "eval"), ns) for kw in call.keywords})  # noqa: S307
+
+
+def test_lora_stays_off_a_multimodal_models_vision_tower_and_every_adapter_learns_from_text():
+    """Gemma-3 4B/12B load with their vision tower: 02's "all-linear" adapters there would get no gradient from text,
+    be saved and counted anyway, and stop a DDP run (ddp_find_unused_parameters=False) at its second step."""
+    from transformers import AutoModelForCausalLM
+
+    config = _tiny_gemma3()
+    lora = _notebooks_lora(config)
+    assert lora.target_modules == "all-linear" and lora.exclude_modules == modeling.text_only_exclude(config) is not None
+    model = modeling.attach_lora(AutoModelForCausalLM.from_config(config), lora)
+    adapted = [name for name, m in model.named_modules() if hasattr(m, "lora_A")]
+    assert adapted and not [n for n in adapted if "vision_tower" in n or "multi_modal_projector" in n], adapted
+    assert any(".language_model." in n for n in adapted)
+    ids = torch.randint(0, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids).loss.backward()  # text only, as 02 trains
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and [n for n, p in trainable if p.grad is None] == []
+
+
+def test_a_text_only_model_keeps_its_recorded_lora_settings():
+    """None for a text-only model: its LoraConfig, which every checkpoint records and a resume compares, is as before."""
+    from transformers import Llama4Config, LlamaConfig
+
+    from nbutils.train import runsettings
+
+    for config in (_tiny_gemma3(vision=False), LlamaConfig(), Llama4Config()):  # Llama4ForCausalLM: the text model alone
+        assert modeling.text_only_exclude(config) is None, type(config).__name__
+    assert _notebooks_lora(_tiny_gemma3(vision=False)).exclude_modules is None
+    assert runsettings.lora_settings(recipe.lora())["exclude_modules"] is None  # peft's default, as recorded before
+
+
+def test_02s_training_cell_frees_the_last_runs_model_before_loading_another(monkeypatch):
+    """Run again in one kernel (train longer, Run All), 02's training cell would load a second model beside the one its
+    globals still hold: an 8B model twice does not fit a T4. The cell drops them and frees the memory first."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    import jupytext
+
+    from nbutils.harness import notebook_recipe
+    from nbutils.train import launch
+
+    cell = next(c.source for c in jupytext.read(notebook_recipe.NOTEBOOK).cells
+                if c.cell_type == "code" and "launch.run_in_processes(" in c.source)
+    previous = torch.nn.Linear(4, 4)
+    plan = SimpleNamespace(launch=SimpleNamespace(processes=1))
+    ns = {"modeling": modeling, "plan": plan, "train_on_this_process": None, "trained": (previous, "tokenizer")}
+    ns["model"], gone = previous, weakref.ref(previous)
+    cycle = [previous]
+    cycle.append(cycle)  # held in a reference cycle too, as a PeftModel is: only a collection frees it
+    previous = cycle = None
+
+    class Launched(Exception):
+        pass
+
+    def launched(*a):
+        raise Launched(gone() is None)
+
+    monkeypatch.setattr(launch, "run_in_processes", launched)
+    gc.disable()  # only the cell's own collection may free it
+    try:
+        with pytest.raises(Launched) as stopped:
+            exec(compile(cell, "02", "exec"), ns)  # noqa: S102 -- 02's own cell, up to the launch
+    finally:
+        gc.enable()
+    assert stopped.value.args == (True,), "the last run's model was still held when the next one loaded"

@@ -3,6 +3,7 @@ nbutils.harness.notebook_recipe): resumable, time-boxed, NaN-guarded, probed, an
 
 import json
 import math
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -180,7 +181,9 @@ def test_summary_layout_and_progress_lines(prepared_data, tmp_path, capsys):
     # is not a second one), and no Trainer dict logs
     assert [x.split()[2] for x in out.splitlines() if x.startswith("[eval] step")] == ["0/20", "10/20", "20/20"]
     assert "{'" not in out and "train_runtime" not in out, out
+    moments = weakref.ref(next(iter(result.trainer.optimizer.state.values()))["exp_avg"])
     ckpt = session.save_final(model, tok)
+    assert moments() is None and result.trainer.optimizer is None  # released before 02 verifies (a second model loads)
     summary = session.write_summary(ckpt)
     assert json.loads((tmp_path / "training_summary.json").read_text()) == json.loads(json.dumps(summary, default=str))
     assert summary["global_step"] == 20 and summary["stopped_reason"] == "max_steps"
@@ -349,3 +352,27 @@ def test_the_summary_is_the_stages_marker_and_written_last(tmp_path, monkeypatch
     training.write_summary(tmp_path, result, None)
     assert written == ["learning_curves.png", "log_history.json", MARKERS["train_qlora"]], written
     assert MARKERS["train_qlora"] == "training_summary.json" and not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_the_optimizer_state_is_released_once_the_final_checkpoint_is_written(tmp_path, monkeypatch):
+    """02 verifies the final checkpoint next, loading a second base model: Adam's moments and the gradients are gone
+    by then (the Trainer checkpoints keep the optimizer for a resume)."""
+    import gc
+
+    import torch
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    moments = weakref.ref(optimizer.state[model.weight]["exp_avg"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    trainer = SimpleNamespace(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                              callback_handler=SimpleNamespace(optimizer=optimizer, lr_scheduler=scheduler))
+    run = training.Run(tmp_path, {}, time_budget_min=None)
+    run.result = training.TrainResult(5, "max_steps", "", None, 1.0, 1.0, 1.0, [], {}, trainer=trainer)
+    monkeypatch.setattr(training, "save_checkpoint", lambda *a: tmp_path / "checkpoint")
+    assert run.save_final(model, None) == tmp_path / "checkpoint"
+    gc.collect()
+    assert moments() is None and model.weight.grad is None
+    assert trainer.optimizer is None and trainer.callback_handler.lr_scheduler is None

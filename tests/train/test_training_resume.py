@@ -107,3 +107,19 @@ def test_num_epochs_changed_under_a_set_max_steps_resumes_as_the_same_run(tmp_pa
     now = runsettings.settings({"training": {"max_steps": 500, "num_train_epochs": 3}})
     assert training._pick_resume(tmp_path, True, 2, now, _model(), main=True) == ckpt
     assert "training longer" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("own_steps, final_step", [([], 10), ([5], 10), ([15], 15)])
+def test_a_nan_stop_falls_back_on_the_checkpoint_the_run_resumed_from(tmp_path, fake_checkpoint, own_steps, final_step):
+    """On Kaggle a run resumes from the attached earlier output (/kaggle/input/<prev>/train_qlora/trainer/checkpoint-N):
+    a NaN before its first save in the new folder still leaves that verified checkpoint, copied (adapter only) as the
+    final one; a newer checkpoint of the new folder wins."""
+    attached = fake_checkpoint(tmp_path / "input" / "prev" / "train_qlora" / "trainer" / "checkpoint-10", 10)
+    out = tmp_path / "working" / "train_qlora"
+    for step in own_steps:
+        fake_checkpoint(out / "trainer" / f"checkpoint-{step}", step)
+    result = training.TrainResult(12, "nan", "", 10, 1.0, float("nan"), 1.0, [], {}, resumed_from=str(attached))
+    final = training.save_checkpoint(None, None, out, result)
+    assert final == out / "checkpoint" and checkpoints.problems(final) == []
+    assert checkpoints.checkpoint_step(final) == final_step and not (final / "optimizer.pt").exists()
+    assert checkpoints.problems(attached, resumable=True) == []  # the attached input is read, never changed
