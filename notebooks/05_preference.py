@@ -82,11 +82,12 @@ attn_implementation = "auto"  # auto: sdpa where the model class supports it, el
 max_steps = "auto"  # auto: one epoch for real models (capped, preferencedata.MAX_AUTO_STEPS); the method's own for toy ones
 learning_rate = "auto"  # auto: 2e-5 for real models (LoRA preference tuning), 2e-3 for toy ones
 beta = 0.1  # DPO/KTO: how far the policy may move from the reference; ORPO: weight of its odds-ratio term; GRPO: KL weight
-per_device_batch_size = 16  # pairs (DPO, ORPO), rows (KTO) or completions (GRPO: a multiple of num_generations)
+per_device_batch_size = 16  # pairs (DPO, ORPO), rows (KTO) or completions (GRPO: x grad_accum, whole groups)
 grad_accum = 1
-max_length = 256  # prompt + answer, in tokens; longer records are quarantined, never cut (a fifth or more: the plan
-# stops, naming the max_length that keeps 99% of them)
+max_length = 256  # prompt + answer, in tokens (GRPO: the prompt); longer records are quarantined, never cut (a fifth or
+# more: the plan stops, naming the max_length that keeps 99% of them)
 reward_functions = "nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
+# (these examples fit short answers: on 01's data with longer reference answers the plan asks for a reward of your own)
 num_generations = 4  # GRPO: completions per prompt, compared with each other
 max_completion_length = "auto"  # GRPO: tokens per completion at most; auto: 1.5x the longest reference answer, 16 or more
 guard = "flag"  # GRPO: flag runs rollouts under the degeneration guard (03's word); off only counts their tokens
@@ -113,10 +114,12 @@ reports.begin(environment.stage_dir("preference", output_dir), "preference")
 
 # %% [markdown]
 # ## The plan, checked before anything loads
-# One table: the GPUs and the precision rule, 02's adapter and the recipe it recorded (the 4-bit base, the
-# precision), the data read and quarantined (`quarantine.jsonl`: file, line, reason; the counts add up), the memory
-# plan for this method (two sequences per pair, the frozen reference adapter, GRPO's group of completions and
-# their cache), the learning rate and the steps. Every problem is listed at once.
+# One table: the GPU and the precision rule (05 trains in one process on one GPU: with several visible, as on
+# Kaggle's "GPU T4 x2", it keeps the first, setting `CUDA_VISIBLE_DEVICES` before anything initialises CUDA), 02's
+# adapter and the recipe it recorded (the 4-bit base, the precision), the data read and quarantined
+# (`quarantine.jsonl`: file, line, reason; the counts add up; GRPO's prompts are measured as trl renders them), the
+# memory plan for this method (two sequences per pair, the frozen reference adapter, GRPO's group of completions
+# after its longest prompt, and their cache), the learning rate and the steps. Every problem is listed at once.
 
 # %%
 from nbutils.runtime import environment
@@ -130,7 +133,7 @@ plan = preference.plan_preference(
     smoke=smoke, precision=precision, per_device_batch_size=per_device_batch_size, grad_accum=grad_accum,
     num_generations=num_generations, max_completion_length=max_completion_length, max_length=max_length, max_steps=max_steps,
     learning_rate_value=learning_rate, save_steps=save_steps, keep_checkpoints=keep_checkpoints,
-    attn_implementation=attn_implementation)
+    attn_implementation=attn_implementation, reward_functions=reward_functions)
 
 # %% [markdown]
 # ## The policy: 02's adapter on the base it was trained on
@@ -166,6 +169,8 @@ def load_model():
 
 # %%
 def trainer_arguments():
+    import math
+
     from trl import DPOConfig, GRPOConfig, KTOConfig
     from trl.experimental.orpo import ORPOConfig
 
@@ -210,12 +215,14 @@ def trainer_arguments():
             # rows, raise the rarer side's weight here (trl: desirable_weight x desirable rows over
             # undesirable_weight x undesirable rows between 1 and 4/3)
             desirable_weight=1.0, undesirable_weight=1.0,
-            max_length=plan.max_length,
+            max_length=plan.max_length,  # the rows come shuffled by the plan: a row's KL completion is its neighbour's
         )
     return GRPOConfig(
         **shared,
         beta=beta,  # KL to the reference: keeps the policy near 02's adapter (0 skips the reference pass)
         num_generations=num_generations,  # completions per prompt; rewards are compared within the group
+        # the final evaluation (eval loss) groups a prompt's completions within one eval batch of per_device_batch_size
+        num_generations_eval=math.gcd(per_device_batch_size, num_generations),  # num_generations where it divides it
         max_completion_length=plan.max_completion_length,  # the longest a rollout may run (the guard stops loops sooner)
         temperature=1.0,  # sample: a group of identical completions teaches nothing
         use_vllm=False,  # generate with transformers: vLLM dropped the T4

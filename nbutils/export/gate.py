@@ -1,4 +1,8 @@
-"""The export gate: ship only a model that 03 showed to be better than the base and not degenerate."""
+"""The export gate: ship only a model that 03 showed to be better than the base and not degenerate.
+
+05's report (`written_by`) compares its adapter with 02's SFT adapter, the one it started from, under `base`:
+preference tuning teaches which answers people prefer, not the task metric, so there the gate asks that the metric
+not fall below the SFT adapter's (a gain of at least min_improvement, 0 by default), rather than that it rise."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class GateDecision:
     degenerate_rate: float
     reasons: list[str] = field(default_factory=list)  # why it fails; empty when it passes
     forced: bool = False
+    baseline: str = "base"  # what `base` is: 05's report compares with the SFT adapter
 
     @property
     def passed(self) -> bool:
@@ -30,7 +35,7 @@ class GateDecision:
 
     def message(self) -> str:
         """One line: the decision, the figures, and why it failed if it did."""
-        figures = (f"{self.metric}: tuned {self.tuned:.3f} vs base {self.base:.3f}; "
+        figures = (f"{self.metric}: tuned {self.tuned:.3f} vs {self.baseline} {self.base:.3f}; "
                    f"tuned degenerate rate {self.degenerate_rate:.1%}")
         if self.passed:
             return f"[gate] passed. {figures}"
@@ -56,11 +61,16 @@ def _metric_means(report: dict, metric: str) -> tuple[str, float, float]:
 
 def evaluate(report: dict, metric: str = "auto", min_improvement: float = 0.0,
              max_degenerate_rate: float = 0.2) -> GateDecision:
-    """Tuned must beat base on the metric by more than min_improvement, with degenerate rate below the threshold."""
+    """Tuned must beat base on the metric by more than min_improvement (05's report: gain at least that on the SFT
+    adapter, its `base`), with degenerate rate below the threshold."""
     name, base, tuned = _metric_means(report, metric)
     rate = float(report["tuned"].get("degenerate_rate", 0.0))
-    decision = GateDecision(name, base, tuned, rate)
-    if not tuned - base > min_improvement:
+    preference = report.get("written_by") == "05_preference"
+    decision = GateDecision(name, base, tuned, rate, baseline="SFT adapter (02's)" if preference else "base")
+    if preference and not tuned - base >= min_improvement:
+        decision.reasons.append(f"the preference-tuned adapter falls below the SFT adapter it started from (02's) on "
+                                f"{name} (gain {tuned - base:+.3f}, needed at least {min_improvement:+.3f})")
+    elif not preference and not tuned - base > min_improvement:
         decision.reasons.append(f"the tuned model does not beat the base on {name} "
                                 f"(gain {tuned - base:+.3f}, needed more than {min_improvement:+.3f})")
     if not rate < max_degenerate_rate:
@@ -86,5 +96,6 @@ def check(report: dict | str | Path, metric: str = "auto", min_improvement: floa
     decision.forced = force and not decision.passed
     print(decision.message(), flush=True)
     if not decision.passed and not force:
-        raise GateRefused(decision.message() + ". Improve the run (see 03's report), or set force=True to export anyway.")
+        raise GateRefused(decision.message() + f". Improve the run (see {report.get('written_by') or '03_eval'}'s "
+                          "report), or set force=True to export anyway.")
     return decision

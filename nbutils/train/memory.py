@@ -363,7 +363,7 @@ def plan_preference(model_config, method: str, seq_len: int, batch: int, lora_r:
     parts["judge_pass"] = judge["bytes"] if judge else 0
     total = max(peak({k: v for k, v in parts.items() if k != "judge_pass"}), after + parts["judge_pass"])
     rows = batch * 2 if method != "grpo" else batch
-    what = (f"{batch} completions ({batch // max(1, num_generations)} prompts x {num_generations}) x "
+    what = (f"{batch} completions ({batch / max(1, num_generations):g} prompts x {num_generations}) x "
             f"{seq_len + completion_len} tokens" if method == "grpo" else
             f"{batch} {'pairs' if method != 'kto' else 'rows + their KL rows'} = {rows} sequences x {seq_len} tokens")
     linear_lora = sum(lora_r * (i + o) for i, o in shape.linears())

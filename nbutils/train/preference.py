@@ -18,7 +18,7 @@ from pathlib import Path
 from nbutils import defaults
 from nbutils.data import pairs as prefdata
 from nbutils.runtime import modelsource
-from nbutils.runtime.preflight import Environment, inspect
+from nbutils.runtime.preflight import Environment, accelerators, inspect
 from nbutils.train import atomic, checkpoints, diskspace, evalmemory, memory, modeling, recipe, reports, runlock
 from nbutils.train import loss as lm_loss
 from nbutils.train import preferencedata as rowsplan
@@ -61,6 +61,7 @@ class PreferencePlan:
     max_completion_length_why: str = ""
     data_manifest_hash: str = ""  # 02's: the 01 output this adapter's line trained on (recipe refuses another)
     problems: list[str] = field(default_factory=list)
+    gpu_note: str = ""  # the GPU 05 kept when several were visible (one_gpu)
 
     @property
     def precision(self) -> str:
@@ -90,6 +91,7 @@ class PreferencePlan:
         m = self.memory
         return {
             "method": self.method,
+            **({"gpu": self.gpu_note} if self.gpu_note else {}),
             "policy": f"02's adapter {self.sft_checkpoint}, trainable",
             "reference": "02's adapter again, frozen (adapter 'ref')" if self.method in WITH_REFERENCE
             else "none (ORPO needs none)" if self.method == "orpo" else "02's adapter, frozen, when beta > 0",
@@ -137,21 +139,42 @@ def learning_rate(value, model_config) -> tuple[float, str]:
     return LR_REAL, f"auto: {n / 1e9:.2f}B block parameters: {LR_REAL:g}, LoRA preference tuning's usual range"
 
 
+def one_gpu(accels: list) -> tuple[list, str, list[str]]:
+    """(the GPUs to plan with, the table's line, problems): 05 trains in this process on one GPU. Several visible make
+    transformers wrap the model in nn.DataParallel, which trl's DPO, KTO and GRPO trainers refuse once the model has
+    loaded, and with which ORPO trains twice the planned batch. So with several visible and CUDA_VISIBLE_DEVICES
+    unset, the first becomes the only one; this runs before anything in the kernel initialises CUDA (preflight reads
+    the GPUs through nvidia-smi and a child process). A value the user set is left alone (several GPUs in it: a
+    problem), as is a process a launcher placed (LOCAL_RANK)."""
+    if len(accels) < 2 or "LOCAL_RANK" in os.environ:
+        return accels, "", []
+    if (visible := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
+        return accels, "", [f"CUDA_VISIBLE_DEVICES={visible!r} shows {len(accels)} GPUs, and 05 trains on one (trl's "
+                            "DPO, KTO and GRPO trainers refuse several in one process): set it to one of them "
+                            "(os.environ['CUDA_VISIBLE_DEVICES'] = '0' in a cell above this one), or unset it and 05 "
+                            "takes the first"]
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's order, the one preflight lists them in
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(accels[0].index)
+    return accels[:1], (f"one of the {len(accels)} visible: {accels[0].name} (CUDA_VISIBLE_DEVICES="
+                        f"{accels[0].index} set); 05 trains in one process, on one GPU"), []
+
+
 def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path, preference_data: str = "embedded",
                     preference_eval: str = "auto", eval_fraction: float = 0.1, seed: int = 0, smoke: bool = False,
                     precision: str = "auto", per_device_batch_size: int = 16, grad_accum: int = 1,
                     num_generations: int = 4, max_completion_length="auto", max_length: int = 256, max_steps="auto",
                     learning_rate_value="auto", save_steps: int = 8, keep_checkpoints: int = 2,
                     lora_r: int | None = None, show: bool = True, split: str | None = None,
-                    attn_implementation: str = "auto") -> PreferencePlan:
+                    attn_implementation: str = "auto", reward_functions: str = "") -> PreferencePlan:
     """Plan 05's run from its parameters; print one table; raise PreferencePlanError listing every problem.
 
     split: the split read from a saved HF dataset folder that holds several (named in the table's data row);
     attn_implementation: 05's, resolved as the load resolves it (eager, Gemma-2's: its scores planned)."""
     if method not in METHODS:
         raise PreferencePlanError(f"method={method!r} is not one of {', '.join(METHODS)}")
+    gpus, gpu_note, problems = one_gpu(accelerators())  # first: before anything could initialise CUDA
     ckpt, sft_summary = checkpoints.for_eval(Path(adapter_dir))
-    env, problems = inspect("auto" if defaults.is_auto(precision) else precision, True)
+    env, found = inspect("auto" if defaults.is_auto(precision) else precision, True, None, gpus)
     rec = recipe.from_checkpoint(ckpt, "auto", precision, env.precision, data_dir)
     modelsource.check(rec.base_model)
     tokenizer = recipe.trained_tokenizer(ckpt, data_dir)  # 02's, saved with the adapter: 01's tokens and template
@@ -162,7 +185,9 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     completion, completion_why = rowsplan.completion_length(method, max_completion_length, tokenizer, train)
     r = int(lora_r or rec.lora.get("r", 16))
     gpu, _ = memory.planning_gpu(env.gpu_memory_gb)
-    mem = plan_memory(config, method, max_length, per_device_batch_size, r, num_generations, completion, gpu,
+    # GRPO's prompts are 01's, measured as trl renders them: the longest kept is the one generation starts from
+    prompt = (counts.get("longest_prompt") or max_length) if method == "grpo" else max_length
+    mem = plan_memory(config, method, prompt, per_device_batch_size, r, num_generations, completion, gpu,
                       compute_bytes(rec, precision, env), modeling.choose_attention(config, attn_implementation,
                                                                                     env.attention))
     lr, lr_why = learning_rate(learning_rate_value, config)
@@ -171,11 +196,12 @@ def plan_preference(*, method: str, data_dir: Path, adapter_dir: Path, out: Path
     plan = PreferencePlan(env, method, rec, ckpt, Path(data_dir), Path(out), train, held, counts, mem, lr, lr_why,
                           steps, SMOKE["save_steps"] if smoke else save_steps, max_length,
                           sft_summary.get("settings_hash", ""), steps_why, completion, completion_why,
-                          recipe.read_run_config(ckpt).get("data_manifest_hash") or "")
-    plan.problems = problems + rowsplan.fit_problems(method, train, held, preference_data, per_device_batch_size,
-                                                     counts) + \
-        rowsplan.length_problems(counts, max_length) + _checks(plan, per_device_batch_size, num_generations,
-                                                               keep_checkpoints)
+                          recipe.read_run_config(ckpt).get("data_manifest_hash") or "", [], gpu_note)
+    answers = rowsplan.long_answer_problems(reward_functions, [t["answer"] for t in train]) if method == "grpo" else []
+    plan.problems = problems + found + rowsplan.fit_problems(method, train, held, preference_data,
+                                                             per_device_batch_size, counts) + answers + \
+        rowsplan.grpo_batch_problems(method, per_device_batch_size, grad_accum, num_generations) + \
+        rowsplan.length_problems(counts, max_length) + _checks(plan, per_device_batch_size, keep_checkpoints)
     if show and int(os.environ.get("RANK", "0")) == 0:
         print(plan.table())
     if plan.problems:
@@ -236,15 +262,13 @@ def plan_memory(model_config, method: str, max_length: int, batch: int, lora_r: 
     return {**plan_at(tokens), "judge_batch_tokens": tokens, **same}
 
 
-def _checks(plan: PreferencePlan, batch: int, num_generations: int, keep: int = 2) -> list[str]:
+def _checks(plan: PreferencePlan, batch: int, keep: int = 2) -> list[str]:
     found = []
-    if plan.method == "grpo" and batch % num_generations:
-        found.append(f"per_device_batch_size={batch} is not a multiple of num_generations={num_generations}: GRPO "
-                     "compares the completions of one prompt within a batch")
     unbuilt = plan.counts.get("pairs") == rowsplan.NOT_EMBEDDED  # fit_problems says why: no rows follow from it
     if plan.method != "grpo" and not plan.eval_rows and not unbuilt:
         found.append("no held-out pairs: set preference_eval, or eval_fraction above 0")
-    if not plan.train_rows and not unbuilt:  # trl would stop on a bare StopIteration at its first batch
+    # trl would stop on a bare StopIteration at its first batch (GRPO's rows are 01's: none left is length_problems')
+    if plan.method != "grpo" and not plan.train_rows and not unbuilt:
         prompts = len({json.dumps(r["prompt"]) for r in plan.eval_rows})
         found.append(f"no training rows: the held-out side took all {len(plan.eval_rows)} (held out by prompt, and they "
                      f"share {prompts} prompt{'s' * (prompts != 1)}): give preference_eval (a held-out file), lower "
@@ -336,8 +360,9 @@ def trainables_fp32(model, exact: dict | None = None) -> None:
 
 def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
     """eval_report.json (03's shape) and training_summary.json, both naming the checkpoint they describe, then
-    preference_summary.json, the stage's marker, last: it lists every file beside it that this run wrote (GRPO reads
-    01's splits, so it has no quarantine.jsonl) with its size and SHA-256. Then the output_dir lock is released."""
+    preference_summary.json, the stage's marker, last: it lists every file beside it that this run wrote (the
+    quarantine, and the embedded pairs where it built them: GRPO builds none) with its size and SHA-256. Then the
+    output_dir lock is released."""
     from nbutils.chain import MARKERS
 
     out = plan.out
@@ -353,8 +378,7 @@ def finish(plan: PreferencePlan, run, ckpt: Path, report: dict) -> dict:
               **{k: report[k] for k in keep if k in report},
               "guard": getattr(run.result.trainer, "guard_stats", None),
               "memory_plan": plan.memory, "measured_peak_gb": summary["measured_peak_gb"]}
-    read = [] if plan.method == "grpo" else ["quarantine.jsonl",
-                                             *(n for n in rowsplan.EMBEDDED_FILES if (out / n).exists())]
+    read = ["quarantine.jsonl", *(n for n in rowsplan.EMBEDDED_FILES if plan.method != "grpo" and (out / n).exists())]
     files = [summary["checkpoint_dir"], MARKERS["eval"], MARKERS["train_qlora"], "learning_curves.png",
              "log_history.json", *read]
     try:

@@ -3,6 +3,7 @@
 import pytest
 
 from nbutils.eval import rewards
+from nbutils.train import preferencedata
 
 
 def test_correct_reads_strings_and_chat_completions():
@@ -74,3 +75,24 @@ def test_total_sums_as_trl_none_and_nan_count_nothing_and_a_wrong_length_says_wh
     assert rewards.total([half, rewards.well_formed], ["p", "p"], ["city", "city"], [[1], [1]], {}) == [0.5, 0.5]
     with pytest.raises(ValueError, match="return one number"):
         rewards.total([lambda completions, **_: [1.0]], ["p", "p"], ["a", "b"], [[1], [2]], {})
+
+
+def test_the_examples_on_long_reference_answers_are_a_plan_problem_naming_the_share():
+    """`correct` (exact match) and `well_formed` (0.5 for at most MAX_WORDS words) score a short wrong answer above a
+    right one in other words: on data whose reference answers are mostly longer, GRPO would learn to answer short.
+    The plan stops, asking for the user's own reward; the embedded task's one-word answers and a reward of the
+    user's own pass."""
+    ref = "The mitochondria is the organelle that produces most of the cell's ATP by oxidative phosphorylation."
+    paraphrase = [{"role": "assistant", "content": "Mitochondria make most of a cell's ATP, by oxidative phosphorylation."}]
+    short_wrong = [{"role": "assistant", "content": "Ribosomes."}]
+    funcs = rewards.load(rewards.DEFAULT)
+    assert rewards.total(funcs, [[]] * 2, [paraphrase, short_wrong], [[1]] * 2, {"answer": [ref] * 2}) == [0.0, 0.5]
+    answers = [ref] * 3 + ["city"]
+    # the plan's check (train layer) names this module and its short-answer length: one source each
+    assert (preferencedata.EXAMPLES_MODULE, preferencedata.SHORT_ANSWER_WORDS) == (rewards.__name__, rewards.MAX_WORDS)
+    [problem] = preferencedata.long_answer_problems(rewards.DEFAULT, answers)
+    assert problem.startswith("3 of 4 (75%) of 01's reference answers are longer than 8 words")
+    assert "reward_functions as module:function" in problem and "nbutils.eval.rewards:not_degenerate" in problem
+    assert preferencedata.long_answer_problems("nbutils.eval.rewards:correct", answers)  # the examples alone, any of them
+    assert preferencedata.long_answer_problems(rewards.DEFAULT, [ref, "city", "pet", "food"]) == []  # most answers short
+    assert preferencedata.long_answer_problems(f"mytask.rewards:score,{rewards.__name__}:not_degenerate", answers) == []

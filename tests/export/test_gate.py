@@ -92,3 +92,18 @@ def test_a_report_of_another_checkpoint_is_refused_even_with_force(tmp_path, tra
         gate.check(tmp_path, force=True, checkpoint=trained_adapter)
     (tmp_path / "eval_report.json").write_text(json.dumps({**_report(), "checkpoint": reports.identity(trained_adapter)}))
     assert gate.check(tmp_path, checkpoint=trained_adapter).passed
+
+
+def test_05s_report_gates_on_not_falling_below_the_sft_adapter_it_names(capsys):
+    """05's report calls 02's SFT adapter `base`: preference tuning need not raise the task metric, so its adapter
+    passes when the metric holds (04's docs send 05's result through this gate) and is refused, naming the SFT
+    adapter, when it falls. 03's report still needs a gain over the base model."""
+    same = {**_report(base=0.8, tuned=0.8), "written_by": "05_preference"}
+    decision = gate.check(same)
+    assert decision.passed and "tuned 0.800 vs SFT adapter (02's) 0.800" in capsys.readouterr().out
+    with pytest.raises(gate.GateRefused, match=r"falls below the SFT adapter it started from \(02's\) on exact_match "
+                                               r"\(gain -0.050, needed at least \+0.000\).*see 05_preference's report"):
+        gate.check({**_report(base=0.8, tuned=0.75), "written_by": "05_preference"})
+    assert not gate.evaluate({**same, "written_by": "05_preference"}, min_improvement=0.01).passed  # a gain asked for
+    assert not gate.evaluate(_report(base=0.8, tuned=0.8)).passed  # 03's: tuned must beat the base
+    assert "does not beat the base" in gate.evaluate({**same, "written_by": "03_eval"}).reasons[0]

@@ -189,22 +189,22 @@ def test_05_with_kto_rows_refuses_dpo_in_the_plan_and_runs_kto_to_its_report(pre
     assert "label accuracy 0.5 (SFT) ->" in kto.stdout and "held-out unpaired rows" in kto.stdout
 
 
-@pytest.mark.parametrize("method, quarantined", [("grpo", False), ("dpo", True)])
-def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, quarantined):
-    """GRPO reads 01's splits and writes no quarantine.jsonl: its summary does not list one. Every file listed is
-    there with its SHA-256; the report and the summary name the checkpoint."""
+@pytest.mark.parametrize("method, embedded", [("grpo", False), ("dpo", True)])
+def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, embedded):
+    """Every method writes quarantine.jsonl; GRPO builds no embedded pairs, so it lists none an earlier run left. Every
+    file listed is there with its SHA-256; the report and the summary name the checkpoint."""
     import json
     from types import SimpleNamespace
 
     from nbutils.chain import MARKERS
     from nbutils.train import checkpoints, reports
 
-    ckpt = tmp_path / "checkpoint"
-    ckpt.mkdir()
+    (ckpt := tmp_path / "checkpoint").mkdir()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         (ckpt / name).write_text(name)
     checkpoints.mark_complete(ckpt, 4)
-    (tmp_path / "quarantine.jsonl").write_text("")  # GRPO's: an earlier run's, in the same folder
+    (tmp_path / "quarantine.jsonl").write_text("")  # the plan's; the pairs: DPO's, or an earlier run's for GRPO
+    (tmp_path / "embedded_pairs.train.jsonl").write_text("")
 
     def write_summary(checkpoint, memory, release=True):
         assert not release  # 05 releases the lock after its own summary
@@ -218,7 +218,7 @@ def test_05s_summary_lists_only_the_files_this_run_wrote(tmp_path, method, quara
     run = SimpleNamespace(write_summary=write_summary, result=SimpleNamespace(trainer=None))
     block = {"task_metric": 0.5, "degenerate_rate": 0.0}
     summary = preference.finish(plan, run, ckpt, {"base": block, "tuned": block})
-    assert ("quarantine.jsonl" in summary["files"]) is quarantined and "checkpoint/" in summary["files"]
+    assert ("embedded_pairs.train.jsonl" in summary["files"]) is embedded and "quarantine.jsonl" in summary["files"]
     assert reports.problems(tmp_path, MARKERS["preference"]) == [] and summary["checkpoint"]["step"] == 4
     assert json.loads((tmp_path / MARKERS["eval"]).read_text())["checkpoint"] == reports.identity(ckpt)
 
@@ -233,7 +233,7 @@ def test_05s_plan_checks_the_disk_for_keep_checkpoints_as_02s_does(tmp_path, mon
     plan = SimpleNamespace(method="dpo", train_rows=[{}], eval_rows=[{}], out=tmp_path, memory={"checkpoint_mb": 10.0},
                            counts={})
     for keep in (2, 5):
-        assert preference._checks(plan, 8, 4, keep) == []
+        assert preference._checks(plan, 8, keep) == []
     assert asked == [(diskspace.needed_mb(10.0, 2), 2), (diskspace.needed_mb(10.0, 5), 5)] and asked[1][0] == 70.0
 
 
@@ -272,7 +272,7 @@ def test_an_empty_training_set_is_a_plan_problem_not_trls_stop_iteration(tmp_pat
     assert (len(train), len(held)) == (0, 5)
     plan = SimpleNamespace(method="dpo", train_rows=train, eval_rows=held, out=tmp_path, memory={"checkpoint_mb": 1.0},
                            counts={})
-    [problem] = preference._checks(plan, 8, 4)
+    [problem] = preference._checks(plan, 8)
     assert "no training rows: the held-out side took all 5" in problem and "share 1 prompt)" in problem
     assert "give preference_eval" in problem and "lower eval_fraction" in problem
 

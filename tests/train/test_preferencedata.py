@@ -119,7 +119,7 @@ def test_embedded_pairs_are_refused_on_a_users_data_and_built_on_the_embedded_ta
     unbuilt = _plan("dpo", train, held, counts)
     unbuilt.memory.update(checkpoint_mb=1, gpu_memory_gb=None)
     unbuilt.out = out
-    assert preference._checks(unbuilt, 16, 4) == []  # no "no training rows" after the refusal that explains it
+    assert preference._checks(unbuilt, 16) == []  # no "no training rows" after the refusal that explains it
     grpo, _, _ = preferencedata.read_data("grpo", mine, out, tok, "embedded", "auto", 0.1, 0, 256, None)
     assert grpo and preferencedata.fit_problems("grpo", grpo, [], "embedded", 16) == []
     train, held, counts = preferencedata.read_data("dpo", prepared_data, out, tok, "embedded", "auto", 0.1, 0, 256, None)
@@ -127,3 +127,171 @@ def test_embedded_pairs_are_refused_on_a_users_data_and_built_on_the_embedded_ta
     assert preferencedata.fit_problems("dpo", train, held, "embedded", 16, counts) == []
     # the embedded task with every pair lost (too long, say) is not "your data": no such advice
     assert not any("01 prepared your data" in p for p in preferencedata.fit_problems("dpo", [], [], "embedded", 16, {}))
+
+
+def _gpus(n):
+    from nbutils.runtime.preflight import Accelerator
+
+    return [Accelerator(i, "Tesla T4", (7, 5), 14.7) for i in range(n)]
+
+
+def _no_launcher_env(monkeypatch, **given):
+    """CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and LOCAL_RANK as given, else unset; each put back after the test
+    (set first, so that monkeypatch restores a variable the code under test sets)."""
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LOCAL_RANK"):
+        monkeypatch.setenv(name, "x")
+        if name in given:
+            monkeypatch.setenv(name, given[name])
+        else:
+            monkeypatch.delenv(name)
+
+
+def test_05_keeps_one_of_several_gpus_and_leaves_a_value_the_user_set(monkeypatch):
+    """Kaggle's "GPU T4 x2": transformers would wrap the model in nn.DataParallel, which trl's DPO, KTO and GRPO
+    trainers refuse after the model loaded (ORPO's trains twice the planned batch). 05 keeps the first GPU, before
+    anything initialises CUDA; a CUDA_VISIBLE_DEVICES the user set is left as it is (several in it: a problem)."""
+    import os
+
+    _no_launcher_env(monkeypatch)
+    kept, note, problems = preference.one_gpu(_gpus(2))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert len(kept) == 1 and not problems and "one of the 2 visible: Tesla T4 (CUDA_VISIBLE_DEVICES=0 set)" in note
+    assert preference.one_gpu(_gpus(1)) == (_gpus(1), "", [])
+    _no_launcher_env(monkeypatch, CUDA_VISIBLE_DEVICES="0,1")
+    kept, note, [problem] = preference.one_gpu(_gpus(2))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and len(kept) == 2 and not note
+    assert "CUDA_VISIBLE_DEVICES='0,1' shows 2 GPUs, and 05 trains on one" in problem
+    _no_launcher_env(monkeypatch, LOCAL_RANK="1")  # a launcher placed this process on its GPU
+    assert preference.one_gpu(_gpus(2)) == (_gpus(2), "", []) and "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_05s_grpo_plan_uses_one_gpu_its_longest_prompt_and_trls_batch_rule(tmp_path, monkeypatch, capsys):
+    """plan_preference's wiring on two visible T4s: preflight and the memory plan see one GPU; GRPO's memory is
+    planned from the longest prompt kept (not max_length); trl's batch rule (batch x grad_accum whole groups) and
+    the reward check for long reference answers reach the problems; the table says which GPU trains."""
+    import os
+
+    from nbutils.runtime.preflight import inspect
+    from nbutils.train import diskspace
+    from nbutils.train.recipe import Recipe
+
+    _no_launcher_env(monkeypatch)
+    seen, toy = {}, modelsource.load_config("embedded")
+    monkeypatch.setattr(preference, "accelerators", lambda: _gpus(len(os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")
+                                                                       .split(","))))  # nvidia-smi, as preflight reads it
+    monkeypatch.setattr(preference, "inspect", lambda *a: seen.setdefault("env", inspect(*a)))
+    monkeypatch.setattr(preference.checkpoints, "for_eval", lambda d: (tmp_path, {}))
+    monkeypatch.setattr(preference.recipe, "from_checkpoint",
+                        lambda *a: Recipe("embedded", {"load_in_4bit": True}, "fp16", "fp16", {"r": 8}))
+    monkeypatch.setattr(preference.recipe, "trained_tokenizer", lambda *a: None)
+    monkeypatch.setattr(preference.recipe, "read_run_config", lambda ckpt: {})
+    monkeypatch.setattr(preference.modelsource, "check", lambda name: None)
+    monkeypatch.setattr(preference.modelsource, "load_config", lambda name: toy)
+    monkeypatch.setattr(diskspace, "check", lambda out, need, keep: None)
+    rows = [{"prompt": [{"role": "user", "content": f"Q{i}"}], "answer": "a long reference answer " * 3}
+            for i in range(8)]
+    monkeypatch.setattr(preferencedata, "read_data", lambda *a: (rows, rows[:2], {"prompts": 8, "longest_prompt": 37}))
+    mem = {"parts_gb": {}, "estimate_gb": 1.0, "what": "x", "gpu_memory_gb": None, "checkpoint_mb": 1.0}
+    monkeypatch.setattr(preference, "plan_memory", lambda *a: seen.setdefault("memory", a) and mem)
+    with pytest.raises(preference.PreferencePlanError) as refused:
+        preference.plan_preference(method="grpo", data_dir=tmp_path, adapter_dir=tmp_path, out=tmp_path,
+                                   per_device_batch_size=4, grad_accum=1, num_generations=8, max_completion_length=32,
+                                   reward_functions="nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0" and seen["env"][0].gpu_count == 1
+    assert "one of the 2 visible: Tesla T4 (CUDA_VISIBLE_DEVICES=0 set); 05 trains in one process" in capsys.readouterr().out
+    assert seen["memory"][2] == 37  # the longest prompt kept, not max_length=256
+    assert "per_device_batch_size=4 x grad_accum=1 = 4 completions a step is not a multiple of num_generations=8" \
+        in str(refused.value)
+    assert "8 of 8 (100%) of 01's reference answers are longer than 8 words" in str(refused.value)
+    plan = preference.plan_preference(method="grpo", data_dir=tmp_path, adapter_dir=tmp_path, out=tmp_path,
+                                      show=False, per_device_batch_size=4, grad_accum=2, num_generations=8,
+                                      max_completion_length=32, reward_functions="mytask:score")
+    assert plan.env.gpu_count == 1 and "gpu" not in plan.rows()  # a rerun: one visible, CUDA_VISIBLE_DEVICES=0 kept
+
+
+def test_grpo_batches_follow_trls_rule_batch_times_grad_accum_whole_groups(tmp_path):
+    """trl 1.16 generates per_device_batch_size x grad_accum completions a step (its generation batch), which must
+    hold whole groups; 05's final evaluation groups within one eval batch. Batch 4, grad_accum 2, 8 generations:
+    trl accepts it, one prompt a step, and 05's config evaluates in groups of 4."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+    from trl import GRPOConfig
+
+    from nbutils.harness import notebook_recipe
+
+    assert preferencedata.grpo_batch_problems("grpo", 4, 2, 8) == []
+    [problem] = preferencedata.grpo_batch_problems("grpo", 4, 1, 8)
+    assert "per_device_batch_size=4 x grad_accum=1" in problem and "num_generations=8" in problem
+    assert preferencedata.grpo_batch_problems("dpo", 4, 1, 8) == []
+    plan = SimpleNamespace(out=tmp_path, max_steps=1, learning_rate=1e-4, precision="fp32", save_steps=10,
+                           env=SimpleNamespace(gpu_count=0), max_completion_length=4)
+    ours = notebook_recipe.namespace(plan, notebook=notebook_recipe.PREFERENCE, method="grpo", per_device_batch_size=4,
+                                     grad_accum=2, num_generations=8)["trainer_arguments"]()
+    assert (ours.generation_batch_size, ours.num_generations_eval) == (8, 4)
+    args = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                per_device_eval_batch_size=4, num_generations=8, num_generations_eval=ours.num_generations_eval,
+                eval_strategy="steps")
+    GRPOConfig(**args, gradient_accumulation_steps=2)  # trl's own checks, the eval batch's included
+    with pytest.raises(ValueError, match="must be divisible by num_generations"):
+        GRPOConfig(**args, gradient_accumulation_steps=1)
+    real = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                       num_key_value_heads=8)
+    assert preference._schedule("grpo", "auto", False, 100, 4, 2, 8, real)[0] == 100  # one prompt a step
+    assert preference._schedule("grpo", "auto", False, 100, 16, 2, 4, real)[0] == 13  # 8 prompts a step
+
+
+def test_grpos_prompts_are_measured_as_trl_renders_them_and_too_long_ones_quarantined(tmp_path, tok):
+    """01's prompts went to trl unmeasured: the memory plan took every prompt for max_length tokens, so a set of long
+    prompts (documents to sum up) planned as fitting a T4 it does not fit. Each is counted as trl's GRPOTrainer
+    renders it; one over max_length is quarantined (the counts add up), a fifth or more stops the plan naming the
+    max_length that keeps 99%, and the memory plan gets the longest prompt kept."""
+    import json
+
+    from nbutils.data import splits
+
+    records = [{"instruction": f"Name {i}.", "output": f"n{i}"} for i in range(36)]
+    records += [{"instruction": "Sum up: " + " ".join(["long text"] * 8) + f" {i}", "output": "s"} for i in range(4)]
+    mine = tmp_path / "data_prep"
+    splits.prepare([_write(tmp_path / "raw.jsonl", records)], mine, tok, base_model="embedded", verbose=False,
+                   plot=False)
+    out = tmp_path / "preference"
+    out.mkdir()
+    train, held, counts = preferencedata.read_data("grpo", mine, out, tok, "embedded", "auto", 0.1, 0, 24, None)
+    every = preferencedata.grpo_rows(splits.load_split(mine, "train")) + preferencedata.grpo_rows(
+        splits.load_split(mine, "eval"))
+    lengths = {json.dumps(r["prompt"]): preferencedata.prompt_tokens(tok, r["prompt"]) for r in every}
+    rendered = {k: tok.apply_chat_template(json.loads(k), add_generation_prompt=True, tokenize=False) for k in lengths}
+    assert all(text.startswith(tok.bos_token) for text in rendered.values())  # the template's BOS: none added on top
+    assert lengths == {k: len(tok(text, add_special_tokens=False)["input_ids"]) for k, text in rendered.items()}
+    long = sum(n > 24 for n in lengths.values())
+    assert long == 4 and counts["quarantined"] == long and counts["reasons"] == {"too-long": long}
+    assert counts["records"] == counts["kept"] + counts["quarantined"] == len(every) == len(train) + len(held) + long
+    assert counts["longest_prompt"] == max(n for n in lengths.values() if n <= 24)
+    assert preferencedata.length_problems(counts, 24) == []  # 4 of 40: a tenth, quarantined and said
+    quarantine = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    assert len(quarantine) == long and all(q["reason"].startswith("too-long: the prompt is") for q in quarantine)
+    _, _, short = preferencedata.read_data("grpo", mine, out, tok, "embedded", "auto", 0.1, 0, 10, None)
+    [problem] = preferencedata.length_problems(short, 10)
+    assert "longer than max_length=10 tokens" in problem and f"set max_length={short['length']['keeps_99_percent']}" \
+        in problem
+
+
+def test_ktos_rows_are_shuffled_so_kl_neighbours_answer_other_prompts_and_batches_mix_labels(tmp_path, tok):
+    """trl's KTO reads its rows in order and takes each row's KL completion from the next row of its batch (rotated
+    by one): a pair's two rows side by side made half the "mismatched" KL completions answer the same prompt, and a
+    file of desirable rows first trained in one-label batches. The rows are shuffled with the seed (the content hash
+    covers the order)."""
+    pairs = [{"prompt": f"Q{i}", "chosen": f"good {i}", "rejected": f"bad {i}"} for i in range(64)]
+    rows, _, _ = preferencedata.read_data("kto", tmp_path, tmp_path, tok, _write(tmp_path / "p.jsonl", pairs), "auto",
+                                          0.1, 0, 256, None)
+    desirable_first = [{"prompt": f"P{i}", "completion": f"c{i}", "label": i < 100} for i in range(200)]
+    kto, _, _ = preferencedata.read_data("kto", tmp_path, tmp_path, tok, _write(tmp_path / "k.jsonl", desirable_first),
+                                         "auto", 0.1, 0, 256, None)
+    for data in (rows, kto):
+        batches = [data[s:s + 16] for s in range(0, len(data) - 15, 16)]
+        same = sum(r["prompt"] == k["prompt"] for b in batches for r, k in zip(b, [b[-1], *b[:-1]]))
+        assert same <= 2 and all(0 < sum(r["label"] for r in b) < 16 for b in batches)
+    again, _, _ = preferencedata.read_data("kto", tmp_path, tmp_path, tok, _write(tmp_path / "p.jsonl", pairs), "auto",
+                                           0.1, 0, 256, None)
+    assert again == rows  # the same seed, the same order
