@@ -30,9 +30,10 @@ class Ledger:
     def __post_init__(self):
         self.counts = {k: 0 for k in ("records", "kept", "quarantined", "duplicates", *self.extra)} | self.counts
 
-    def bad(self, source: str, line: int, reason: str, key: str = "quarantined") -> None:
-        """One record kept out, with its reason (counted under `key`: quarantined, or too_long in 01)."""
-        if self.strict:
+    def bad(self, source: str, line: int, reason: str, key: str = "quarantined", stop: bool = True) -> None:
+        """One record kept out, with its reason (counted under `key`: quarantined, or too_long in 01). stop=False: kept
+        out under strict too (01's max_seq_len="auto" leaves the longest records out by design)."""
+        if self.strict and stop:
             raise self.error(f"{source} line {line}: {reason} (strict=True stops at the first bad record)")
         self.quarantine.append({"source": source, "line": line, "reason": reason})
         self.counts[key] += 1

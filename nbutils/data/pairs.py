@@ -29,6 +29,7 @@ import random
 import re
 
 from nbutils.data import chatformat, readers, records, splits
+from nbutils.data.intake import data_file
 from nbutils.data.ledger import Ledger
 
 HH_TURN = re.compile(r"\n\n(Human|Assistant):")
@@ -141,7 +142,8 @@ def _prompt(before: list[dict], given, hint: str = "") -> list[dict]:
 
 def _hh_turns(transcript, name: str) -> list[dict]:
     """An HH string ("\\n\\nHuman: ... \\n\\nAssistant: ...") as turns; what precedes the first marker is dropped."""
-    records.text_field(transcript, name)  # missing, not a string, or empty: said as such
+    text = records.text_field(transcript, name)  # missing, not a string, or empty: said as such
+    transcript = transcript if isinstance(transcript, str) else text  # a number: its text, which holds no turns
     parts = HH_TURN.split("\n\n" + transcript.lstrip("\n") if not transcript.startswith("\n\n") else transcript)
     return [{"role": "user" if r == "Human" else "assistant", "content": t.strip()}
             for r, t in zip(parts[1::2], parts[2::2])]
@@ -206,22 +208,35 @@ def normalize(rec: dict) -> dict:
 
 def render(tokenizer, prompt: list[dict], answer: str) -> tuple[str, str]:
     """(prompt text, answer text) exactly as 01 rendered SFT data: the template's generation prompt, then the answer
-    through its end-of-turn token."""
+    through its end-of-turn token; the prompt as a trl text row holds it (`trl_text`: one BOS in training)."""
     template, _ = splits.template_for(tokenizer)
     draw = splits.renderer(tokenizer, template)
     msgs, _ = chatformat.normalize_roles([*prompt, {"role": "assistant", "content": answer}],
                                          chatformat.role_rules(draw))
     text, spans = chatformat.target_spans(draw, msgs, chatformat.end_of_turn(tokenizer))
     start, end = spans[-1]
-    return text[:start], text[start:end]
+    return trl_text(tokenizer, text[:start]), text[start:end]
+
+
+def trl_text(tokenizer, text: str) -> str:
+    """Rendered text as a trl text row must hold it: without the template's leading BOS when the tokenizer adds one
+    itself (Llama-3's post-processor, Gemma's and Mistral's add_bos_token), since trl tokenizes text rows with the
+    tokenizer's special tokens and would train on <bos><bos>; unchanged otherwise. 01's SFT rows are tokenized
+    without special tokens: there the template's BOS is the one."""
+    bos = tokenizer.bos_token
+    if not (bos and text.startswith(bos)):
+        return text
+    adds = tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
+    return text[len(bos):] if adds else text
 
 
 def trained_length(tokenizer, prompt_text: str, answer: str) -> int:
-    """Tokens of prompt + answer as trl tokenizes them for training: with the tokenizer's own special tokens and the
-    EOS trl appends to an answer that does not end with it (Phi-3's `<|end|>` gets `<|endoftext|>` after it), so a
-    row at the limit is not cut short of its EOS by trl's truncation."""
+    """Tokens of prompt + answer as trl tokenizes them for training: with the tokenizer's own special tokens (one BOS:
+    `trl_text`) and the EOS trl appends to an answer that does not end with it (Phi-3's `<|end|>` gets
+    `<|endoftext|>` after it), so a row at the limit is not cut short of its EOS by trl's truncation."""
     eos = tokenizer.eos_token or ""
-    return len(tokenizer(prompt_text + answer + ("" if answer.endswith(eos) else eos))["input_ids"])
+    text = trl_text(tokenizer, prompt_text) + answer + ("" if answer.endswith(eos) else eos)
+    return len(tokenizer(text)["input_ids"])
 
 
 def _rendered(row: dict, tokenizer) -> tuple[dict, int, str]:
@@ -248,8 +263,9 @@ def collect(paths: list[str], *, fmt: str = "auto", max_records: int | None = No
     ledger.seen = {}  # 05 reads its training and held-out files into one ledger, each deduplicated on its own
     first = ledger.counts["records"]
     for path in paths:
+        path, found = data_file(path)  # a folder that is not a saved dataset: the one data file it holds
         kind, why = readers.sniff_why(path, split) if fmt == "auto" else (fmt, "given")
-        ledger.inputs[path] = {"format": kind, "why": why}
+        ledger.inputs[path] = {"format": kind, "why": f"{why}; {found}" if found else why}
         for source, line, rec in readers.read(path, kind, split=split):
             if max_records and ledger.counts["records"] - first >= max_records:
                 break

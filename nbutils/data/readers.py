@@ -32,7 +32,8 @@ from nbutils.data import htmlpage, hubdata, jsondoc, sqldump
 from nbutils.data.records import recognised
 
 FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "html", "sql", "hf_disk", "hf_hub")
-_EXTENSIONS = {"jsonl": "jsonl", "ndjson": "jsonl", "json": "json", "csv": "csv", "tsv": "tsv", "tab": "tsv",
+HF_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")  # what datasets' save_to_disk writes
+EXTENSIONS = {"jsonl": "jsonl", "ndjson": "jsonl", "json": "json", "csv": "csv", "tsv": "tsv", "tab": "tsv",
                "parquet": "parquet", "pq": "parquet", "html": "html", "htm": "html", "sql": "sql"}
 
 
@@ -132,9 +133,10 @@ def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
     """(format, why): the format of one input and the evidence (the split, for a dataset folder), for the log."""
     p = Path(path)
     if p.is_dir():
-        if any((p / f).exists() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
+        if any((p / f).exists() for f in HF_MARKERS):
             return "hf_disk", "a saved Hugging Face dataset folder" + hf_split(path, split)[1]
-        raise ValueError(f"{path}: a folder, but not a saved HF dataset (no dataset_info.json); pass a file instead.")
+        raise ValueError(f"{path}: a folder, but not a saved HF dataset (no dataset_info.json); pass its data files "
+                         "(nbutils.data.intake.data_file names them).")
     if not p.exists():
         if hubdata.parse(path):  # the Hub's owner/name, as for a model, with an optional :config and @split
             return "hf_hub", "no such file; looks like " + hubdata.describe(path, split)
@@ -143,7 +145,7 @@ def sniff_why(path: str, split: str | None = None) -> tuple[str, str]:
     with open(p, "rb") as f:
         head, whole = f.read(SNIFF_BYTES), not f.read(1)
     ext = p.suffix.lower().lstrip(".")
-    fmt = _EXTENSIONS.get(ext)
+    fmt = EXTENSIONS.get(ext)
     if fmt != "parquet" and not head.startswith(b"PAR1") and (why := not_text(head)):
         raise ValueError(f"{path}: {why}")
     text = head[:65536].decode("utf-8", "replace").lstrip("\ufeff \t\r\n")

@@ -1,11 +1,13 @@
 """Records to chat messages: every supported record shape (chat, ShareGPT, column pairs, plain text) turned into
-validated messages, or a ValueError("<reason-id>: <detail>") the quarantine keeps.
+validated messages, or a ValueError("<reason-id>: <detail>") the quarantine keeps; and which records are the same
+record (duplicates) or answers to the same prompt (kept in one split).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 
 # Column pairs (user, assistant) recognised in any tabular record, in order of preference; names
 # are compared case-insensitively. A lone `text` column is a single assistant turn (plain text).
@@ -14,8 +16,18 @@ COLUMN_PAIRS = [("instruction", "output"), ("prompt", "completion"), ("prompt", 
                 ("prompt", "answer"), ("question", "response"), ("context", "response")]
 CHAT_COLUMNS = ("messages", "conversations", "text")
 PREFERENCE_PAIRS = [("chosen", "rejected")]  # 05's pairs (its KTO rows are prompt/completion, a pair above)
+# Beside a column pair: text joined to the question (alpaca's input, dolly's context, sql-create-context's table
+# schema), the system prompt (OpenOrca names it system_prompt), and LLaMA-Factory's [[question, answer], ...] history.
+EXTRA_COLUMNS = ("input", "context")
+SYSTEM_COLUMNS = ("system", "system_prompt")
+HISTORY_COLUMN = "history"
 ROLES = {"system": "system", "user": "user", "assistant": "assistant", "human": "user", "gpt": "assistant",
-         "model": "assistant", "bot": "assistant", "chatgpt": "assistant"}
+         "model": "assistant", "bot": "assistant", "chatgpt": "assistant", "developer": "system"}  # OpenAI's o1+ system
+TOOL_ROLES = ("tool", "function", "ipython")  # tool results (OpenAI, its older functions, Llama 3.1)
+TEXT_PARTS = ("text", "input_text", "output_text")  # OpenAI content parts that hold text (chat, Responses API)
+TOOLS_UNSUPPORTED = ("tool calls are not supported: the chat templates render them each their own way; drop these "
+                     "turns, or the record")
+
 
 def recognised(columns, mapping: dict | None = None) -> bool:
     """Whether a set of column names holds a conversation (or a preference pair) we know how to read."""
@@ -32,11 +44,21 @@ def _text(rec: dict, key: str) -> str:
     return text_field(rec.get(key), key)
 
 
+def _blank(value) -> bool:
+    """Nothing there: null, NaN (pandas' empty cell), whitespace, an empty list or object."""
+    if isinstance(value, str):
+        return not value.strip()
+    return value is None or (isinstance(value, float) and value != value) or (isinstance(value, (list, dict)) and not value)
+
+
 def text_field(value, name: str) -> str:
-    """A required string, stripped, wherever it appears (a record's field, a preference side); raises
-    ValueError("<reason-id>: <detail>") naming it: missing-field, wrong-type, empty-field."""
-    if value is None:
+    """A required string, stripped, wherever it appears (a record's field, a preference side); a number is its text
+    (JSON and Parquet keep 42 a number, CSV gives "42"); raises ValueError("<reason-id>: <detail>") naming it:
+    missing-field, wrong-type, empty-field."""
+    if value is None or (isinstance(value, float) and value != value):  # NaN: pandas' empty cell
         raise ValueError(f"missing-field: {name}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
     if not isinstance(value, str):
         raise ValueError(f"wrong-type: {name} is {type(value).__name__}")
     if not value.strip():
@@ -49,12 +71,56 @@ def _first(turn: dict, *keys: str):
     return next((turn[k] for k in keys if turn.get(k) is not None), None)
 
 
+def _parts(content: list, where: str) -> str:
+    """OpenAI-style content, a list of parts ([{"type": "text", "text": ...}]), as its text parts joined by newlines;
+    an image, audio or file part raises unsupported-content (a text model cannot be taught from it)."""
+    texts = []
+    for j, part in enumerate(content, 1):
+        if not isinstance(part, dict):
+            raise ValueError(f"wrong-type: {where} content part {j} is {type(part).__name__}")
+        kind = part.get("type") or ("text" if isinstance(part.get("text"), str) else None)
+        if kind not in TEXT_PARTS:
+            raise ValueError(f"unsupported-content: {kind} in {where} (only text parts are read)")
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"wrong-type: {where} content part {j} text is {type(part.get('text')).__name__}")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _turn(t, where: str) -> dict | None:
+    """One turn as {"role", "content"}, or None for an empty system turn; raises the quarantine reason."""
+    if not isinstance(t, dict):
+        raise ValueError(f"wrong-type: {where} is {type(t).__name__}")
+    t = {str(k).strip().lower(): v for k, v in t.items()}
+    role = _first(t, "role", "from")  # Arrow/Parquet unify the shapes: both keys, one of them null
+    name = role.strip().lower() if isinstance(role, str) else None
+    if name in TOOL_ROLES:
+        raise ValueError(f"unsupported-tool-calls: {where} is a tool's result (role {role}); {TOOLS_UNSUPPORTED}")
+    if name not in ROLES:
+        raise ValueError(f"unknown-role: {role} in {where}" if role is not None else f"missing-field: {where} role")
+    if t.get("tool_calls") or t.get("function_call"):
+        raise ValueError(f"unsupported-tool-calls: {where} calls a tool; {TOOLS_UNSUPPORTED}")
+    content = _first(t, "content", "value")
+    if content is None:
+        raise ValueError(f"missing-field: {where} content")
+    if isinstance(content, list):
+        content = _parts(content, where)
+    if not isinstance(content, str):
+        raise ValueError(f"wrong-type: {where} content is {type(content).__name__}")
+    if not content.strip():
+        if ROLES[name] == "system":
+            return None  # an empty system prompt (common in Orca/ShareGPT exports) says nothing: dropped, as the column is
+        raise ValueError(f"empty-field: {where}")
+    return {"role": ROLES[name], "content": content.strip()}
+
+
 def turns(value, name: str) -> list[dict]:
     """A message list as {"role", "content"} turns, wherever it appears (SFT records, preference prompts and answers).
 
-    Each turn may say role/content or ShareGPT's from/value; role aliases are mapped (human -> user, gpt -> assistant
-    ...); an empty system turn is dropped (an empty `system` column is too). Raises ValueError("<reason-id>: <detail>")
-    naming the field and the turn: wrong-type, unknown-role, missing-field, empty-field."""
+    Each turn may say role/content or ShareGPT's from/value; role aliases are mapped (human -> user, gpt -> assistant,
+    developer -> system ...); content may be OpenAI's list of text parts; an empty system turn is dropped (an empty
+    `system` column is too). Raises ValueError("<reason-id>: <detail>") naming the field and the turn: wrong-type,
+    unknown-role, missing-field, empty-field, unsupported-content, unsupported-tool-calls."""
     if isinstance(value, str):
         try:
             value = json.loads(value)  # CSV/SQL cells hold JSON text
@@ -62,26 +128,7 @@ def turns(value, name: str) -> list[dict]:
             raise ValueError(f"malformed-json: {name}") from None
     if not isinstance(value, list):
         raise ValueError(f"wrong-type: {name} is {type(value).__name__}")
-    out = []
-    for i, t in enumerate(value, 1):
-        where = f"{name} turn {i}"
-        if not isinstance(t, dict):
-            raise ValueError(f"wrong-type: {where} is {type(t).__name__}")
-        t = {str(k).strip().lower(): v for k, v in t.items()}
-        role = _first(t, "role", "from")  # Arrow/Parquet unify the shapes: both keys, one of them null
-        if not isinstance(role, str) or role.strip().lower() not in ROLES:
-            raise ValueError(f"unknown-role: {role} in {where}" if role is not None else f"missing-field: {where} role")
-        content = _first(t, "content", "value")
-        if content is None:
-            raise ValueError(f"missing-field: {where} content")
-        if not isinstance(content, str):
-            raise ValueError(f"wrong-type: {where} content is {type(content).__name__}")
-        if not content.strip():
-            if ROLES[role.strip().lower()] == "system":
-                continue  # an empty system prompt (common in Orca/ShareGPT exports) says nothing: dropped, as the column is
-            raise ValueError(f"empty-field: {where}")
-        out.append({"role": ROLES[role.strip().lower()], "content": content.strip()})
-    return out
+    return [m for i, t in enumerate(value, 1) if (m := _turn(t, f"{name} turn {i}")) is not None]
 
 
 def _conversation(value, name: str) -> list[dict]:
@@ -95,47 +142,117 @@ def _conversation(value, name: str) -> list[dict]:
     return out
 
 
-def _pair(rec: dict, user_key: str, assistant_key: str, system_key: str | None = None) -> list[dict]:
+def _history(value) -> list[dict]:
+    """LLaMA-Factory's alpaca `history`, [[question, answer], ...] before the record's own question, as turns."""
+    if _blank(value):
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)  # a CSV cell holds JSON text
+        except json.JSONDecodeError:
+            raise ValueError(f"malformed-json: {HISTORY_COLUMN}") from None
+    if not isinstance(value, list):
+        raise ValueError(f"wrong-type: {HISTORY_COLUMN} is {type(value).__name__}")
+    out = []
+    for i, pair in enumerate(value, 1):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"wrong-type: {HISTORY_COLUMN} item {i} is not a [question, answer] pair")
+        out += [{"role": "user", "content": text_field(pair[0], f"{HISTORY_COLUMN} item {i} question")},
+                {"role": "assistant", "content": text_field(pair[1], f"{HISTORY_COLUMN} item {i} answer")}]
+    return out
+
+
+def _pair(rec: dict, user_key: str, assistant_key: str, system_key: str | None = None,
+          used: set | None = None) -> list[dict]:
+    """A column pair as messages: the question with the input/context columns beside it, the system prompt and the
+    history before it. used: the columns read are added to it."""
+    used = set() if used is None else used
     user = _text(rec, user_key)  # raises missing-field / empty-field / wrong-type
-    # alpaca: instruction + optional input; dolly: instruction + optional context
-    extra_key = next((k for k in ("input", "context") if k in rec), None) if user_key == "instruction" else None
-    extra = rec.get(extra_key) if extra_key else None
-    if extra is not None and not isinstance(extra, str):
-        raise ValueError(f"wrong-type: {extra_key} is {type(extra).__name__}")
-    if extra and extra.strip():
-        user += "\n" + extra.strip()
+    used.update((user_key, assistant_key))
+    for key in EXTRA_COLUMNS:  # alpaca's input, dolly's context, whatever the question's column
+        extra = rec.get(key)  # text or a number; a list or an object (hotpot_qa's passages) is left, and named
+        if key not in (user_key, assistant_key) and not _blank(extra) and not isinstance(extra, (list, dict, bool)):
+            user += "\n" + text_field(extra, key)
+            used.add(key)
     msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": _text(rec, assistant_key)}]
-    system = rec.get(system_key or "system")
-    if isinstance(system, str) and system.strip():
-        msgs.insert(0, {"role": "system", "content": system.strip()})
+    if HISTORY_COLUMN not in (user_key, assistant_key, system_key) and HISTORY_COLUMN in rec:
+        msgs[:0] = _history(rec[HISTORY_COLUMN])
+        used.add(HISTORY_COLUMN)
+    system_key = system_key or next((k for k in SYSTEM_COLUMNS if isinstance(rec.get(k), str) and rec[k].strip()), None)
+    if isinstance(rec.get(system_key), str) and rec[system_key].strip():
+        msgs.insert(0, {"role": "system", "content": rec[system_key].strip()})
+        used.add(system_key)
     return msgs
 
 
-def to_messages(rec: dict, columns: dict | None = None) -> list[dict]:
-    """Normalize any supported record shape to chat messages; raises ValueError(reason) if it cannot.
-
-    Shapes: chat `messages` (role/content), ShareGPT `conversations` (from/value), a column pair
-    (instruction/output with optional input, prompt/completion, prompt/response, question/answer,
-    ...; names case-insensitive), a lone `text` (one assistant turn), or an explicit mapping
-    `columns={"user": COL, "assistant": COL, "system": COL (optional)}`.
-    """
-    rec = {str(k).strip().lower(): v for k, v in reversed(list(rec.items()))}  # first spelling wins
+def _read(rec: dict, columns: dict | None, used: set) -> list[dict]:
+    """The shape a record has, read as messages; the columns read are added to `used`."""
     if columns:
         col = {k: str(v).strip().lower() for k, v in columns.items()}
-        return _pair(rec, col["user"], col["assistant"], col.get("system"))
+        return _pair(rec, col["user"], col["assistant"], col.get("system"), used)
     for key in ("messages", "conversations"):  # role/content or from/value turns in either
         if key in rec:
+            used.add(key)
             return _conversation(rec[key], key)
     both = [(a, b) for a, b in COLUMN_PAIRS if a in rec and b in rec]
     some = [(a, b) for a, b in COLUMN_PAIRS if a in rec or b in rec]
     if both or (some and "text" not in rec):
-        return _pair(rec, *(both or some)[0])
+        return _pair(rec, *(both or some)[0], used=used)
     if "text" in rec:
+        used.add("text")
         return [{"role": "assistant", "content": _text(rec, "text")}]
     raise ValueError(f"unrecognised-record: keys {', '.join(sorted(map(str, rec)))[:80]}")
+
+
+def to_messages(rec: dict, columns: dict | None = None, unused: set | None = None) -> list[dict]:
+    """Normalize any supported record shape to chat messages; raises ValueError(reason) if it cannot.
+
+    Shapes: chat `messages` (role/content), ShareGPT `conversations` (from/value), a column pair
+    (instruction/output, prompt/completion, prompt/response, question/answer, ...; names case-insensitive) with
+    optional input/context (joined to the question), system/system_prompt and history ([[question, answer], ...]),
+    a lone `text` (one assistant turn), or an explicit mapping `columns={"user": COL, "assistant": COL, "system": COL
+    (optional)}`. unused: the record's columns that hold something and were not read are added to it (01 names them).
+    """
+    lowered = {str(k).strip().lower(): v for k, v in reversed(list(rec.items()))}  # first spelling wins
+    used: set = set()
+    msgs = _read(lowered, columns, used)
+    if unused is not None:
+        unused.update(str(k) for k, v in rec.items() if str(k).strip().lower() not in used and not _blank(v))
+    return msgs
 
 
 def normalized_key(msgs: list[dict]) -> bytes:
     """What makes two conversations the same record: roles and text, case and runs of whitespace aside."""
     key = json.dumps([(m["role"], " ".join(m["content"].lower().split())) for m in msgs])
     return hashlib.blake2b(key.encode(), digest_size=16).digest()
+
+
+def prompt_key(msgs: list[dict]) -> bytes | None:
+    """What makes two records answers to the same prompt: the turns before the last answer, compared as
+    normalized_key compares records; None for a record with none (plain text shares no prompt)."""
+    return normalized_key(msgs[:-1]) if len(msgs) > 1 else None
+
+
+def split_by_prompt(keys: list, eval_fraction: float, seed: int) -> tuple[list[int], list[int], dict]:
+    """(train indexes, eval indexes, what moved): each record's random draw, then every record that shares its prompt
+    (`records.prompt_key`; None shares nothing) with an earlier one put in that one's split, so a held-out prompt is
+    never trained on. Without shared prompts this is the draw itself. Should grouping empty a split (all records one
+    prompt), the draw stands and `prompts_in_both` counts the prompts on both sides."""
+    order = list(range(len(keys)))
+    random.Random(seed).shuffle(order)
+    n_eval = min(len(keys) - 1, max(1, round(len(keys) * eval_fraction))) if len(keys) > 1 else 0
+    drawn = [False] * len(keys)
+    for i in order[:n_eval]:
+        drawn[i] = True
+    held, first, moved = list(drawn), {}, 0
+    for i, key in enumerate(keys):
+        j = i if key is None else first.setdefault(key, i)
+        moved += held[i] != held[j]
+        held[i] = held[j]
+    if len(keys) > 1 and (all(held) or not any(held)):
+        held, moved = drawn, 0
+    sides = {}
+    for key, h in zip(keys, held):
+        sides.setdefault(key, set()).add(h)
+    both = sum(len(v) == 2 for k, v in sides.items() if k is not None)
+    return [i for i in order if not held[i]], [i for i in order if held[i]], {"moved": moved, "prompts_in_both": both}

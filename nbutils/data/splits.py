@@ -7,9 +7,9 @@ long (written to quarantine.jsonl as too-long, counted under too_long). The mani
 (with truncate=True, records cut to max_seq_len count as kept and also under `truncated`).
 
 Output folder (what 02 and 03 read):
-  train/, eval/      HF datasets with columns messages, input_ids, labels, length
-  manifest.json      counts, splits, template, tokens (pad, EOS, end of turn, stop ids), role fixes,
-                     max_seq_len and why, token-length stats, content hash, batching plan
+  train/, eval/      HF datasets with columns messages, input_ids, labels, length; a prompt's records in one of them
+  manifest.json      counts, splits, records moved to their prompt's split, template, tokens (pad, EOS, end of
+                     turn, stop ids), role fixes, max_seq_len and why, token-length stats, content hash, batching plan
   quarantine.jsonl   {"source", "line", "reason"} per record kept out; reason = "<stable-id>: <detail>"
                      (`nbutils.data.ledger`)
   lengths.png        token-length histogram with the cut-off marked
@@ -24,13 +24,12 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import re
 from pathlib import Path
 
 from nbutils import defaults
 from nbutils.chain import MARKERS
-from nbutils.data import chatformat
+from nbutils.data import chatformat, records
 from nbutils.data.batching import IGNORE_INDEX
 from nbutils.data.intake import read_records
 from nbutils.data.ledger import Ledger
@@ -258,8 +257,9 @@ def _encode_rows(rows, tokenizer, template, train_on_prompt):
     return ds, fixes
 
 
-def _select(ds, rows, max_seq_len, truncate, ledger: Ledger) -> tuple[list[int], int]:
-    """Indexes of the rows kept under max_seq_len (or cut to it with truncate=True), and how many were cut."""
+def _select(ds, rows, max_seq_len, truncate, ledger: Ledger, auto: bool = False) -> tuple[list[int], int]:
+    """Indexes of the rows kept under max_seq_len (or cut to it with truncate=True), and how many were cut. auto: the
+    length was chosen to leave the longest records out, so strict=True quarantines those rather than stopping."""
     keep, truncated = [], 0
     for i, (n, err) in enumerate(zip(ds["length"][:], ds["error"][:])):
         if err:
@@ -270,22 +270,29 @@ def _select(ds, rows, max_seq_len, truncate, ledger: Ledger) -> tuple[list[int],
             keep.append(i)  # cut at max_seq_len: the end of the answer (and its EOS) is lost
             truncated += 1
         else:
-            ledger.bad(rows[i]["source"], rows[i]["line"], f"too-long: {n} > {max_seq_len} tokens", key="too_long")
+            ledger.bad(rows[i]["source"], rows[i]["line"], f"too-long: {n} > {max_seq_len} tokens", key="too_long",
+                       stop=not auto)
     return keep, truncated
 
 
-def _write_splits(kept, out_dir: Path, eval_fraction, seed) -> tuple[dict, str]:
-    """Shuffle, split and save train/eval; (splits, content hash of their tokens and labels)."""
-    order = list(range(len(kept)))
-    random.Random(seed).shuffle(order)
-    n_eval = min(len(kept) - 1, max(1, round(len(kept) * eval_fraction))) if len(kept) > 1 else 0
-    splits = {"train": kept.select(order[n_eval:]), "eval": kept.select(order[:n_eval])}
+def _write_splits(kept, out_dir: Path, keys: list, eval_fraction, seed, verbose) -> tuple[dict, str, dict]:
+    """Split by a random draw that keeps each prompt's records together (`records.split_by_prompt`; keys: each kept
+    record's prompt key) and save train/eval; (splits, content hash of their tokens and labels, what moved)."""
+    train, held, by_prompt = records.split_by_prompt(keys, eval_fraction, seed)
+    both, moved = by_prompt["prompts_in_both"], by_prompt["moved"]
+    if verbose and both:
+        print(f"[split] {both} prompt{'s are' if both > 1 else ' is'} in both splits: keeping each prompt's records "
+              "together would leave a split empty (too few distinct prompts)")
+    elif verbose and moved:
+        print(f"[split] {moved} record{'s' if moved > 1 else ''} moved to the split of the first record with the same "
+              "prompt, so no eval prompt is trained on (manifest split_by_prompt)")
+    splits = {"train": kept.select(train), "eval": kept.select(held)}
     digest = hashlib.sha256()
     for name, split in splits.items():
         split.save_to_disk(str(out_dir / name))
         for b in split.select_columns(["input_ids", "labels"]).iter(batch_size=10_000):
             digest.update(json.dumps([name, b["input_ids"], b["labels"]]).encode())
-    return splits, digest.hexdigest()[:16]
+    return splits, digest.hexdigest()[:16], by_prompt
 
 
 def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_records, train_on_prompt, fmt, strict,
@@ -302,7 +309,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     out_dir.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(strict, DataError, ("too_long",))
     rows = read_records(inputs, ledger, fmt, columns, max_records, split, verbose)
-    keep, truncated, fixes, seq_why, ds = [], 0, {}, "given", None
+    keep, truncated, fixes, seq_why, ds, auto = [], 0, {}, "given", None, defaults.is_auto(max_seq_len)
     if rows:
         ds, fixes = _encode_rows(rows, tokenizer, template, train_on_prompt)
         if verbose and (fixes["leading_answers_dropped"] or fixes["plain_text"]):  # the template refuses those turns
@@ -315,7 +322,7 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
             print(f"[max_seq_len] {max_seq_len} ({seq_why})")
         if plot:
             plot_length_histogram(usable, max_seq_len, out_dir / "lengths.png")
-        keep, truncated = _select(ds, rows, max_seq_len, truncate, ledger)
+        keep, truncated = _select(ds, rows, max_seq_len, truncate, ledger, auto)
     counts = ledger.counts
     if truncate:
         counts["truncated"] = truncated
@@ -327,12 +334,13 @@ def _prepare(inputs, out_dir, tokenizer, max_seq_len, eval_fraction, seed, max_r
     kept = ds.select(keep).select_columns(SPLIT_COLUMNS)
     if truncated:
         kept = kept.map(_truncate_batch, batched=True, fn_kwargs={"max_seq_len": max_seq_len}, desc="truncate")
-    splits, content_hash = _write_splits(kept, out_dir, eval_fraction, seed)
+    keys = [records.prompt_key(rows[i]["messages"]) for i in keep]
+    splits, content_hash, by_prompt = _write_splits(kept, out_dir, keys, eval_fraction, seed, verbose)
     kept_lengths, train_lengths = kept["length"][:], splits["train"]["length"][:]
     manifest = {
         "inputs": [{"path": p, **how} for p, how in ledger.inputs.items()],
         "counts": counts,
-        "splits": {k: len(v) for k, v in splits.items()},
+        "splits": {k: len(v) for k, v in splits.items()}, "split_by_prompt": by_prompt,  # a prompt's records: one split
         "quarantine_reasons": ledger.reasons(),
         "template": template_name,
         "tokenizer": getattr(tokenizer, "name_or_path", ""),

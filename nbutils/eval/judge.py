@@ -42,10 +42,13 @@ def trl_ids(tokenizer, prompt: str, answers: list[str]) -> tuple[list[int], list
     training saw: the prompt alone and prompt + answer + EOS (appended unless the answer ends with it) each tokenized
     whole, the tokenizer's own special tokens as it adds them, split where the two first differ. A SentencePiece
     tokenizer merges across the boundary (Phi-3.5: 'Par', 'is' after its prompt, '▁Paris' alone), so tokenizing
-    the answer on its own would score other tokens. A pair is split where the earlier of its two sides splits."""
+    the answer on its own would score other tokens. A pair is split where the earlier of its two sides splits. The
+    prompt is taken as 05's rows hold it (`pairs.trl_text`: no second BOS where the tokenizer adds its own)."""
     from trl.data_utils import common_prefix_length  # trl's own split, so the judge cannot drift from training
 
-    eos = tokenizer.eos_token or ""
+    from nbutils.data.pairs import trl_text
+
+    prompt, eos = trl_text(tokenizer, prompt), tokenizer.eos_token or ""
     prompt_ids = tokenizer(prompt)["input_ids"]
     whole = [tokenizer(prompt + (a if a.endswith(eos) else a + eos))["input_ids"] for a in answers]
     n = min(common_prefix_length(prompt_ids, w) for w in whole)

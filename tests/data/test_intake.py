@@ -57,3 +57,52 @@ def test_the_encoding_of_a_large_file_is_judged_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert hint and "iconv -f cp1252" in hint
     assert peak < 4 * intake.HINT_SAMPLE  # the chunks in flight, not the file's 48 MiB
+
+
+def test_columns_no_shape_reads_are_named_once_per_file(tmp_path, capsys):
+    """sql-create-context keeps its schema (context joins the question); what no record reads is said, once."""
+    path = tmp_path / "sql.jsonl"
+    recs = [{"question": f"q{i}", "context": "CREATE TABLE t (a INT)", "answer": "SELECT 1", "id": i, "note": ""}
+            for i in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ledger = Ledger()
+    rows = read_records([str(path)], ledger, verbose=True)
+    assert rows[0]["messages"][0]["content"] == "q0\nCREATE TABLE t (a INT)"
+    out = capsys.readouterr().out
+    assert out.count("columns not used") == 1 and f"[data] {path}: columns not used: id (" in out
+    assert ledger.inputs[str(path)]["columns_not_used"] == ["id"]
+    read_records([_jsonl(tmp_path / "plain.jsonl", 2, "p")], Ledger(), verbose=True)
+    assert "columns not used" not in capsys.readouterr().out
+
+
+def test_a_folder_is_read_through_its_one_data_file_or_names_its_files_to_paste(tmp_path, capsys):
+    """A Kaggle input (/kaggle/input/mydata: train.csv, test.csv) or a hub snapshot (data/train-*.parquet) is not a
+    saved dataset: its one data file is read, said in the log; several are listed as the raw_data value to paste."""
+    import pytest
+
+    one = tmp_path / "one"
+    (one / "data").mkdir(parents=True)
+    (one / "README.md").write_text("# card")
+    (one / ".gitattributes").write_text("*.jsonl lfs")
+    _jsonl(one / "data" / "train-00000-of-00001.jsonl", 3, "a")
+    ledger = Ledger()
+    rows = read_records([str(one)], ledger, verbose=True)
+    file = str(one / "data" / "train-00000-of-00001.jsonl")
+    assert len(rows) == 3 and rows[0]["source"] == file
+    assert f"the only data file in the folder {one}" in ledger.inputs[file]["why"] and file in capsys.readouterr().out
+    kaggle = tmp_path / "mydata"
+    kaggle.mkdir()
+    for name in ("train.csv", "test.csv"):
+        (kaggle / name).write_text("prompt,response\nq,a\n")
+    with pytest.raises(ValueError, match="holding 2 data files: test.csv, train.csv") as e:
+        read_records([str(kaggle)], Ledger())
+    assert f'"{kaggle / "test.csv"},{kaggle / "train.csv"}"' in str(e.value) and "raw_data" in str(e.value)
+    many = tmp_path / "shards"
+    (many / "data").mkdir(parents=True)
+    for i in range(12):
+        (many / "data" / f"train-{i:05d}.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ValueError, match=r"holding 12 data files: data/train-00000.parquet, .* and 2 more"):
+        read_records([str(many)], Ledger())
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no data file"):
+        read_records([str(tmp_path / "empty")], Ledger())

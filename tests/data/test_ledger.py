@@ -30,3 +30,10 @@ def test_strict_raises_the_given_error_naming_the_file_and_line():
 
     with pytest.raises(Stop, match=r"x.jsonl line 4: wrong-type: output is int \(strict=True"):
         Ledger(strict=True, error=Stop).bad("x.jsonl", 4, "wrong-type: output is int")
+
+
+def test_a_record_kept_out_by_design_does_not_stop_strict():
+    """01's auto max_seq_len leaves the longest records out on purpose: strict=True quarantines those (stop=False)."""
+    ledger = Ledger(strict=True, extra=("too_long",))
+    ledger.bad("x.jsonl", 4, "too-long: 900 > 512 tokens", key="too_long", stop=False)
+    assert ledger.counts["too_long"] == 1 and ledger.quarantine[0]["line"] == 4

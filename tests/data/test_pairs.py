@@ -285,3 +285,21 @@ def test_held_out_rows_that_share_a_training_prompt_are_quarantined_naming_the_t
     [q] = ledger.quarantine
     assert (q["line"], ledger.counts["quarantined"], ledger.shapes["pairs"]) == (2 - 1, 1, 4)
     assert q["reason"].startswith("held-out-overlap: its prompt is also the prompt of training record t.jsonl line 1")
+
+
+@pytest.mark.parametrize("family", ["gemma-2", "llama-3.2-instruct"])
+def test_a_tokenizer_that_adds_bos_itself_gets_no_second_one_from_the_rendered_prompt(twin, family):
+    """trl tokenizes 05's text rows with the tokenizer's special tokens: where it adds BOS itself (Llama-3's
+    post-processor, Gemma-2's and Mistral's add_bos_token=true), the template's own BOS is left out of the row, so
+    training sees one BOS, and the length counts that one; a tokenizer that adds none keeps the template's."""
+    from transformers import AutoTokenizer
+
+    prompt = [{"role": "user", "content": "what kind of word is oslo ?"}]
+    for adds in (True, False):
+        tok = AutoTokenizer.from_pretrained(str(twin(family)), **({"add_bos_token": True} if adds else {}))
+        text, answer = pairs.render(tok, prompt, "city")
+        assert text.startswith(tok.bos_token) != adds
+        ids = tok(text + answer + ("" if answer.endswith(tok.eos_token) else tok.eos_token))["input_ids"]  # as trl
+        assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+        assert pairs.trained_length(tok, text, answer) == len(ids)
+        assert pairs.trl_text(tok, tok.bos_token + text) == (text if adds else tok.bos_token + text)

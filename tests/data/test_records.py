@@ -60,11 +60,10 @@ def test_an_empty_system_turn_is_dropped_as_an_empty_system_column_is(tmp_path):
 @pytest.mark.parametrize("rec, reason", [
     ({"question": "q"}, "missing-field: answer"),  # the first pair that has the column found
     ({"prompt": "q", "response": "  "}, "empty-field: response"),
-    ({"prompt": "q", "response": 3}, "wrong-type: response is int"),
+    ({"prompt": "q", "response": True}, "wrong-type: response is bool"),  # a number is its text; a bool is no answer
     ({"messages": [{"role": "wizard", "content": "x"}]}, "unknown-role: wizard in messages turn 1"),
     ({"messages": [U]}, "no-assistant-turn: messages has no assistant turn"),
     ({"messages": "[not json"}, "malformed-json: messages"),
-    ({"instruction": "q", "input": 5, "output": "a"}, "wrong-type: input is int"),
     ({"colour": "red"}, "unrecognised-record: keys colour"),
 ])
 def test_each_unreadable_shape_raises_its_quarantine_reason(rec, reason):
@@ -112,3 +111,68 @@ def test_unified_arrow_structs_take_the_key_that_holds_a_value():
     unified = [{"role": None, "content": None, "from": "human", "value": "q"},
                {"role": "assistant", "content": "a", "from": None, "value": None}]
     assert to_messages({"conversations": unified}) == [U, A]
+
+
+def test_columns_beside_the_pair_join_the_prompt_whatever_the_question_is_called():
+    """sql-create-context's schema (question/context/answer), OpenOrca's system_prompt, LLaMA-Factory's history."""
+    sql = {"question": "How many heads?", "context": "CREATE TABLE head (age INTEGER)", "answer": "SELECT COUNT(*)"}
+    assert to_messages(sql) == [{"role": "user", "content": "How many heads?\nCREATE TABLE head (age INTEGER)"},
+                                {"role": "assistant", "content": "SELECT COUNT(*)"}]
+    orca = {"id": "niv.1", "system_prompt": " be brief ", "question": "q", "response": "a"}
+    unused = set()
+    assert to_messages(orca, unused=unused) == [{"role": "system", "content": "be brief"}, U, A]
+    assert unused == {"id"}
+    factory = {"instruction": "q", "input": "", "output": "a", "history": [["q0", "a0"], ["q1", "a1"]]}
+    assert to_messages(factory) == [{"role": "user", "content": "q0"}, {"role": "assistant", "content": "a0"},
+                                    {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, U, A]
+    assert to_messages({**factory, "history": []}) == [U, A]
+    with pytest.raises(ValueError, match="^empty-field: history item 1 answer$"):
+        to_messages({**factory, "history": [["q0", " "]]})
+    with pytest.raises(ValueError, match="^wrong-type: history item 1 is not a"):
+        to_messages({**factory, "history": ["q0"]})
+    # the answer's column is never joined to the question: context/response reads context as the question
+    assert to_messages({"context": "q", "response": "a"}) == [U, A]
+    assert to_messages({"instruction": "q", "input": "", "context": "ctx", "output": "a"})[0]["content"] == "q\nctx"
+
+
+def test_columns_not_read_are_named_and_blank_ones_are_not():
+    unused = set()
+    to_messages({"messages": [U, A], "prompt_id": "x1", "source": "", "score": None}, unused=unused)
+    to_messages({"Instruction": "q", "output": "a", "Category": "open_qa"}, unused=unused)
+    assert unused == {"prompt_id", "Category"}
+    hotpot = {"question": "q", "answer": "a", "context": {"title": ["t"], "sentences": [["s"]]}}  # not text: not joined
+    assert to_messages(hotpot, unused=unused) == [U, A] and "context" in unused
+
+
+def test_a_number_is_read_as_its_text():
+    assert to_messages({"question": 2, "answer": 4.5}) == [{"role": "user", "content": "2"},
+                                                          {"role": "assistant", "content": "4.5"}]
+    with pytest.raises(ValueError, match="^missing-field: answer$"):  # NaN: pandas' empty cell
+        to_messages({"question": "q", "answer": float("nan")})
+
+
+def test_openai_messages_text_parts_developer_role_and_tool_calls():
+    parts = {"messages": [{"role": "developer", "content": "be nice"},
+                          {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]}]}
+    assert to_messages(parts) == [{"role": "system", "content": "be nice"}, {"role": "user", "content": "Hi\nthere"},
+                                  {"role": "assistant", "content": "Hello"}]
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, A]
+    with pytest.raises(ValueError, match="^unsupported-content: image_url in messages turn 1"):
+        to_messages({"messages": image})
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]}
+    with pytest.raises(ValueError, match="^unsupported-tool-calls: messages turn 2 calls a tool"):
+        to_messages({"messages": [U, call, A]})
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    with pytest.raises(ValueError, match="^unsupported-tool-calls: messages turn 2 is a tool's result"):
+        to_messages({"messages": [U, result, A]})
+    unified = [{"role": "user", "content": "q", "tool_calls": None}, {"role": "assistant", "content": "a", "tool_calls": []}]
+    assert to_messages({"messages": unified}) == [U, A]  # Arrow gives every turn the key, null where unused
+
+
+def test_records_share_a_prompt_when_their_turns_before_the_answer_match():
+    from nbutils.data.records import prompt_key
+
+    assert prompt_key([U, A]) == prompt_key([{"role": "user", "content": " Q "}, {"role": "assistant", "content": "b"}])
+    assert prompt_key([U, A]) != prompt_key([{"role": "system", "content": "s"}, U, A])
+    assert prompt_key([A]) is None  # plain text has no prompt to share

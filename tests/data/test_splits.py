@@ -309,3 +309,44 @@ def test_a_lone_surrogate_is_quarantined_and_the_rest_written(tok, tmp_path):
     m = splits.prepare([str(path)], tmp_path / "out", tok, verbose=False, plot=False)
     assert m["counts"]["kept"] == 1 and m["quarantine_reasons"] == {"invalid-utf8": 1}
     assert "lone surrogate" in _quarantine(tmp_path / "out")[0]["reason"]
+
+
+# --- held-out prompts, strict with an auto length --------------------------------------------------
+
+def test_without_shared_prompts_the_split_is_the_random_draw_itself():
+    """Data whose prompts all differ splits exactly as a plain shuffle does: recorded splits do not move."""
+    import random
+
+    keys = [records.prompt_key([{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}])
+            for i in range(50)] + [None] * 5  # plain text shares no prompt
+    order = list(range(55))
+    random.Random(7).shuffle(order)
+    train, held, moved = records.split_by_prompt(keys, 0.2, 7)
+    assert (train, held, moved) == (order[11:], order[:11], {"moved": 0, "prompts_in_both": 0})
+
+
+def test_records_that_share_a_prompt_share_a_split(tok, tmp_path, capsys):
+    """Several answers to one prompt: each goes where the first one's draw put it, so 03's held-out prompts are held
+    out; the records moved are counted in the manifest and the log."""
+    recs = [{"instruction": f"question {i // 3} ?", "output": f"answer {i}"} for i in range(60)]  # 20 prompts x 3
+    m = splits.prepare([_write(tmp_path / "in.jsonl", *recs)], tmp_path / "o", tok, eval_fraction=0.3, seed=1,
+                       plot=False)
+    prompts = {s: {r["messages"][0]["content"] for r in splits.load_split(tmp_path / "o", s)} for s in ("train", "eval")}
+    assert prompts["eval"] and not prompts["train"] & prompts["eval"]
+    assert m["splits"]["train"] + m["splits"]["eval"] == 60 and m["splits"]["eval"] % 3 == 0
+    assert m["split_by_prompt"]["moved"] > 0 and m["split_by_prompt"]["prompts_in_both"] == 0
+    assert f"[split] {m['split_by_prompt']['moved']} records moved" in capsys.readouterr().out
+    one = [{"instruction": "same ?", "output": f"answer {i}"} for i in range(4)]  # one prompt: no split keeps it whole
+    m = splits.prepare([_write(tmp_path / "one.jsonl", *one)], tmp_path / "p", tok, verbose=False, plot=False)
+    assert m["splits"] == {"train": 3, "eval": 1} and m["split_by_prompt"] == {"moved": 0, "prompts_in_both": 1}
+
+
+def test_strict_quarantines_what_an_auto_length_leaves_out_and_stops_on_a_given_one(tok, tmp_path):
+    """max_seq_len="auto" leaves up to 1% of the records out by design: strict=True keeps them out as too long rather
+    than stopping at the first; a length the user gave still stops it."""
+    recs = [{"instruction": f"what kind of word is word{i} ?", "output": "city"} for i in range(150)]
+    path = _write(tmp_path / "in.jsonl", *recs, {"instruction": "x", "output": "word " * 300})
+    m = splits.prepare([path], tmp_path / "o", tok, strict=True, verbose=False, plot=False)
+    assert m["counts"]["too_long"] == 1 and m["counts"]["kept"] == 150 and m["max_seq_len_why"].startswith("auto")
+    with pytest.raises(splits.DataError, match=r"in.jsonl line 151: too-long"):
+        splits.prepare([path], tmp_path / "g", tok, max_seq_len=64, strict=True, verbose=False, plot=False)

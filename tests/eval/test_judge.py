@@ -198,3 +198,28 @@ def test_task_figures_score_the_eval_loss_in_the_plans_batches(monkeypatch):
     monkeypatch.setattr(judge.metrics, "compare", lambda *a: {})
     judge.task_figures(Model(), None, None, 1, 4, 10, 0, batch_tokens=3840)
     assert asked == [3840, 3840]
+
+
+@pytest.mark.parametrize("adds_bos", [True, False])
+def test_the_judge_and_trl_see_one_bos_where_the_tokenizer_adds_its_own(twin, adds_bos):
+    """Gemma-2 with add_bos_token=true adds BOS itself: 05's rows leave the template's out, and trl's DPO and the
+    judge both tokenize them with one BOS; as the twin is (no BOS added) the template's BOS is the one."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import DPOTrainer
+
+    from nbutils.data import pairs
+
+    tok = AutoTokenizer.from_pretrained(str(twin("gemma-2")), **({"add_bos_token": True} if adds_bos else {}))
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt, chosen = pairs.render(tok, question, "Paris.")
+    rejected = pairs.render(tok, question, "London.")[1]
+    args = SimpleNamespace(dataset_num_proc=None, max_length=None, truncation_mode="keep_start")
+    data = Dataset.from_list([{"prompt": prompt, "chosen": chosen, "rejected": rejected}])
+    trl = DPOTrainer._prepare_dataset(SimpleNamespace(_tokenizer=tok), data, tok, args, "train")[0]
+    assert trl["prompt_ids"][0] == tok.bos_token_id and trl["prompt_ids"].count(tok.bos_token_id) == 1
+    for text in (prompt, tok.bos_token + prompt if adds_bos else prompt):  # rendered text with its BOS: one all the same
+        context, (c, r) = judge.trl_ids(tok, text, [chosen, rejected])
+        assert (context, c, r) == (trl["prompt_ids"], trl["chosen_ids"], trl["rejected_ids"])
