@@ -78,9 +78,11 @@ def test_labels_end_every_answer_with_the_token_the_family_stops_on(twin, name, 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_preference_pairs_render_as_01_rendered_the_conversation(twin, name, tmp_path):
-    """05's pairs (nbutils.data.pairs) give, prompt + chosen, exactly the tokens 01 gave the same conversation, and
-    each answer ends on the family's stop token (a newline a template writes after it is not the answer's): what DPO
-    compares is what SFT trained on. 05 itself runs on every family in tests/test_families.py."""
+    """05's pairs (nbutils.data.pairs) give, prompt + chosen tokenized as trl tokenizes text rows (with the
+    tokenizer's special tokens: Llama-3, Gemma and Mistral add their BOS there, so the row leaves the template's out),
+    exactly the tokens 01 gave the same conversation, and each answer ends on the family's stop token (a newline a
+    template writes after it is not the answer's): what DPO compares is what SFT trained on. 05 itself runs on every
+    family in tests/test_families.py."""
     tok, _, rows = _prepared(twin, name, tmp_path)
     conv = CONVS[2]
     sft = next(r for r in rows if r["messages"][0]["content"] == conv[0]["content"])
@@ -90,7 +92,7 @@ def test_preference_pairs_render_as_01_rendered_the_conversation(twin, name, tmp
     assert ledger.counts["kept"] == 1
     stop = tok.convert_tokens_to_ids(FAMILIES[name].expect_stop)
     through_stop = sft["input_ids"][:len(sft["input_ids"]) - sft["input_ids"][::-1].index(stop)]
-    assert tok(row["prompt"] + row["chosen"], add_special_tokens=False)["input_ids"] == through_stop, name
+    assert tok(row["prompt"] + row["chosen"])["input_ids"] == through_stop, name
     for side in ("chosen", "rejected"):
         assert tok(row["prompt"] + row[side], add_special_tokens=False)["input_ids"][-1] == stop, (name, row[side])
 
@@ -102,6 +104,16 @@ def test_pad_is_not_eos_and_inside_the_embeddings(twin, name):
     assert tok.pad_token == fam.expect_pad and tok.pad_token_id != tok.eos_token_id
     assert len(tok) == fam.tok_size  # nothing added
     assert tok.pad_token_id < AutoConfig.from_pretrained(twin(name)).vocab_size
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_twin_puts_bos_first_on_a_call_where_its_family_does(twin, name):
+    """Llama-3's post-processor and Gemma's and Mistral's add_bos_token put BOS before text tokenized with special
+    tokens (as trl tokenizes text rows); a twin that did not hid 05's doubled BOS. Without special tokens: none."""
+    tok = _tok(twin, name)
+    ids = tok("hi")["input_ids"]
+    assert (ids[0] == tok.bos_token_id) == FAMILIES[name].adds_bos, (name, tok.convert_ids_to_tokens(ids))
+    assert tok.bos_token_id not in tok("hi", add_special_tokens=False)["input_ids"]
 
 
 @pytest.mark.parametrize("name, system, turns", [

@@ -202,8 +202,8 @@ def test_task_figures_score_the_eval_loss_in_the_plans_batches(monkeypatch):
 
 @pytest.mark.parametrize("adds_bos", [True, False])
 def test_the_judge_and_trl_see_one_bos_where_the_tokenizer_adds_its_own(twin, adds_bos):
-    """Gemma-2 with add_bos_token=true adds BOS itself: 05's rows leave the template's out, and trl's DPO and the
-    judge both tokenize them with one BOS; as the twin is (no BOS added) the template's BOS is the one."""
+    """Gemma-2 with add_bos_token=true (as it ships, and its twin) adds BOS itself: 05's rows leave the template's
+    out, and trl's DPO and the judge both tokenize them with one BOS; with add_bos_token=false the template's is it."""
     from types import SimpleNamespace
 
     from datasets import Dataset
@@ -212,7 +212,7 @@ def test_the_judge_and_trl_see_one_bos_where_the_tokenizer_adds_its_own(twin, ad
 
     from nbutils.data import pairs
 
-    tok = AutoTokenizer.from_pretrained(str(twin("gemma-2")), **({"add_bos_token": True} if adds_bos else {}))
+    tok = AutoTokenizer.from_pretrained(str(twin("gemma-2")), add_bos_token=adds_bos)
     question = [{"role": "user", "content": "What is the capital of France?"}]
     prompt, chosen = pairs.render(tok, question, "Paris.")
     rejected = pairs.render(tok, question, "London.")[1]

@@ -51,6 +51,9 @@ class Family:
     expect_attention: str = "sdpa"
     # added tokens the real tokenizer marks "special": false: single tokens that decode(skip_special_tokens=True) keeps
     plain: frozenset[str] = frozenset()
+    # the tokenizer puts BOS before the text when called (Llama-3's post-processor, Gemma's and Mistral's
+    # add_bos_token: true); Phi-3.5 says add_bos_token: false, Qwen and Pythia have none to add
+    adds_bos: bool = False
 
 
 def _reserved(first_id: int, last_id: int, fmt: str, start: int = 0, skip: dict | None = None) -> dict[int, str]:
@@ -94,11 +97,11 @@ FAMILIES = {f.name: f for f in [
     Family("llama-3.2-instruct", "LlamaConfig", 128256, 128256, _llama3_specials(), "<|begin_of_text|>", "<|eot_id|>",
            None, None, "PreTrainedTokenizerFast", [128001, 128008, 128009], tie=True, template=templates.LLAMA_31,
            config=dict(max_position_embeddings=131072, rope_theta=500000.0),
-           expect_pad="<|finetune_right_pad_id|>", expect_stop="<|eot_id|>"),
+           expect_pad="<|finetune_right_pad_id|>", expect_stop="<|eot_id|>", adds_bos=True),
     Family("llama-3-base", "LlamaConfig", 128256, 128256, _llama3_specials(), "<|begin_of_text|>", "<|end_of_text|>",
            None, None, "PreTrainedTokenizerFast", 128001, tie=False,
            config=dict(max_position_embeddings=8192, rope_theta=500000.0),
-           expect_pad="<|finetune_right_pad_id|>", expect_stop="<|end_of_text|>"),
+           expect_pad="<|finetune_right_pad_id|>", expect_stop="<|end_of_text|>", adds_bos=True),
     Family("qwen2.5-instruct", "Qwen2Config", 151936, 151665, {151643 + i: t for i, t in enumerate(_QWEN)}, None,
            "<|im_end|>", "<|endoftext|>", None, "Qwen2Tokenizer", [151645, 151643], tie=True, template=templates.QWEN25,
            config=dict(max_position_embeddings=32768), expect_pad="<|endoftext|>", expect_stop="<|im_end|>",
@@ -111,15 +114,16 @@ FAMILIES = {f.name: f for f in [
            {**_GEMMA_BASE, **_reserved(6, 105, "<unused{}>"), 106: "<start_of_turn>", 107: "<end_of_turn>"},
            "<bos>", "<eos>", "<pad>", "<unk>", "GemmaTokenizer", [1, 107], tie=True, template=templates.GEMMA2,
            config=dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=4096, max_position_embeddings=8192),
-           expect_pad="<pad>", expect_stop="<end_of_turn>", expect_attention="eager"),
+           expect_pad="<pad>", expect_stop="<end_of_turn>", expect_attention="eager", adds_bos=True),
     Family("gemma-3", "Gemma3TextConfig", 262144, 262144,
            {**_GEMMA_BASE, **_reserved(6, 104, "<unused{}>"), 105: "<start_of_turn>", 106: "<end_of_turn>"},
            "<bos>", "<eos>", "<pad>", "<unk>", "GemmaTokenizer", [1, 106], tie=True, template=templates.GEMMA3,
            config=dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=512, max_position_embeddings=32768),
-           expect_pad="<pad>", expect_stop="<end_of_turn>"),
+           expect_pad="<pad>", expect_stop="<end_of_turn>", adds_bos=True),
     Family("mistral-v0.3", "MistralConfig", 32768, 32768, {**_MISTRAL, **_reserved(10, 770, "[control_{}]", start=8)},
            "<s>", "</s>", None, "<unk>", "LlamaTokenizer", 2, tie=False, template=templates.MISTRAL_V03,
-           config=dict(max_position_embeddings=32768, sliding_window=None), expect_pad="<unk>", expect_stop="</s>"),
+           config=dict(max_position_embeddings=32768, sliding_window=None), expect_pad="<unk>", expect_stop="</s>",
+           adds_bos=True),
     Family("phi-3.5-mini", "Phi3Config", 32064, 32011, _PHI, "<s>", "<|endoftext|>", "<|endoftext|>", "<unk>",
            "LlamaTokenizer", [32000, 32001, 32007], tie=False, template=templates.PHI35,
            config=dict(max_position_embeddings=131072),
@@ -226,6 +230,8 @@ def build(name: str, dest: Path) -> Path:
     tok = realvocab.build_tokenizer(fam, dest) if fam.name in realvocab.VOCAB else build_tokenizer(fam)
     if fam.template:
         tok.chat_template = fam.template
+    if fam.adds_bos and fam.tokenizer_class != "PreTrainedTokenizerFast":
+        tok.add_bos_token = True  # saved as the hub's tokenizer.json has it: a post-processor putting BOS first
     model = build_model(fam, tok)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest)
@@ -235,6 +241,8 @@ def build(name: str, dest: Path) -> Path:
     cfg["tokenizer_class"] = fam.tokenizer_class
     # The real configs say null where a family has no such token (class defaults would fill one in).
     cfg.update(bos_token=fam.bos, eos_token=fam.eos, pad_token=fam.pad, unk_token=fam.unk)
+    if fam.tokenizer_class != "PreTrainedTokenizerFast":  # Llama-3's BOS comes from tokenizer.json's post-processor
+        cfg["add_bos_token"] = fam.adds_bos
     cfg_path.write_text(json.dumps(cfg, indent=2))
     return dest
 

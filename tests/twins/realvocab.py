@@ -48,7 +48,7 @@ def _relabelled(vocab: dict, fam) -> tuple[list[str], list[int]]:
 def bpe_tokenizer(fam, vocab: dict):
     """A byte-level BPE tokenizer in the family's class: real vocab and merges, the family's specials."""
     import transformers
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
     tokens, types = _relabelled(vocab, fam)
     merges = [tuple(m.split(" ", 1)) for m in vocab["merges"]]
@@ -63,6 +63,10 @@ def bpe_tokenizer(fam, vocab: dict):
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
         tok.decoder = decoders.ByteLevel()
         tok.add_tokens(added)
+        if fam.adds_bos:  # Meta's tokenizer.json: "<|begin_of_text|> $A" on every call with special tokens
+            bos = (fam.bos, ranks[fam.bos])
+            tok.post_processor = processors.TemplateProcessing(single=f"{fam.bos} $A:0",
+                                                               pair=f"{fam.bos} $A:0 {fam.bos}:1 $B:1", special_tokens=[bos])
         return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **named)
     fast = getattr(transformers, fam.tokenizer_class)(vocab=ranks, merges=merges, **named)
     fast.add_tokens(added)
