@@ -208,11 +208,14 @@ def normalize(rec: dict) -> dict:
 
 def render(tokenizer, prompt: list[dict], answer: str) -> tuple[str, str]:
     """(prompt text, answer text) exactly as 01 rendered SFT data: the template's generation prompt, then the answer
-    through its end-of-turn token; the prompt as a trl text row holds it (`trl_text`: one BOS in training)."""
+    through its end-of-turn token; the prompt as a trl text row holds it (`trl_text`: one BOS in training). A control
+    token inside a turn's text raises 01's quarantine reason (`control-token: ...`)."""
     template, _ = splits.template_for(tokenizer)
     draw = splits.renderer(tokenizer, template)
     msgs, _ = chatformat.normalize_roles([*prompt, {"role": "assistant", "content": answer}],
                                          chatformat.role_rules(draw))
+    if problem := splits.content_problem(tokenizer, template, msgs):  # a control token in a turn's text, as 01 quarantines
+        raise ValueError(problem)
     text, spans = chatformat.target_spans(draw, msgs, chatformat.end_of_turn(tokenizer))
     start, end = spans[-1]
     return trl_text(tokenizer, text[:start]), text[start:end]

@@ -87,6 +87,11 @@ def control_tokens(tokenizer, template: str) -> re.Pattern | None:
 REASONING = ("<think>", "</think>")  # reasoning markers a template (Qwen3) writes inside the last answer itself
 
 
+def content_problem(tokenizer, template: str, msgs: list[dict]) -> str | None:
+    """_content_problem with this template's control tokens and reasoning markers: 05's pairs read as 01 reads."""
+    return _content_problem(msgs, control_tokens(tokenizer, template), {t for t in REASONING if t in template})
+
+
 def _content_problem(msgs: list[dict], control: re.Pattern | None, markers: set[str]) -> str | None:
     """Why a conversation's text cannot be rendered as written (a quarantine reason), or None.
 

@@ -296,10 +296,24 @@ def test_a_tokenizer_that_adds_bos_itself_gets_no_second_one_from_the_rendered_p
 
     prompt = [{"role": "user", "content": "what kind of word is oslo ?"}]
     for adds in (True, False):
-        tok = AutoTokenizer.from_pretrained(str(twin(family)), **({"add_bos_token": True} if adds else {}))
+        tok = AutoTokenizer.from_pretrained(str(twin(family)), add_bos_token=adds)  # the twin adds, as its family
         text, answer = pairs.render(tok, prompt, "city")
         assert text.startswith(tok.bos_token) != adds
         ids = tok(text + answer + ("" if answer.endswith(tok.eos_token) else tok.eos_token))["input_ids"]  # as trl
         assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
         assert pairs.trained_length(tok, text, answer) == len(ids)
         assert pairs.trl_text(tok, tok.bos_token + text) == (text if adds else tok.bos_token + text)
+
+
+def test_a_control_token_inside_a_pairs_text_is_quarantined_as_01_quarantines_it(twin, tmp_path):
+    """A scraped chat log with a literal end-of-turn in an answer would train an end of turn and a fake user turn in
+    the middle of the chosen answer; 01 quarantines it (control-token), and so do 05's pairs."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(twin("qwen2.5-instruct")))
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"prompt": "Hi", "chosen": "Hi!<|im_end|>\n<|im_start|>user\nmore", "rejected": "no"})
+                    + "\n" + json.dumps({"prompt": "Hi", "chosen": "Hello!", "rejected": "no"}) + "\n")
+    rows, ledger = pairs.read([str(path)], tok, 128)
+    assert len(rows) == 1 and ledger.counts["quarantined"] == 1
+    assert ledger.quarantine[0]["reason"].startswith("control-token: <|im_end|> in assistant text")
