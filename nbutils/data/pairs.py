@@ -13,11 +13,9 @@ text that looks like one and does not parse is quarantined, asking for JSONL or 
 
 Every record read ends up in one place (`nbutils.data.ledger`): kept, quarantined (source, line, reason in
 quarantine.jsonl) or a duplicate (listed there too, with the line it repeats): records == kept + quarantined +
-duplicates. Prompts, answers and message lists follow one rule in every form: turns validated as SFT's are
-(`records.turns`: from/value keys, human/gpt roles), and a prompt that is empty, has no user turn or ends with an
-answer is quarantined, whether it was a string, a message list or the turns before the answers. Each row is rendered
-as 01 rendered SFT data: the prompt with the generation prompt, each answer through its end-of-turn token
-(`chatformat.target_spans`). KTO rows may hold message lists too: the completion's last turn is the answer.
+duplicates. Turns are validated as SFT's are (`records.turns`), and a prompt that is empty, has no user turn or ends
+with an answer is quarantined, in every form. Each row is rendered as 01 rendered SFT data (`chatformat.target_spans`:
+the prompt with the generation prompt, each answer through its end of turn). KTO completions may be message lists.
 """
 
 from __future__ import annotations
@@ -27,6 +25,8 @@ import hashlib
 import json
 import random
 import re
+from collections.abc import Callable
+from typing import NamedTuple
 
 from nbutils.data import chatformat, readers, records, splits
 from nbutils.data.intake import data_file
@@ -206,50 +206,69 @@ def normalize(rec: dict) -> dict:
     return {"shape": shape, "prompt": prompt, "chosen": chosen, "rejected": rejected}
 
 
-def render(tokenizer, prompt: list[dict], answer: str) -> tuple[str, str]:
+class Drawing(NamedTuple):
+    """What rendering needs of a tokenizer (01's renderer, rules and checks; `adds_bos`): once per `read`, not per row."""
+    draw: Callable
+    rules: dict
+    eot: str
+    control: re.Pattern | None
+    markers: set[str]
+    adds_bos: bool
+
+
+def drawing(tokenizer) -> Drawing:
+    template, _ = splits.template_for(tokenizer)
+    draw = splits.renderer(tokenizer, template)
+    return Drawing(draw, chatformat.role_rules(draw), chatformat.end_of_turn(tokenizer),
+                   splits.control_tokens(tokenizer, template), {t for t in splits.REASONING if t in template},
+                   adds_bos(tokenizer))
+
+
+def render(tokenizer, prompt: list[dict], answer: str, how: Drawing | None = None) -> tuple[str, str]:
     """(prompt text, answer text) exactly as 01 rendered SFT data: the template's generation prompt, then the answer
     through its end-of-turn token; the prompt as a trl text row holds it (`trl_text`: one BOS in training). A control
     token inside a turn's text raises 01's quarantine reason (`control-token: ...`)."""
-    template, _ = splits.template_for(tokenizer)
-    draw = splits.renderer(tokenizer, template)
-    msgs, _ = chatformat.normalize_roles([*prompt, {"role": "assistant", "content": answer}],
-                                         chatformat.role_rules(draw))
-    if problem := splits.content_problem(tokenizer, template, msgs):  # a control token in a turn's text, as 01 quarantines
+    how = how or drawing(tokenizer)
+    msgs, _ = chatformat.normalize_roles([*prompt, {"role": "assistant", "content": answer}], how.rules)
+    if problem := splits.content_problem(msgs, how.control, how.markers):  # a control token in a turn, as 01 has it
         raise ValueError(problem)
-    text, spans = chatformat.target_spans(draw, msgs, chatformat.end_of_turn(tokenizer))
+    text, spans = chatformat.target_spans(how.draw, msgs, how.eot)
     start, end = spans[-1]
-    return trl_text(tokenizer, text[:start]), text[start:end]
+    return trl_text(tokenizer, text[:start], how.adds_bos), text[start:end]
 
 
-def trl_text(tokenizer, text: str) -> str:
+def adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer puts BOS first itself when called with special tokens (as trl calls it)."""
+    return bool(tokenizer.bos_token) and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
+
+
+def trl_text(tokenizer, text: str, adds: bool | None = None) -> str:
     """Rendered text as a trl text row must hold it: without the template's leading BOS when the tokenizer adds one
-    itself (Llama-3's post-processor, Gemma's and Mistral's add_bos_token), since trl tokenizes text rows with the
-    tokenizer's special tokens and would train on <bos><bos>; unchanged otherwise. 01's SFT rows are tokenized
-    without special tokens: there the template's BOS is the one."""
+    itself (`adds`, computed when not given: Llama-3's post-processor, Gemma's and Mistral's add_bos_token), since
+    trl tokenizes text rows with special tokens and would train on <bos><bos>. 01's rows are tokenized without them."""
     bos = tokenizer.bos_token
     if not (bos and text.startswith(bos)):
         return text
-    adds = tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
-    return text[len(bos):] if adds else text
+    return text[len(bos):] if (adds_bos(tokenizer) if adds is None else adds) else text
 
 
-def trained_length(tokenizer, prompt_text: str, answer: str) -> int:
+def trained_length(tokenizer, prompt_text: str, answer: str, adds: bool | None = None) -> int:
     """Tokens of prompt + answer as trl tokenizes them for training: with the tokenizer's own special tokens (one BOS:
     `trl_text`) and the EOS trl appends to an answer that does not end with it (Phi-3's `<|end|>` gets
     `<|endoftext|>` after it), so a row at the limit is not cut short of its EOS by trl's truncation."""
     eos = tokenizer.eos_token or ""
-    text = trl_text(tokenizer, prompt_text) + answer + ("" if answer.endswith(eos) else eos)
+    text = trl_text(tokenizer, prompt_text, adds) + answer + ("" if answer.endswith(eos) else eos)
     return len(tokenizer(text)["input_ids"])
 
 
-def _rendered(row: dict, tokenizer) -> tuple[dict, int, str]:
+def _rendered(row: dict, tokenizer, how: Drawing) -> tuple[dict, int, str]:
     """The trl row (prompt / chosen / rejected, or prompt / completion / label) as text, with its length in tokens
     (the longer side, as trl trains it) and that side's name."""
     sides = ("chosen", "rejected") if "chosen" in row else ("completion",)
     out, prompt_text, longest = {}, None, (0, "")
     for side in sides:
-        prompt_text, answer = render(tokenizer, row["prompt"], row[side])
-        longest = max(longest, (trained_length(tokenizer, prompt_text, answer), side))
+        prompt_text, answer = render(tokenizer, row["prompt"], row[side], how)
+        longest = max(longest, (trained_length(tokenizer, prompt_text, answer, how.adds_bos), side))
         out[side] = answer
     out["prompt"] = prompt_text
     if "label" in row:
@@ -291,10 +310,10 @@ def read(paths: list[str], tokenizer, max_tokens: int, *, fmt: str = "auto", max
     """Every record of every input: rendered rows kept, the rest in the ledger; raises PreferenceDataError when
     nothing is usable, naming the most common reasons."""
     found, ledger = collect(paths, fmt=fmt, max_records=max_records, ledger=ledger, split=split)
-    rows = []
+    rows, how = [], drawing(tokenizer)
     for row in found:
         try:
-            out, n, side = _rendered(row, tokenizer)
+            out, n, side = _rendered(row, tokenizer, how)
         except ValueError as e:
             ledger.bad(row["source"], row["line"], str(e))
             ledger.shapes[row["shape"]] -= 1

@@ -87,12 +87,7 @@ def control_tokens(tokenizer, template: str) -> re.Pattern | None:
 REASONING = ("<think>", "</think>")  # reasoning markers a template (Qwen3) writes inside the last answer itself
 
 
-def content_problem(tokenizer, template: str, msgs: list[dict]) -> str | None:
-    """_content_problem with this template's control tokens and reasoning markers: 05's pairs read as 01 reads."""
-    return _content_problem(msgs, control_tokens(tokenizer, template), {t for t in REASONING if t in template})
-
-
-def _content_problem(msgs: list[dict], control: re.Pattern | None, markers: set[str]) -> str | None:
+def content_problem(msgs: list[dict], control: re.Pattern | None, markers: set[str]) -> str | None:
     """Why a conversation's text cannot be rendered as written (a quarantine reason), or None.
 
     A control token inside content would be read as a chat marker or EOS; the template's own reasoning markers are
@@ -128,7 +123,7 @@ def encode_batch(batch: dict, tokenizer, template: str, train_on_prompt: bool) -
         for k in merges:
             merges[k].append(int(plain) if k == "plain" else merged[k])
         try:
-            if problem := _content_problem(msgs, control, markers):
+            if problem := content_problem(msgs, control, markers):
                 raise ValueError(problem)
             text, sp = chatformat.plain_spans(msgs, bos, tokenizer.eos_token) if plain else \
                 chatformat.target_spans(render, msgs, eot)

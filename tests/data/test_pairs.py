@@ -219,7 +219,7 @@ def test_the_length_limit_counts_what_trl_trains_eos_included(twin):
     bare = len(tok(text + answer, add_special_tokens=False)["input_ids"])
     assert not answer.endswith(tok.eos_token) and pairs.trained_length(tok, text, answer) == bare + 1
     row = {"prompt": prompt, "chosen": "city", "rejected": "town"}
-    _, n, side = pairs._rendered(row, tok)
+    _, n, side = pairs._rendered(row, tok, pairs.drawing(tok))
     assert n > bare and side in ("chosen", "rejected")
 
 

@@ -108,24 +108,32 @@ def test_answer_logps_keep_their_order_whatever_batches_the_tokens_make(two_adap
     assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) == 3
 
 
-def test_answers_are_tokenized_as_trls_dpo_tokenizes_them_for_training(twin):
-    """Phi-3.5's SentencePiece merges across the prompt's end: trl's DPO tokenizes prompt + answer whole and splits
-    at the common prefix (training sees 'Par', 'is', and EOS appended after <|end|>); the judge scores those tokens,
-    not '▁Paris' from the answer tokenized alone."""
+def _as_trls_dpo(tok, chosen: str, rejected: str) -> tuple[str, str, str, dict]:
+    """05's row for one question (pairs.render) and the ids trl's DPO prepares from it for training."""
     from types import SimpleNamespace
 
     from datasets import Dataset
     from trl import DPOTrainer
 
-    from nbutils.data import chatformat, pairs
+    from nbutils.data import pairs
+
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt, chosen_text = pairs.render(tok, question, chosen)
+    rejected_text = pairs.render(tok, question, rejected)[1]
+    args = SimpleNamespace(dataset_num_proc=None, max_length=None, truncation_mode="keep_start")
+    data = Dataset.from_list([{"prompt": prompt, "chosen": chosen_text, "rejected": rejected_text}])
+    return prompt, chosen_text, rejected_text, DPOTrainer._prepare_dataset(SimpleNamespace(_tokenizer=tok), data, tok,
+                                                                          args, "train")[0]
+
+
+def test_answers_are_tokenized_as_trls_dpo_tokenizes_them_for_training(twin):
+    """Phi-3.5's SentencePiece merges across the prompt's end: trl's DPO tokenizes prompt + answer whole and splits
+    at the common prefix (training sees 'Par', 'is', and EOS appended after <|end|>); the judge scores those tokens,
+    not '▁Paris' from the answer tokenized alone."""
+    from nbutils.data import chatformat
 
     tok = chatformat.load_tokenizer(str(twin("phi-3.5-mini")))
-    question = [{"role": "user", "content": "What is the capital of France?"}]
-    prompt, chosen = pairs.render(tok, question, "Paris is the capital.")
-    rejected = pairs.render(tok, question, "London.")[1]
-    args = SimpleNamespace(dataset_num_proc=None, max_length=None, truncation_mode="keep_start")
-    data = Dataset.from_list([{"prompt": prompt, "chosen": chosen, "rejected": rejected}])
-    trl = DPOTrainer._prepare_dataset(SimpleNamespace(_tokenizer=tok), data, tok, args, "train")[0]
+    prompt, chosen, rejected, trl = _as_trls_dpo(tok, "Paris is the capital.", "London.")
     context, (c, r) = judge.trl_ids(tok, prompt, [chosen, rejected])
     assert (context, c, r) == (trl["prompt_ids"], trl["chosen_ids"], trl["rejected_ids"])
     assert tok.convert_ids_to_tokens(c)[:2] == ["Par", "is"] and c[-1] == tok.eos_token_id
@@ -204,21 +212,10 @@ def test_task_figures_score_the_eval_loss_in_the_plans_batches(monkeypatch):
 def test_the_judge_and_trl_see_one_bos_where_the_tokenizer_adds_its_own(twin, adds_bos):
     """Gemma-2 with add_bos_token=true (as it ships, and its twin) adds BOS itself: 05's rows leave the template's
     out, and trl's DPO and the judge both tokenize them with one BOS; with add_bos_token=false the template's is it."""
-    from types import SimpleNamespace
-
-    from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import DPOTrainer
-
-    from nbutils.data import pairs
 
     tok = AutoTokenizer.from_pretrained(str(twin("gemma-2")), add_bos_token=adds_bos)
-    question = [{"role": "user", "content": "What is the capital of France?"}]
-    prompt, chosen = pairs.render(tok, question, "Paris.")
-    rejected = pairs.render(tok, question, "London.")[1]
-    args = SimpleNamespace(dataset_num_proc=None, max_length=None, truncation_mode="keep_start")
-    data = Dataset.from_list([{"prompt": prompt, "chosen": chosen, "rejected": rejected}])
-    trl = DPOTrainer._prepare_dataset(SimpleNamespace(_tokenizer=tok), data, tok, args, "train")[0]
+    prompt, chosen, rejected, trl = _as_trls_dpo(tok, "Paris.", "London.")
     assert trl["prompt_ids"][0] == tok.bos_token_id and trl["prompt_ids"].count(tok.bos_token_id) == 1
     for text in (prompt, tok.bos_token + prompt if adds_bos else prompt):  # rendered text with its BOS: one all the same
         context, (c, r) = judge.trl_ids(tok, text, [chosen, rejected])
