@@ -19,6 +19,8 @@ TINY_PARAMS = 50e6  # below this (non-embedding parameters) a model is a toy: de
 LR_REAL, LR_TINY = 2e-4, 3e-3
 TINY_MIN_STEPS = 80  # the embedded default learns its task in about 80 steps: 3 passes over its 432 training records
 AUTO = "auto"
+# GRPO's example rewards' short answer (nbutils.eval.rewards.MAX_WORDS), which 05's plan checks 01's answers against
+SHORT_ANSWER_WORDS = 8
 
 
 def is_auto(value) -> bool:

@@ -249,8 +249,8 @@ def train_on_this_process():
     from nbutils.train import training
 
     args = training_arguments()  # checked before the model loads: a mistake costs seconds, not hours
-    argcheck.validate(argcheck.of_arguments(args), n_train=planning.train_rows(plan.train_ds, plan.batching),
-                      gpu_capability=plan.env.gpu_capability, resume=resume)  # rows as batched: packed blocks, as planned
+    argcheck.validate(argcheck.of_arguments(args), n_train=plan.n_train_rows,  # rows as batched: packed blocks
+                      gpu_capability=plan.env.gpu_capability, resume=resume)
     training.lock(plan.out, args.process_index == 0)  # one run per output folder, before anything loads
     model, tokenizer = load_model()
     run = training.Run(plan.out, plan.record(smoke=smoke, time_budget_min=plan.time_budget_min),

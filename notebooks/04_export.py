@@ -184,7 +184,7 @@ print(diskplan.text(disk))
 from nbutils.export import card, hub
 
 repos = hub.targets(hub_repo, hub_what)
-facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model, checkpoint=ckpt)
+facts = card.collect_facts(data_dir, adapter_dir, eval_dir, base_model, checkpoint=ckpt, tokenizer=tokenizer)
 print(f"model card facts from 01, 02 and 03; push to {', '.join(repos.values()) if repos else 'nowhere (hub_repo is empty)'}")
 
 # %% [markdown]

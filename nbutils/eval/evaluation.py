@@ -58,19 +58,24 @@ def prompt_messages(eval_ds, limit: int | None = None) -> list[list[dict]]:
 
 
 def render_prompt(tokenizer, turns: list[dict], answer: str = chatformat.STAND_IN) -> str:
-    """The turns before an answer, rendered up to where 01's training text has the answer: of the template's
-    generation prompts (PROMPT_VARIANTS), the longest that starts the conversation with `answer` as 01 renders it
-    (Qwen3: the empty think block of a plain answer, not of one that reasons); the default where none does.
-    A stand-in answer where the real one is not known (a chat question): a plain answer."""
+    """The turns before an answer, rendered up to where 01's training text has the answer (`prompt_choice`)."""
+    return prompt_choice(tokenizer, turns, answer)[1]
+
+
+def prompt_choice(tokenizer, turns: list[dict], answer: str = chatformat.STAND_IN) -> tuple[dict, str]:
+    """(apply_chat_template's extra arguments, the prompt they render): of the template's generation prompts
+    (PROMPT_VARIANTS), the longest that starts the conversation with `answer` as 01 renders it (Qwen3: the empty think
+    block of a plain answer, not of one that reasons); the default where none does. A stand-in answer where the real
+    one is not known (a chat question, an export's template): a plain answer."""
     default = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     try:
         full = tokenizer.apply_chat_template([*turns, {"role": "assistant", "content": answer}], tokenize=False)
-        variants = [tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **extra)
+        variants = [(extra, tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **extra))
                     for extra in PROMPT_VARIANTS[1:]]
     except Exception:  # noqa: BLE001 -- templates raise anything; the default prompt is what one without variants has
-        return default
-    fits = [p for p in (default, *variants) if full.startswith(p)]
-    return max(fits, key=len) if fits else default
+        return {}, default
+    fits = [(extra, p) for extra, p in (({}, default), *variants) if full.startswith(p)]
+    return max(fits, key=lambda fit: len(fit[1])) if fits else ({}, default)
 
 
 def prompts_and_references(eval_ds, tokenizer, limit: int | None = None) -> tuple[list[str], list[str]]:

@@ -10,21 +10,21 @@ the embedded task (one short answer word) and any task with short reference answ
   so the group's rewards differ even before any answer is right);
 - `not_degenerate`: -1 for a completion `detect` judges degenerate (a loop, token soup): the penalty a rollout
   stopped by the guard gets, since the guard stops exactly what `detect` calls degenerate.
-On data whose reference answers are longer (`preferencedata.long_answer_problems`), they teach the wrong thing: a short wrong answer
-scores above a right one in other words, so 05's plan asks for a reward of the user's own.
+On data whose reference answers are longer (`nbutils.train.preferencedata.long_answer_problems`), they teach the
+wrong thing: a short wrong answer scores above a right one in other words, so 05's plan asks for a reward of one's own.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from nbutils import defaults
 from nbutils.eval.detect import detect
 from nbutils.eval.metrics import _norm
-from nbutils.train import preferencedata
 
 DEFAULT = "nbutils.eval.rewards:correct,nbutils.eval.rewards:well_formed,nbutils.eval.rewards:not_degenerate"
-# a short answer: at most this many words on one line (one source: 05's plan checks the references against it)
-MAX_WORDS = preferencedata.SHORT_ANSWER_WORDS
+# a short answer: at most this many words on one line (05's plan checks the references against the same figure)
+MAX_WORDS = defaults.SHORT_ANSWER_WORDS
 
 
 def text_of(completion) -> str:

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbutils.eval.evaluation import PROMPT_VARIANTS, render_prompt
+from nbutils.eval.evaluation import prompt_choice
 
 S, U1, A1, U2 = "SYSq7x", "USRq7x1", "ASTq7x1", "USRq7x2"  # marker texts no template changes
 
@@ -65,11 +65,10 @@ SYSTEM_SHAPES = ([{"role": "system", "content": S}, *SHAPES[0]], [{"role": "syst
 
 def prompt_variant(tokenizer) -> dict:
     """apply_chat_template's extra arguments for the generation prompt the model was trained to continue: the one
-    03 prompts with (evaluation.render_prompt, a plain answer), e.g. {"enable_thinking": False} for Qwen3; {} for
+    03 prompts with (evaluation.prompt_choice, a plain answer), e.g. {"enable_thinking": False} for Qwen3; {} for
     the default prompt."""
     try:
-        chosen = render_prompt(tokenizer, SHAPES[0])
-        return next((dict(v) for v in PROMPT_VARIANTS if _render(tokenizer, SHAPES[0], v) == chosen), {})
+        return dict(prompt_choice(tokenizer, SHAPES[0])[0])
     except Exception:  # noqa: BLE001 -- a template that renders no user turn has no variant; derive says why
         return {}
 
@@ -133,11 +132,9 @@ def derive(tokenizer, variant: dict | None = None) -> Pieces | str:
     user_close = os.path.commonprefix([prompt, before_answer])
     if not user_close:
         return "the chat template ends a user turn differently in different places"
-    # The text before a user turn is the same after the header and after an answer: their common ending. BOS stays
-    # in the header (go_template leaves it out there): Mistral's "<s>[INST] " and "</s>[INST] " share "s>[INST] ".
-    bos = tokenizer.bos_token if tokenizer.bos_token and first.startswith(tokenizer.bos_token) else ""
-    user_open = _common_suffix(first[len(bos):], between)
-    user_open = _unsplit(user_open, (first, between), tokenizer.all_special_tokens)
+    # The text before a user turn is the same after the header and after an answer: their common ending, cutting no
+    # special token in two (Mistral's "<s>[INST] " and "</s>[INST] " share "s>[INST] "; BOS stays in the header).
+    user_open = _unsplit(_common_suffix(first, between), (first, between), tokenizer.all_special_tokens)
     pieces = Pieces(first[: len(first) - len(user_open)], user_open, user_close, before_answer[len(user_close):],
                     between[: len(between) - len(user_open)], "", prompt_tail=prompt[len(user_close):])
     if not _matches(tokenizer, pieces, SHAPES, variant):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from nbutils import defaults
@@ -70,6 +71,11 @@ class RunPlan:
     @property
     def batching(self) -> dict:
         return self.manifest["batching"]
+
+    @cached_property
+    def n_train_rows(self) -> int:
+        """Training rows as the Trainer batches them (packed blocks hold several records): counted once per plan."""
+        return train_rows(self.train_ds, self.batching)
 
     @property
     def packed(self) -> bool:
@@ -282,6 +288,7 @@ def plan_run(*, base_model="auto", data_dir="auto", output_dir="auto", smoke: bo
     warnings = [None if smoke or steps <= 0 else epoch_warning(steps, per_epoch, n_rows),
                 fp16_warning(model_config, env.precision, env.gpu_capability)]
     plan.warnings = [w for w in warnings if w]
+    plan.n_train_rows = n_rows  # counted above: the checks and 02's argument check read it, not count it again
     plan.problems = problems + _checks(plan, grad_accum, num_epochs, resume)
     if show and int(os.environ.get("RANK", "0")) == 0:  # one table, not one per process
         print(plan.table())
@@ -298,8 +305,7 @@ def _checks(plan: RunPlan, grad_accum: int, num_epochs: float, resume: bool) -> 
               "save_steps": plan.save_steps}
     found = [] if plan.max_steps > 0 else [f"max_steps={plan.max_steps}: use \"auto\" (num_epochs passes over the data) "
                                            "or a positive number of steps"]
-    # rows as the Trainer batches them: packed blocks hold several records each
-    found += argcheck.problems(values, n_train=train_rows(plan.train_ds, plan.manifest["batching"]),
+    found += argcheck.problems(values, n_train=plan.n_train_rows,  # rows as batched: packed blocks hold several
                                gpu_capability=plan.env.gpu_capability,
                                resume=resume, max_seq_len=plan.manifest["max_seq_len"],
                                model_max_positions=getattr(plan.model_config, "max_position_embeddings", None))

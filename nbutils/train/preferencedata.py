@@ -37,7 +37,7 @@ TOO_LONG_SHARE = 0.2  # more than a fifth of the records over max_length: the da
 EMBEDDED_FILES = ("embedded_pairs.train.jsonl", "embedded_pairs.eval.jsonl")  # preference_data="embedded" only
 NOT_EMBEDDED = "not built: 01's data is not the embedded task"  # counts["pairs"] when "embedded" meets other data
 EXAMPLES_MODULE = "nbutils.eval.rewards"  # GRPO's example rewards, made for short answers
-SHORT_ANSWER_WORDS = 8  # their short answer: at most this many words on one line (rewards.MAX_WORDS)
+SHORT_ANSWER_WORDS = defaults.SHORT_ANSWER_WORDS  # their short answer: at most this many words on one line
 
 
 def grpo_rows(ds) -> list[dict]:

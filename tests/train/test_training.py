@@ -302,6 +302,7 @@ def test_02_checks_the_rows_it_batches_and_sets_its_peak_beside_the_plan_without
 
     plan = notebook_recipe.plan_for(prepared_data, tmp_path, **{**PARAMS, "max_steps": 6, "eval_steps": 6, "save_steps": 6})
     plan.manifest["batching"] = {"strategy": "packed", "block_size": 256, "batch_size": 4}
+    del plan.n_train_rows  # the plan counted its rows unpacked, before this test packed them: count again
     ns, seen = notebook_recipe.namespace(plan, per_device_batch_size=4), {}
     ns["load_model"] = lambda: (None, None)
     for owner, name, fake in ((argcheck, "validate", lambda values, n_train, **kw: seen.update(n_train=n_train)),
